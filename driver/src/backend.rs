@@ -1,0 +1,78 @@
+//! The backend seam: the one trait that stands between the driver and a device.
+//!
+//! A backend gives the driver BAR0 register access (32-bit big-endian registers and 64-bit
+//! doorbells), DMA mapping of driver memory at IOVAs, interrupts as eventfds (one per vector)
+//! and PCI config-space access. Two implementations exist: [`crate::vfio::VfioBackend`] for a
+//! real adapter bound to `vfio-pci`, and [`crate::simdev::SimBackend`] for the software ConnectX.
+//! The driver is generic over `B: Backend`, so the VFIO data path pays nothing for the seam.
+
+use crate::Result;
+use std::os::fd::RawFd;
+
+/// A usable IOVA range of the IOMMU, inclusive of both ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IovaRange {
+    /// First usable IOVA.
+    pub start: u64,
+    /// Last usable IOVA (inclusive).
+    pub end: u64,
+}
+
+/// Device access for the driver. All register values are host-order integers; the backend
+/// converts to the device's big-endian byte order.
+pub trait Backend: Send + Sync + 'static {
+    /// A short name for messages: `pci:0000:3b:00.0` or `sim:0`.
+    fn name(&self) -> &str;
+
+    /// Length of BAR0 in bytes.
+    fn bar0_len(&self) -> usize;
+
+    /// Reads the 32-bit big-endian register at BAR0 + `offset` (4-byte aligned, in bounds).
+    fn read32(&self, offset: usize) -> u32;
+
+    /// Writes the 32-bit big-endian register at BAR0 + `offset`.
+    fn write32(&self, offset: usize, value: u32);
+
+    /// Writes 8 bytes at BAR0 + `offset` (8-byte aligned) as one 64-bit store of the big-endian
+    /// encoding of `value`: the doorbell format (CQ arm, SQ doorbell).
+    fn write64(&self, offset: usize, value: u64);
+
+    /// Copies a BlueFlame block (a multiple of 8 bytes, 8-byte aligned) to BAR0 + `offset`.
+    fn write_block(&self, offset: usize, data: &[u64]) {
+        for (i, w) in data.iter().enumerate() {
+            self.write64(offset + 8 * i, *w);
+        }
+    }
+
+    /// Maps `len` bytes of process memory at `vaddr` for device read and write at `iova`
+    /// (VFIO_IOMMU_MAP_DMA).
+    ///
+    /// # Safety
+    /// The memory must stay allocated, and must not move, until [`Backend::dma_unmap`] of the
+    /// same range returns: the device may read and write it at any time while it is mapped.
+    unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()>;
+
+    /// Removes a mapping made by [`Backend::dma_map`] (VFIO_IOMMU_UNMAP_DMA).
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<()>;
+
+    /// The IOMMU's usable IOVA ranges.
+    fn iova_ranges(&self) -> Vec<IovaRange>;
+
+    /// Bit mask of the IOMMU's supported page sizes (bit n set: 2^n bytes).
+    fn iommu_page_sizes(&self) -> u64;
+
+    /// Number of interrupt vectors (MSI-X) the device offers.
+    fn irq_count(&self) -> u32;
+
+    /// The eventfd signalled when `vector` fires, once interrupts are enabled.
+    fn irq_eventfd(&self, vector: u32) -> Option<RawFd>;
+
+    /// Reads PCI configuration space.
+    fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Writes PCI configuration space.
+    fn config_write(&self, offset: u64, data: &[u8]) -> Result<()>;
+
+    /// Function-level reset of the device.
+    fn reset(&self) -> Result<()>;
+}

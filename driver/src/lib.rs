@@ -1,0 +1,1 @@
+//! umlx-driver (being written)

@@ -1,0 +1,1 @@
+//! umlx-sim (being written)

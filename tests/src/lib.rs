@@ -1,0 +1,1 @@
+//! umlx-tests (being written)

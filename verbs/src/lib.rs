@@ -1,0 +1,1 @@
+//! umlx-verbs (being written)
