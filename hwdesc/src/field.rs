@@ -98,7 +98,7 @@ impl Field {
             if width_bits <= 32 {
                 assert!(offset_bits / 32 == (offset_bits + width_bits - 1) / 32, "scalar field crosses a dword");
             } else {
-                assert!(offset_bits % 32 == 0, "64-bit field not dword aligned");
+                assert!(offset_bits.is_multiple_of(32), "64-bit field not dword aligned");
             }
         }
         Field { name, offset_bits, width_bits, kind }
@@ -181,7 +181,7 @@ impl Field {
             let last = bit - 1;
             let byte = last / 8;
             let in_byte_end = last % 8 + 1; // bits used in this byte, counted from its MSB
-            let start_in_byte = if bit - self.offset_bits >= in_byte_end { 0 } else { in_byte_end - (bit - self.offset_bits) };
+            let start_in_byte = in_byte_end.saturating_sub(bit - self.offset_bits);
             let take = in_byte_end - start_in_byte;
             let shift = 8 - in_byte_end;
             let mask = ((((1u16 << take) - 1) as u8) as u16) << shift;
@@ -196,7 +196,7 @@ impl Field {
     /// The bytes of a byte-aligned field (an array, a nested structure, a GID), or `None` when
     /// the field is not byte-aligned or `buf` is too short.
     pub fn bytes<'a>(&self, buf: &'a [u8]) -> Option<&'a [u8]> {
-        if self.offset_bits % 8 != 0 || self.width_bits % 8 != 0 || !self.fits(buf.len()) {
+        if !self.offset_bits.is_multiple_of(8) || !self.width_bits.is_multiple_of(8) || !self.fits(buf.len()) {
             return None;
         }
         Some(&buf[self.offset_bytes()..self.offset_bytes() + self.size_bytes()])
@@ -204,7 +204,7 @@ impl Field {
 
     /// Mutable bytes of a byte-aligned field; see [`Field::bytes`].
     pub fn bytes_mut<'a>(&self, buf: &'a mut [u8]) -> Option<&'a mut [u8]> {
-        if self.offset_bits % 8 != 0 || self.width_bits % 8 != 0 || !self.fits(buf.len()) {
+        if !self.offset_bits.is_multiple_of(8) || !self.width_bits.is_multiple_of(8) || !self.fits(buf.len()) {
             return None;
         }
         let (o, n) = (self.offset_bytes(), self.size_bytes());

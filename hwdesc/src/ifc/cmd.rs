@@ -31,11 +31,10 @@ crate::ifc! {
     }
 
     /// ENABLE_HCA output.
-    struct enable_hca_out[0x80] {
+    struct enable_hca_out[0x60] {
         status: 0x8,
         reserved_at_8: 0x18,
         syndrome: 0x20,
         reserved_at_40: 0x20,
-        reserved_at_60: 0x20,
     }
 }
