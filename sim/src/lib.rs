@@ -1,1 +1,20 @@
-//! umlx-sim (being written)
+//! umlx-sim: a software ConnectX.
+//!
+//! A device model of a ConnectX-6 Dx class adapter with one RoCE port that honours the mlx5
+//! hardware contract declared in `umlx-hwdesc`: BAR0 (initialization segment, command queue,
+//! health buffer, UAR pages), the firmware command processor, firmware pages, an IOMMU through
+//! which every device access to host memory goes, the objects (EQ, CQ, PD, MKey, QP, SRQ), the
+//! RoCEv2 transport and a real wire. It knows nothing of the umlx driver.
+//!
+//! Modules: [`device`] (the public device: BAR0, PCI config, IOMMU map/unmap, interrupts, the
+//! engine thread), [`firmware`] (command processor and objects), [`iommu`] (the only path to
+//! host memory), [`config`] (identity and hostile knobs), [`wire`] (RoCEv2 frames and pcap).
+
+pub mod config;
+pub mod device;
+pub mod firmware;
+pub mod iommu;
+pub mod wire;
+
+pub use config::{FailCommand, Hostile, SimConfig};
+pub use device::SimDevice;

@@ -1,0 +1,212 @@
+//! The software ConnectX as a device: what a host sees of it over PCI.
+//!
+//! [`SimDevice`] is the handle a backend holds: BAR0 reads and writes (a doorbell write is an
+//! event the device handles), PCI configuration space (vendor/device ID, COMMAND register with
+//! bus mastering, which gates every DMA), the IOMMU table (map/unmap, as VFIO's
+//! `VFIO_IOMMU_MAP_DMA` would fill it), MSI-X vectors delivered on eventfds, function-level
+//! reset, and fault injection. A background engine thread does the device's time-driven work
+//! (delayed completions, timers); it stops when the last handle is dropped.
+
+use crate::config::SimConfig;
+use crate::firmware::{Hca, HcaState, SimStats};
+use crate::iommu::{IommuFault, MapError};
+use std::fs::File;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+use umlx_hwdesc::enums::HealthSyndrome;
+
+struct Inner {
+    hca: Mutex<Hca>,
+}
+
+/// A software ConnectX. Cloning gives another handle to the same device.
+#[derive(Clone)]
+pub struct SimDevice {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimDevice").finish_non_exhaustive()
+    }
+}
+
+/// A snapshot of the device's page and mapping accounting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageAccounting {
+    /// Pages the firmware holds now.
+    pub held: u64,
+    /// Pages the firmware wants now.
+    pub demand: u64,
+    /// Pages given in total since reset.
+    pub given_total: u64,
+    /// Pages returned in total since reset.
+    pub returned_total: u64,
+    /// IOMMU mappings.
+    pub mappings: usize,
+    /// IOMMU-mapped bytes.
+    pub mapped_bytes: u64,
+    /// IOMMU faults since creation.
+    pub iommu_faults: u64,
+}
+
+impl SimDevice {
+    /// Powers on a device with `cfg`.
+    pub fn new(cfg: SimConfig) -> SimDevice {
+        let inner = Arc::new(Inner { hca: Mutex::new(Hca::new(cfg)) });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("umlx-sim-engine".into())
+            .spawn(move || engine(weak))
+            .expect("spawning the sim engine thread");
+        SimDevice { inner }
+    }
+
+    /// Locks the device state. The lock is never held across a call out of the device.
+    pub fn lock(&self) -> MutexGuard<'_, Hca> {
+        // A panic while holding the lock leaves the model in an unknown state; keep going with
+        // what is there rather than poisoning every later access.
+        self.inner.hca.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// BAR0 size in bytes.
+    pub fn bar0_len(&self) -> u64 {
+        crate::firmware::BAR0_SIZE
+    }
+
+    /// Reads the 32-bit big-endian register at BAR0 + `offset` (host-order value).
+    pub fn bar0_read32(&self, offset: u64) -> u32 {
+        self.lock().bar_read32(offset)
+    }
+
+    /// Writes the 32-bit big-endian register at BAR0 + `offset`.
+    pub fn bar0_write32(&self, offset: u64, value: u32) {
+        self.lock().bar_write32(offset, value)
+    }
+
+    /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells.
+    pub fn bar0_write64(&self, offset: u64, value: u64) {
+        self.lock().bar_write64(offset, value)
+    }
+
+    /// Reads PCI configuration space.
+    pub fn config_read(&self, offset: usize, buf: &mut [u8]) -> Result<(), MapError> {
+        let h = self.lock();
+        let end = offset.checked_add(buf.len()).filter(|&e| e <= h.pci_config.len()).ok_or(MapError::Invalid)?;
+        buf.copy_from_slice(&h.pci_config[offset..end]);
+        Ok(())
+    }
+
+    /// Writes PCI configuration space (only the COMMAND register is writable).
+    pub fn config_write(&self, offset: usize, data: &[u8]) -> Result<(), MapError> {
+        let mut h = self.lock();
+        let end = offset.checked_add(data.len()).filter(|&e| e <= h.pci_config.len()).ok_or(MapError::Invalid)?;
+        for (i, b) in (offset..end).zip(data) {
+            if i == 4 {
+                h.pci_config[4] = b & 0x07; // I/O, memory, bus master
+            } else if i == 5 {
+                h.pci_config[5] = b & 0x05;
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps host memory for device DMA (what `VFIO_IOMMU_MAP_DMA` does).
+    ///
+    /// # Safety
+    /// `host..host+len` must stay valid for reads and writes, and must not move, until
+    /// [`SimDevice::dma_unmap`] removes the mapping or the device is dropped; the device reads and
+    /// writes it concurrently with the host, so the host must not hold Rust references into it.
+    pub unsafe fn dma_map(&self, iova: u64, host: *mut u8, len: u64) -> Result<(), MapError> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.lock().iommu.map(iova, host, len, true, true) }
+    }
+
+    /// Removes a DMA mapping.
+    pub fn dma_unmap(&self, iova: u64, len: u64) -> Result<(), MapError> {
+        self.lock().iommu.unmap(iova, len)
+    }
+
+    /// Number of MSI-X vectors.
+    pub fn irq_count(&self) -> u32 {
+        self.lock().irqs.len() as u32
+    }
+
+    /// Connects MSI-X `vector` to an eventfd (the device keeps its own duplicate), or
+    /// disconnects it with `None`.
+    pub fn set_irq_eventfd(&self, vector: u32, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+        let file = match fd {
+            Some(fd) => Some(File::from(fd.try_clone_to_owned()?)),
+            None => None,
+        };
+        let mut h = self.lock();
+        let slot = h
+            .irqs
+            .get_mut(vector as usize)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no such MSI-X vector"))?;
+        *slot = file;
+        Ok(())
+    }
+
+    /// Function-level reset.
+    pub fn reset(&self) {
+        self.lock().reset()
+    }
+
+    /// Injects a fatal health error (syndrome as in the health buffer).
+    pub fn inject_fatal(&self, synd: HealthSyndrome) {
+        self.lock().inject_fatal(synd)
+    }
+
+    /// Asks the driver for `extra` more pages than the objects need (PAGE_REQUEST), or gives
+    /// back extra demand with 0.
+    pub fn request_extra_pages(&self, extra: u32) {
+        let mut h = self.lock();
+        h.pages.set_extra(extra);
+        h.rebalance_pages_pub();
+    }
+
+    /// The firmware's lifecycle state.
+    pub fn hca_state(&self) -> HcaState {
+        self.lock().state
+    }
+
+    /// Page and mapping accounting.
+    pub fn page_accounting(&self) -> PageAccounting {
+        let h = self.lock();
+        PageAccounting {
+            held: h.pages.held.len() as u64,
+            demand: h.pages.demand(),
+            given_total: h.pages.given_total,
+            returned_total: h.pages.returned_total,
+            mappings: h.iommu.mapping_count(),
+            mapped_bytes: h.iommu.mapped_bytes(),
+            iommu_faults: h.iommu.faults(),
+        }
+    }
+
+    /// The last IOMMU fault.
+    pub fn last_iommu_fault(&self) -> Option<IommuFault> {
+        self.lock().iommu.last_fault()
+    }
+
+    /// Device counters.
+    pub fn stats(&self) -> SimStats {
+        self.lock().stats
+    }
+}
+
+/// The engine: time-driven device work, until the device is dropped.
+fn engine(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let busy = {
+            let mut h = inner.hca.lock().unwrap_or_else(|e| e.into_inner());
+            h.tick(Instant::now());
+            h.has_timed_work()
+        };
+        drop(inner);
+        std::thread::sleep(if busy { Duration::from_micros(200) } else { Duration::from_millis(1) });
+    }
+}

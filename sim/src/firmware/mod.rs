@@ -1,0 +1,384 @@
+//! The firmware of the software ConnectX: BAR0 registers, the command queue, the command
+//! processor, capabilities, firmware pages, health, and the objects commands create.
+//!
+//! # Choices where the contract leaves a point open
+//!
+//! * Command queue: 32 entries of 64 bytes (`log_cmdq_size` 5, `log_cmdq_stride` 6), read-only.
+//!   The queue address must be 4 KiB aligned; writing it while `initializing` is set is allowed.
+//! * Mailbox blocks must be 1 KiB aligned (what the Linux driver's DMA pool gives; rdma-core's
+//!   mlx5_vfio gives each block a 4 KiB page, which also satisfies it). A misaligned pointer
+//!   gets delivery status 0x05 (input) or 0x04 (output).
+//! * Signatures and tokens are checked only while `cmdif_checksum` is enabled in the current
+//!   capabilities; it is disabled after reset, so mlx5_vfio (which never signs) works.
+//! * A command delivered before `initializing` clears is not executed (the doorbell is dropped,
+//!   as the firmware is not running yet).
+//! * Before ENABLE_HCA every command but ENABLE_HCA fails with BAD_SYS_STATE_ERR. ACCESS_REG,
+//!   QUERY/SET_HCA_CAP need the boot pages; INIT_HCA needs boot and init pages; every resource
+//!   command needs INIT_HCA. Failures use BAD_SYS_STATE_ERR with a syndrome naming the missing
+//!   step ([`syndrome`]).
+//! * UAR indices are handed out from 8 upward (BAR0 pages 0-2 hold the initialization segment);
+//!   UAR pages are 4 KiB (`log_uar_page_sz` 0 is what the device reports and what it supports).
+//! * Object numbers: PDs, transport domains and CQs from 1, EQs from 0, QPs from 0x100 (0 and 1
+//!   are the special QPs), MKey indices from 1, SRQs from 1.
+//! * Page demand: boot and init pages as configured; after INIT_HCA the regular demand grows with
+//!   the objects (ICM in chunks) and is asked for with PAGE_REQUEST events on the EQ subscribed
+//!   to them; when objects go away the firmware asks for pages back (negative PAGE_REQUEST).
+//!   After TEARDOWN_HCA every page can be taken back with MANAGE_PAGES TAKE.
+
+pub mod syndrome;
+
+pub mod caps;
+mod cmdq;
+mod datapath;
+mod exec;
+pub mod objects;
+pub mod pages;
+pub mod vport;
+
+use crate::config::SimConfig;
+use crate::iommu::Iommu;
+use std::fs::File;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use umlx_hwdesc::enums::{CmdStatus, HealthSyndrome};
+
+pub(crate) use objects::Objects;
+pub(crate) use pages::Pages;
+
+/// BAR0 size (32 MiB, as a ConnectX-6 Dx PF).
+pub const BAR0_SIZE: u64 = 0x200_0000;
+/// First UAR index the firmware hands out.
+pub const FIRST_UAR_INDEX: u32 = 8;
+/// log2 of the number of command queue entries.
+pub const LOG_CMDQ_SIZE: u32 = 5;
+/// log2 of the command queue entry stride.
+pub const LOG_CMDQ_STRIDE: u32 = 6;
+/// Health counter advance period.
+const HEALTH_TICK: Duration = Duration::from_millis(1);
+
+/// Lifecycle state of the HCA as the firmware sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HcaState {
+    /// After reset: only ENABLE_HCA is accepted.
+    Disabled,
+    /// ENABLE_HCA done.
+    Enabled,
+    /// INIT_HCA done: resources can be created.
+    Initialized,
+    /// TEARDOWN_HCA done: pages can be reclaimed, then DISABLE_HCA.
+    TornDown,
+}
+
+/// A failed command: status and syndrome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CmdFail {
+    /// PRM command status.
+    pub status: CmdStatus,
+    /// Syndrome ([`syndrome::make`]).
+    pub syndrome: u32,
+}
+
+impl CmdFail {
+    /// A failure with `status` for `opcode` and `reason`.
+    pub fn new(status: CmdStatus, opcode: u16, reason: u16) -> CmdFail {
+        CmdFail { status, syndrome: syndrome::make(opcode, reason) }
+    }
+}
+
+/// Counters the sim keeps about itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Commands executed (delivered with delivery status OK).
+    pub commands: u64,
+    /// Commands that completed with a non-OK status.
+    pub command_errors: u64,
+    /// Commands completed with a delivery error.
+    pub delivery_errors: u64,
+    /// EQEs written.
+    pub eqes: u64,
+    /// Interrupts signalled.
+    pub interrupts: u64,
+    /// EQ overruns.
+    pub eq_overruns: u64,
+    /// Doorbells that named no valid object or UAR.
+    pub bad_doorbells: u64,
+    /// DMA attempted with bus mastering disabled.
+    pub dma_without_bus_master: u64,
+}
+
+/// Health state.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Health {
+    /// Health syndrome (0 = healthy).
+    pub synd: u8,
+    /// Extended syndrome.
+    pub ext_synd: u16,
+    /// Counter value frozen at the fatal error.
+    pub frozen_counter: Option<u32>,
+}
+
+/// A command whose completion the hostile device delays.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DelayedCmd {
+    pub due: Instant,
+    pub slot: u32,
+}
+
+/// The whole device state behind the device lock.
+pub struct Hca {
+    pub(crate) cfg: SimConfig,
+    pub(crate) iommu: Iommu,
+    pub(crate) pci_config: [u8; 256],
+    pub(crate) reset_at: Instant,
+    pub(crate) cmdq_addr_h: u32,
+    pub(crate) cmdq_addr_l: u32,
+    pub(crate) nic_interface: u8,
+    pub(crate) health: Health,
+    pub(crate) state: HcaState,
+    pub(crate) issi: u16,
+    pub(crate) caps: caps::Caps,
+    pub(crate) pages: Pages,
+    pub(crate) objects: Objects,
+    pub(crate) vport: vport::Vport,
+    pub(crate) irqs: Vec<Option<File>>,
+    pub(crate) delayed: Vec<DelayedCmd>,
+    pub(crate) stats: SimStats,
+    pub(crate) host_endianness: u8,
+    pub(crate) driver_version: Vec<u8>,
+}
+
+impl Hca {
+    /// A device in its power-on state.
+    pub fn new(cfg: SimConfig) -> Hca {
+        let caps = caps::Caps::new(&cfg);
+        let vport = vport::Vport::new(&cfg);
+        let pages = Pages::new(cfg.boot_pages, cfg.init_pages);
+        let mut hca = Hca {
+            iommu: Iommu::new(),
+            pci_config: [0; 256],
+            reset_at: Instant::now(),
+            cmdq_addr_h: 0,
+            cmdq_addr_l: 0,
+            nic_interface: 0,
+            health: Health::default(),
+            state: HcaState::Disabled,
+            issi: 0,
+            caps,
+            pages,
+            objects: Objects::default(),
+            vport,
+            irqs: (0..cfg.num_msix).map(|_| None).collect(),
+            delayed: Vec::new(),
+            stats: SimStats::default(),
+            host_endianness: 0,
+            driver_version: Vec::new(),
+            cfg,
+        };
+        hca.init_pci_config();
+        hca
+    }
+
+    fn init_pci_config(&mut self) {
+        let c = &mut self.pci_config;
+        *c = [0; 256];
+        c[0..2].copy_from_slice(&0x15b3u16.to_le_bytes());
+        c[2..4].copy_from_slice(&self.cfg.device_id.to_le_bytes());
+        c[8] = 0; // revision
+        c[9..12].copy_from_slice(&[0x00, 0x00, 0x02]); // class: Ethernet controller
+        c[0x0e] = 0; // header type 0
+        c[0x2c..0x2e].copy_from_slice(&0x15b3u16.to_le_bytes());
+        c[0x2e..0x30].copy_from_slice(&0x0016u16.to_le_bytes());
+        // BAR0: 64-bit prefetchable memory.
+        c[0x10] = 0x0c;
+    }
+
+    /// Function-level reset: everything but the IOMMU table (owned by the host's container) is
+    /// back to power-on, the pages the firmware held are dropped.
+    pub fn reset(&mut self) {
+        let iommu = std::mem::take(&mut self.iommu);
+        let irqs = std::mem::take(&mut self.irqs);
+        let stats = self.stats;
+        let cfg = self.cfg.clone();
+        *self = Hca::new(cfg);
+        self.iommu = iommu;
+        self.irqs = irqs;
+        self.stats = stats;
+    }
+
+    /// Whether the firmware is still initializing after reset.
+    pub fn initializing(&self) -> bool {
+        self.reset_at.elapsed() < self.cfg.init_delay
+    }
+
+    /// Whether bus mastering is enabled in the PCI COMMAND register.
+    pub fn bus_master(&self) -> bool {
+        self.pci_config[4] & 0x04 != 0
+    }
+
+    /// Whether a fatal health error is present.
+    pub fn is_fatal(&self) -> bool {
+        self.health.synd != 0
+    }
+
+    /// The health counter's current value (24 bits): it advances while the firmware is alive
+    /// and stops at a fatal error.
+    pub fn health_counter(&self) -> u32 {
+        match self.health.frozen_counter {
+            Some(v) => v,
+            None => (self.reset_at.elapsed().as_nanos() / HEALTH_TICK.as_nanos()) as u32 & 0xff_ffff,
+        }
+    }
+
+    /// Injects a fatal error: the health syndrome is set, the counter stops and commands stop
+    /// completing.
+    pub fn inject_fatal(&mut self, synd: HealthSyndrome) {
+        if self.health.frozen_counter.is_none() {
+            self.health.frozen_counter = Some(self.health_counter());
+        }
+        self.health.synd = synd.0.max(1);
+        self.health.ext_synd = 0;
+    }
+
+    /// Signals MSI-X `vector`.
+    pub(crate) fn signal_irq(&mut self, vector: u32) {
+        if let Some(Some(f)) = self.irqs.get_mut(vector as usize) {
+            // An eventfd takes an 8-byte native-endian count; a full counter (EAGAIN) still
+            // means "signalled".
+            let _ = f.write(&1u64.to_ne_bytes());
+            self.stats.interrupts += 1;
+        }
+    }
+
+    /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
+    pub fn bar_read32(&mut self, offset: u64) -> u32 {
+        if self.health.synd != 0 && offset == 0x230 {
+            // fw_ver stays readable.
+        }
+        match offset {
+            0x0000 => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
+            0x0004 => (5 << 16) | self.cfg.fw_version.2 as u32,
+            0x0010 => self.cmdq_addr_h,
+            0x0014 => {
+                (self.cmdq_addr_l & 0xffff_f000)
+                    | ((self.nic_interface as u32 & 7) << 8)
+                    | (LOG_CMDQ_SIZE << 4)
+                    | LOG_CMDQ_STRIDE
+            }
+            0x01fc => {
+                let init = if self.initializing() { 1u32 << 31 } else { 0 };
+                init | (1 << 30)
+            }
+            0x0230 => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
+            0x0238
+                if self.health.synd != 0 => {
+                    1 << 31
+                }
+            0x023c => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
+            0x1000 => (self.internal_timer() >> 32) as u32,
+            0x1004 => self.internal_timer() as u32,
+            0x1010 => self.health_counter() | ((self.health.synd as u32) << 24),
+            0x1040 => (self.real_time() >> 32) as u32,
+            0x1044 => self.real_time() as u32,
+            o if o >= (FIRST_UAR_INDEX as u64) << 12 && o < BAR0_SIZE => 0,
+            _ => 0,
+        }
+    }
+
+    fn internal_timer(&self) -> u64 {
+        // Free-running at the device frequency (1 GHz: one tick per nanosecond).
+        self.reset_at.elapsed().as_nanos() as u64
+    }
+
+    fn real_time(&self) -> u64 {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        (t.as_secs() << 32) | t.subsec_nanos() as u64
+    }
+
+    /// Writes a 32-bit BAR0 register.
+    pub fn bar_write32(&mut self, offset: u64, value: u32) {
+        match offset {
+            0x0010 => self.cmdq_addr_h = value,
+            0x0014 => {
+                self.cmdq_addr_l = value & 0xffff_f000;
+                self.nic_interface = ((value >> 8) & 7) as u8;
+            }
+            0x0018 => self.ring_cmd_doorbell(value),
+            o if o >= (FIRST_UAR_INDEX as u64) << 12 && o + 4 <= BAR0_SIZE => {
+                let uar = (o >> 12) as u32;
+                self.uar_write32(uar, (o & 0xfff) as u32, value);
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes a 64-bit BAR0 location (doorbells).
+    pub fn bar_write64(&mut self, offset: u64, value: u64) {
+        if offset >= (FIRST_UAR_INDEX as u64) << 12 && offset + 8 <= BAR0_SIZE {
+            let uar = (offset >> 12) as u32;
+            self.uar_write64(uar, (offset & 0xfff) as u32, value);
+        } else {
+            self.bar_write32(offset, (value >> 32) as u32);
+            self.bar_write32(offset + 4, value as u32);
+        }
+    }
+
+    /// A 32-bit write into a UAR page: the EQ doorbells.
+    fn uar_write32(&mut self, uar: u32, off: u32, value: u32) {
+        match off {
+            0x40 | 0x48 => {
+                if !self.objects.uars.contains(&uar) {
+                    self.stats.bad_doorbells += 1;
+                    return;
+                }
+                let eqn = value >> 24;
+                let ci = value & 0xff_ffff;
+                self.eq_doorbell(uar, eqn, ci, off == 0x40);
+            }
+            _ => self.stats.bad_doorbells += 1,
+        }
+    }
+
+    /// A 64-bit write into a UAR page: CQ arm and SQ doorbells.
+    fn uar_write64(&mut self, uar: u32, off: u32, value: u64) {
+        if !self.objects.uars.contains(&uar) {
+            self.stats.bad_doorbells += 1;
+            return;
+        }
+        match off {
+            0x20 => {
+                let hi = (value >> 32) as u32;
+                let cqn = value as u32 & 0xff_ffff;
+                self.cq_arm_doorbell(uar, cqn, hi);
+            }
+            o if o >= 0x800 => self.sq_doorbell(uar, value),
+            _ => self.stats.bad_doorbells += 1,
+        }
+    }
+
+    /// Time-driven work: delayed command completions.
+    pub fn tick(&mut self, now: Instant) {
+        if self.delayed.is_empty() {
+            return;
+        }
+        let mut done = 0u32;
+        let mut i = 0;
+        while i < self.delayed.len() {
+            if self.delayed[i].due <= now && !self.is_fatal() {
+                let slot = self.delayed.remove(i).slot;
+                if self.deliver(slot) {
+                    done |= 1 << slot;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        if done != 0 {
+            self.post_cmd_completion(done);
+        }
+    }
+
+    /// Whether there is time-driven work pending.
+    pub fn has_timed_work(&self) -> bool {
+        !self.delayed.is_empty()
+    }
+}

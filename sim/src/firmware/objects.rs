@@ -1,0 +1,1488 @@
+//! The objects the firmware creates and destroys: UARs, PDs, transport domains, Q counters,
+//! EQs, CQs, MKeys, SRQs and QPs, with their commands, their state checks and the event and
+//! completion machinery (EQE writing with owner bits, EQ and CQ arming, completion events).
+//!
+//! Queue buffers are described by page lists (PAS) with a page size relative to 4 KiB; the
+//! device reaches them through the IOMMU only when it uses them, so a buffer the driver forgot to
+//! map is an IOMMU fault at use (a CQ error event, an error CQE or a lost EQE), not at creation.
+//! The QP buffer holds the RQ first and the SQ right after it (SQ offset = RQ size), as both the
+//! Linux driver and rdma-core lay it out.
+
+use super::caps::limits;
+use super::exec::{CmdResult, bad_param, need_in, out};
+use super::{CmdFail, Hca, syndrome as sy};
+use std::collections::{BTreeMap, BTreeSet};
+use umlx_hwdesc::Field;
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, QpServiceType, QpState};
+use umlx_hwdesc::ifc::*;
+
+/// A queue buffer: page list and page size.
+#[derive(Clone, Debug, Default)]
+pub struct QueueBuf {
+    /// Page addresses (IOVAs).
+    pub pas: Vec<u64>,
+    /// log2 of the page size in bytes.
+    pub page_shift: u32,
+    /// Byte offset of the queue start inside the first page.
+    pub offset: u64,
+}
+
+impl QueueBuf {
+    /// IOVA of byte `off` of the queue, if the page list covers it.
+    pub fn iova(&self, off: u64) -> Option<u64> {
+        let off = off + self.offset;
+        let page = (off >> self.page_shift) as usize;
+        let p = *self.pas.get(page)?;
+        Some(p + (off & ((1u64 << self.page_shift) - 1)))
+    }
+}
+
+/// An event queue.
+#[derive(Clone, Debug)]
+pub struct Eq {
+    /// EQ number.
+    pub eqn: u32,
+    /// log2 entries.
+    pub log_size: u32,
+    /// UAR index of its doorbells.
+    pub uar: u32,
+    /// MSI-X vector.
+    pub intr: u32,
+    /// Buffer.
+    pub buf: QueueBuf,
+    /// Subscribed event types (four 64-bit masks).
+    pub mask: [u64; 4],
+    /// Entries written so far.
+    pub producer: u32,
+    /// Consumer counter from the last doorbell.
+    pub consumer: u32,
+    /// Whether the next EQE raises the interrupt.
+    pub armed: bool,
+    /// Overrun ignore.
+    pub oi: bool,
+    /// Whether the EQ overran (entries are dropped afterwards).
+    pub overrun: bool,
+}
+
+/// A pending arm of a CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqArm {
+    /// Only solicited completions (and errors) raise the event.
+    pub solicited_only: bool,
+    /// Arm sequence number (2 bits).
+    pub sn: u8,
+    /// Consumer index at arming.
+    pub ci: u32,
+}
+
+/// A completion queue.
+#[derive(Clone, Debug)]
+pub struct Cq {
+    /// CQ number.
+    pub cqn: u32,
+    /// log2 entries.
+    pub log_size: u32,
+    /// UAR index of the arm doorbell.
+    pub uar: u32,
+    /// EQ for completion events.
+    pub eqn: u32,
+    /// Buffer.
+    pub buf: QueueBuf,
+    /// Doorbell record address.
+    pub dbr: u64,
+    /// Overrun ignore.
+    pub oi: bool,
+    /// CQEs written.
+    pub producer: u32,
+    /// Current arm.
+    pub arm: Option<CqArm>,
+    /// Set after an overrun or a fault: the CQ accepts no more CQEs.
+    pub error: bool,
+    /// Moderation: period and max count (stored for QUERY_CQ).
+    pub moderation: (u16, u16),
+}
+
+/// A memory key.
+#[derive(Clone, Debug)]
+pub struct Mkey {
+    /// Index (key >> 8).
+    pub index: u32,
+    /// Variant byte (key & 0xff).
+    pub variant: u8,
+    /// PD.
+    pub pd: u32,
+    /// Local write.
+    pub lw: bool,
+    /// Remote read.
+    pub rr: bool,
+    /// Remote write.
+    pub rw: bool,
+    /// Remote atomic.
+    pub atomic: bool,
+    /// Start virtual address.
+    pub start: u64,
+    /// Length in bytes (ignored with `length64`).
+    pub len: u64,
+    /// Covers the whole address space.
+    pub length64: bool,
+    /// log2 of the MTT page size (absolute).
+    pub page_shift: u32,
+    /// MTT entries (address | flags).
+    pub mtt: Vec<u64>,
+    /// The raw mkc, for QUERY_MKEY.
+    pub mkc: Vec<u8>,
+}
+
+impl Mkey {
+    /// The 32-bit key.
+    pub fn key(&self) -> u32 {
+        (self.index << 8) | self.variant as u32
+    }
+}
+
+/// Why an MKey refused an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MkeyError {
+    /// No such key (index or variant).
+    BadKey,
+    /// Key belongs to another PD.
+    BadPd,
+    /// Access outside `[start, start + len)`.
+    OutOfBounds,
+    /// Access right missing.
+    NoAccess,
+}
+
+/// Rights an access needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Local read (gather for a send).
+    LocalRead,
+    /// Local write (scatter of a receive or READ response).
+    LocalWrite,
+    /// Remote read.
+    RemoteRead,
+    /// Remote write.
+    RemoteWrite,
+    /// Remote atomic.
+    RemoteAtomic,
+}
+
+impl Mkey {
+    /// Translates `va..va+len` into IOVA chunks after checking bounds and rights.
+    pub fn translate(
+        &self,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+        out: &mut Vec<(u64, u64)>,
+    ) -> Result<(), MkeyError> {
+        if pd != self.pd {
+            return Err(MkeyError::BadPd);
+        }
+        let ok = match access {
+            Access::LocalRead => true,
+            Access::LocalWrite => self.lw,
+            Access::RemoteRead => self.rr,
+            Access::RemoteWrite => self.rw && self.lw,
+            Access::RemoteAtomic => self.atomic && self.lw,
+        };
+        if !ok {
+            return Err(MkeyError::NoAccess);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let end = va.checked_add(len).ok_or(MkeyError::OutOfBounds)?;
+        if !self.length64 && (va < self.start || end > self.start.saturating_add(self.len)) {
+            return Err(MkeyError::OutOfBounds);
+        }
+        let ps = 1u64 << self.page_shift;
+        let first_page = self.start >> self.page_shift;
+        let mut cur = va;
+        while cur < end {
+            let idx = ((cur >> self.page_shift) - first_page) as usize;
+            let entry = *self.mtt.get(idx).ok_or(MkeyError::OutOfBounds)?;
+            let need_write = matches!(access, Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic);
+            if entry & 1 == 0 || (need_write && entry & 2 == 0) {
+                return Err(MkeyError::NoAccess);
+            }
+            let base = entry & !0xff;
+            let in_page = cur & (ps - 1);
+            let n = (ps - in_page).min(end - cur);
+            match out.last_mut() {
+                Some((a, l)) if *a + *l == base + in_page => *l += n,
+                _ => out.push((base + in_page, n)),
+            }
+            cur += n;
+        }
+        Ok(())
+    }
+}
+
+/// A shared receive queue.
+#[derive(Clone, Debug)]
+pub struct Srq {
+    /// SRQ number.
+    pub srqn: u32,
+    /// PD.
+    pub pd: u32,
+    /// CQ (for XRC; stored).
+    pub cqn: u32,
+    /// log2 entries.
+    pub log_size: u32,
+    /// log2 of the WQE stride in bytes.
+    pub stride_shift: u32,
+    /// Buffer.
+    pub buf: QueueBuf,
+    /// Doorbell record.
+    pub dbr: u64,
+    /// Limit watermark; armed when non-zero.
+    pub lwm: u32,
+    /// WQEs consumed so far (the head of the linked list).
+    pub consumed: u32,
+    /// Next WQE index to consume.
+    pub head: u32,
+    /// Error state (catastrophic).
+    pub error: bool,
+}
+
+/// A queue pair.
+#[derive(Clone, Debug)]
+pub struct Qp {
+    /// QP number.
+    pub qpn: u32,
+    /// Service type.
+    pub st: QpServiceType,
+    /// State.
+    pub state: QpState,
+    /// The QP context as last written (create + modify), for attributes and QUERY_QP.
+    pub ctx: Vec<u8>,
+    /// PD.
+    pub pd: u32,
+    /// Send CQ.
+    pub cqn_snd: u32,
+    /// Receive CQ.
+    pub cqn_rcv: u32,
+    /// SRQ, if the RQ is an SRQ.
+    pub srqn: Option<u32>,
+    /// UAR of the SQ doorbell.
+    pub uar: u32,
+    /// Buffer (RQ then SQ).
+    pub buf: QueueBuf,
+    /// log2 RQ entries.
+    pub log_rq_size: u32,
+    /// log2 RQ stride in bytes.
+    pub rq_stride_shift: u32,
+    /// log2 SQ size in WQEBBs (None: no SQ).
+    pub log_sq_size: Option<u32>,
+    /// Zero-length RQ.
+    pub no_rq: bool,
+    /// Doorbell record address.
+    pub dbr: u64,
+    /// SQ WQEBB counter the device has fetched up to.
+    pub sq_fetched: u16,
+    /// RQ WQEs consumed.
+    pub rq_consumed: u32,
+    /// Last SQ doorbell value (WQE counter) seen.
+    pub sq_doorbell: u16,
+}
+
+impl Qp {
+    /// A context field.
+    pub fn get(&self, f: Field) -> u64 {
+        f.get(&self.ctx)
+    }
+
+    /// Byte offset of the SQ in the QP buffer.
+    pub fn sq_offset(&self) -> u64 {
+        if self.no_rq || self.srqn.is_some() { 0 } else { (1u64 << self.log_rq_size) << self.rq_stride_shift }
+    }
+}
+
+/// A Q counter set.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QCounter {
+    /// Receive WQEs missing when a message arrived (RNR).
+    pub out_of_buffer: u32,
+    /// Out-of-sequence packets received.
+    pub out_of_sequence: u32,
+    /// Duplicate requests received.
+    pub duplicate_request: u32,
+    /// RNR NAKs received.
+    pub rnr_nak_retry_err: u32,
+    /// Packet sequence errors (NAK) received.
+    pub packet_seq_err: u32,
+    /// Local ACK timeouts.
+    pub local_ack_timeout_err: u32,
+    /// RDMA WRITE requests received.
+    pub rx_write_requests: u32,
+    /// RDMA READ requests received.
+    pub rx_read_requests: u32,
+    /// Atomic requests received.
+    pub rx_atomic_requests: u32,
+    /// Transport retries exceeded.
+    pub resp_local_length_error: u32,
+}
+
+/// Every object table.
+#[derive(Debug, Default)]
+pub struct Objects {
+    /// Allocated UAR indices.
+    pub uars: BTreeSet<u32>,
+    /// PDs.
+    pub pds: BTreeSet<u32>,
+    /// Transport domains.
+    pub tds: BTreeSet<u32>,
+    /// Q counters.
+    pub qcounters: BTreeMap<u32, QCounter>,
+    /// EQs.
+    pub eqs: BTreeMap<u32, Eq>,
+    /// CQs.
+    pub cqs: BTreeMap<u32, Cq>,
+    /// MKeys by index.
+    pub mkeys: BTreeMap<u32, Mkey>,
+    /// SRQs.
+    pub srqs: BTreeMap<u32, Srq>,
+    /// QPs.
+    pub qps: BTreeMap<u32, Qp>,
+    /// Next variant byte seed for MKeys (the driver chooses the variant; kept for stats).
+    pub mkeys_created: u64,
+}
+
+/// Picks the lowest free number in `first..limit`.
+fn alloc_num<T>(used: impl Fn(u32) -> bool, first: u32, limit: u64, _t: Option<T>) -> Option<u32> {
+    (first as u64..limit).map(|n| n as u32).find(|&n| !used(n))
+}
+
+fn be64(input: &[u8], off: usize) -> u64 {
+    input.get(off..off + 8).map(|b| u64::from_be_bytes(b.try_into().unwrap_or_default())).unwrap_or(0)
+}
+
+fn read_pas(op: u16, input: &[u8], start_bytes: usize, n: usize) -> Result<Vec<u64>, CmdFail> {
+    need_in(op, input, start_bytes + 8 * n)?;
+    let pas: Vec<u64> = (0..n).map(|i| be64(input, start_bytes + 8 * i)).collect();
+    if pas.iter().any(|&p| p & 0xfff != 0) {
+        return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
+    }
+    Ok(pas)
+}
+
+fn res_state(op: u16, reason: u16) -> CmdFail {
+    CmdFail::new(CmdStatus::BAD_RES_STATE_ERR, op, reason)
+}
+
+fn bad_res(op: u16) -> CmdFail {
+    CmdFail::new(CmdStatus::BAD_RES_ERR, op, sy::NO_SUCH_OBJECT)
+}
+
+fn no_res(op: u16) -> CmdFail {
+    CmdFail::new(CmdStatus::NO_RES_ERR, op, sy::NO_RESOURCES)
+}
+
+fn qp_state_err(op: u16) -> CmdFail {
+    CmdFail::new(CmdStatus::BAD_QP_STATE_ERR, op, sy::BAD_QP_STATE)
+}
+
+/// Number of pages of `1 << page_shift` bytes a queue of `bytes` bytes starting at `offset` spans.
+fn pages_for(bytes: u64, page_shift: u32, offset: u64) -> usize {
+    (offset + bytes).div_ceil(1u64 << page_shift) as usize
+}
+
+// Every QP modify command shares the layout of RST2INIT_QP.
+const _: () = {
+    assert!(init2rtr_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(rtr2rts_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(rts2rts_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(sqerr2rts_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(init2init_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(sqd2rts_qp_in::qpc.offset_bits == rst2init_qp_in::qpc.offset_bits);
+    assert!(init2rtr_qp_in::opt_param_mask.offset_bits == rst2init_qp_in::opt_param_mask.offset_bits);
+    assert!(qp_2err_in::qpn.offset_bits == rst2init_qp_in::qpn.offset_bits);
+    assert!(qp_2rst_in::qpn.offset_bits == rst2init_qp_in::qpn.offset_bits);
+};
+
+/// Optional-parameter mask bits (PRM `opt_param_mask`).
+mod opt {
+    pub const RRE: u32 = 1 << 1;
+    pub const RAE: u32 = 1 << 2;
+    pub const RWE: u32 = 1 << 3;
+    pub const PKEY_INDEX: u32 = 1 << 4;
+    pub const Q_KEY: u32 = 1 << 5;
+    pub const RNR_TIMEOUT: u32 = 1 << 6;
+    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
+    pub const SRA_MAX: u32 = 1 << 8;
+    pub const RRA_MAX: u32 = 1 << 9;
+    pub const RETRY_COUNT: u32 = 1 << 12;
+    pub const RNR_RETRY: u32 = 1 << 13;
+    pub const ACK_TIMEOUT: u32 = 1 << 14;
+}
+
+/// What a transition copies from the command's QPC: (field, None = always, Some(bit) = when
+/// that optional-parameter bit is set).
+fn transition_fields(op: CmdOpcode, st: QpServiceType) -> Vec<(Field, Option<u32>)> {
+    let ads = qpc::primary_address_path;
+    let p = |f: Field| ads.inner(f);
+    let ud = st == QpServiceType::UD;
+    match op {
+        CmdOpcode::RST2INIT_QP | CmdOpcode::INIT2INIT_QP => {
+            let always = op == CmdOpcode::RST2INIT_QP;
+            let a = |b: u32| if always { None } else { Some(b) };
+            let mut v = vec![(p(ads::vhca_port_num), None), (p(ads::pkey_index), a(opt::PKEY_INDEX))];
+            if ud {
+                v.push((qpc::q_key, a(opt::Q_KEY)));
+            } else {
+                v.extend([(qpc::rre, a(opt::RRE)), (qpc::rwe, a(opt::RWE)), (qpc::rae, a(opt::RAE))]);
+            }
+            v
+        }
+        CmdOpcode::INIT2RTR_QP => {
+            if ud {
+                vec![(qpc::q_key, Some(opt::Q_KEY)), (p(ads::pkey_index), Some(opt::PKEY_INDEX))]
+            } else {
+                vec![
+                    (qpc::mtu, None),
+                    (qpc::log_msg_max, None),
+                    (qpc::remote_qpn, None),
+                    (qpc::next_rcv_psn, None),
+                    (qpc::min_rnr_nak, None),
+                    (qpc::log_rra_max, None),
+                    (qpc::primary_address_path, None),
+                    (qpc::rre, Some(opt::RRE)),
+                    (qpc::rwe, Some(opt::RWE)),
+                    (qpc::rae, Some(opt::RAE)),
+                ]
+            }
+        }
+        CmdOpcode::RTR2RTS_QP => {
+            if ud {
+                vec![(qpc::next_send_psn, None), (qpc::q_key, Some(opt::Q_KEY))]
+            } else {
+                vec![
+                    (qpc::next_send_psn, None),
+                    (qpc::retry_count, None),
+                    (qpc::rnr_retry, None),
+                    (qpc::log_sra_max, None),
+                    (p(ads::ack_timeout), None),
+                    (qpc::min_rnr_nak, Some(opt::RNR_TIMEOUT)),
+                    (qpc::rre, Some(opt::RRE)),
+                    (qpc::rwe, Some(opt::RWE)),
+                    (qpc::rae, Some(opt::RAE)),
+                ]
+            }
+        }
+        CmdOpcode::RTS2RTS_QP | CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP => {
+            if ud {
+                vec![(qpc::q_key, Some(opt::Q_KEY))]
+            } else {
+                vec![
+                    (qpc::min_rnr_nak, Some(opt::RNR_TIMEOUT)),
+                    (p(ads::ack_timeout), Some(opt::ACK_TIMEOUT)),
+                    (qpc::retry_count, Some(opt::RETRY_COUNT)),
+                    (qpc::rnr_retry, Some(opt::RNR_RETRY)),
+                    (qpc::log_sra_max, Some(opt::SRA_MAX)),
+                    (qpc::log_rra_max, Some(opt::RRA_MAX)),
+                    (qpc::rre, Some(opt::RRE)),
+                    (qpc::rwe, Some(opt::RWE)),
+                    (qpc::rae, Some(opt::RAE)),
+                    (qpc::primary_address_path, Some(opt::PRIMARY_ADDR_PATH)),
+                ]
+            }
+        }
+        _ => vec![],
+    }
+}
+
+/// Copies `f` from the command QPC (at `src_off` bits) into the QP context.
+fn copy_field(dst: &mut [u8], src: &[u8], src_base: Field, f: Field) {
+    if f.width_bits <= 64 {
+        f.set(dst, src_base.inner(f).get(src));
+    } else if let (Some(s), Some(d)) = (src_base.inner(f).bytes(src), f.bytes_mut(dst)) {
+        d.copy_from_slice(s);
+    }
+}
+
+impl Hca {
+    /// Dispatches the commands that create, query, modify and destroy objects.
+    pub(crate) fn execute_object_cmd(&mut self, op: CmdOpcode, op_mod: u16, input: &[u8]) -> CmdResult {
+        if let Some(r) = self.execute_vport_cmd(op, input) {
+            return r;
+        }
+        let r = match op {
+            CmdOpcode::ALLOC_UAR => self.cmd_alloc_uar(),
+            CmdOpcode::DEALLOC_UAR => self.cmd_dealloc_uar(input),
+            CmdOpcode::ALLOC_PD => self.cmd_alloc_pd(),
+            CmdOpcode::DEALLOC_PD => self.cmd_dealloc_pd(input),
+            CmdOpcode::ALLOC_TRANSPORT_DOMAIN => self.cmd_alloc_td(),
+            CmdOpcode::DEALLOC_TRANSPORT_DOMAIN => self.cmd_dealloc_td(input),
+            CmdOpcode::ALLOC_Q_COUNTER => self.cmd_alloc_q_counter(),
+            CmdOpcode::DEALLOC_Q_COUNTER => self.cmd_dealloc_q_counter(input),
+            CmdOpcode::QUERY_Q_COUNTER => self.cmd_query_q_counter(input),
+            CmdOpcode::CREATE_EQ => self.cmd_create_eq(input),
+            CmdOpcode::DESTROY_EQ => self.cmd_destroy_eq(input),
+            CmdOpcode::QUERY_EQ => self.cmd_query_eq(input),
+            CmdOpcode::CREATE_CQ => self.cmd_create_cq(input),
+            CmdOpcode::DESTROY_CQ => self.cmd_destroy_cq(input),
+            CmdOpcode::QUERY_CQ => self.cmd_query_cq(input),
+            CmdOpcode::MODIFY_CQ => self.cmd_modify_cq(input, op_mod),
+            CmdOpcode::CREATE_MKEY => self.cmd_create_mkey(input),
+            CmdOpcode::DESTROY_MKEY => self.cmd_destroy_mkey(input),
+            CmdOpcode::QUERY_MKEY => self.cmd_query_mkey(input),
+            CmdOpcode::CREATE_SRQ => self.cmd_create_srq(input),
+            CmdOpcode::DESTROY_SRQ => self.cmd_destroy_srq(input),
+            CmdOpcode::QUERY_SRQ => self.cmd_query_srq(input),
+            CmdOpcode::ARM_RQ => self.cmd_arm_rq(input, op_mod),
+            CmdOpcode::CREATE_QP => self.cmd_create_qp(input),
+            CmdOpcode::DESTROY_QP => self.cmd_destroy_qp(input),
+            CmdOpcode::QUERY_QP => self.cmd_query_qp(input),
+            CmdOpcode::RST2INIT_QP
+            | CmdOpcode::INIT2INIT_QP
+            | CmdOpcode::INIT2RTR_QP
+            | CmdOpcode::RTR2RTS_QP
+            | CmdOpcode::RTS2RTS_QP
+            | CmdOpcode::SQERR2RTS_QP
+            | CmdOpcode::SQD_RTS_QP
+            | CmdOpcode::QP_2ERR
+            | CmdOpcode::QP_2RST => self.cmd_modify_qp(op, input),
+            _ => Err(CmdFail::new(CmdStatus::BAD_OP_ERR, op.0, 0)),
+        };
+        if r.is_ok() {
+            self.update_regular_demand();
+        }
+        r
+    }
+
+    /// Regular page demand from the object counts (ICM in chunks).
+    fn update_regular_demand(&mut self) {
+        let o = &self.objects;
+        let chunks = |n: usize, per: usize, pages: u32| (n.div_ceil(per) as u32) * pages;
+        let demand = chunks(o.qps.len(), 16, 4)
+            + chunks(o.cqs.len(), 64, 2)
+            + chunks(o.mkeys.len(), 128, 2)
+            + chunks(o.srqs.len(), 16, 2)
+            + chunks(o.eqs.len(), 16, 1);
+        if demand != self.pages.regular {
+            self.pages.regular = demand;
+            self.rebalance_pages();
+        }
+    }
+
+    // ---- UAR, PD, TD, Q counters ----
+
+    fn cmd_alloc_uar(&mut self) -> CmdResult {
+        let op = CmdOpcode::ALLOC_UAR.0;
+        let limit = (super::BAR0_SIZE >> 12).min(1 << limits::LOG_MAX_UAR);
+        let uars = &self.objects.uars;
+        let n =
+            alloc_num::<()>(|n| uars.contains(&n), super::FIRST_UAR_INDEX, limit, None).ok_or_else(|| no_res(op))?;
+        self.objects.uars.insert(n);
+        let mut o = out(alloc_uar_out::SIZE_BYTES);
+        alloc_uar_out::uar.set(&mut o, n as u64);
+        Ok(o)
+    }
+
+    fn cmd_dealloc_uar(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DEALLOC_UAR.0;
+        need_in(op, input, dealloc_uar_in::SIZE_BYTES)?;
+        let n = dealloc_uar_in::uar.get(input) as u32;
+        if !self.objects.uars.contains(&n) {
+            return Err(bad_res(op));
+        }
+        let o = &self.objects;
+        if o.eqs.values().any(|e| e.uar == n)
+            || o.cqs.values().any(|c| c.uar == n)
+            || o.qps.values().any(|q| q.uar == n)
+        {
+            return Err(res_state(op, sy::OBJECT_IN_USE));
+        }
+        self.objects.uars.remove(&n);
+        Ok(out(dealloc_uar_out::SIZE_BYTES))
+    }
+
+    fn cmd_alloc_pd(&mut self) -> CmdResult {
+        let op = CmdOpcode::ALLOC_PD.0;
+        let pds = &self.objects.pds;
+        let n = alloc_num::<()>(|n| pds.contains(&n), 1, 1 << limits::LOG_MAX_PD, None).ok_or_else(|| no_res(op))?;
+        self.objects.pds.insert(n);
+        let mut o = out(alloc_pd_out::SIZE_BYTES);
+        alloc_pd_out::pd.set(&mut o, n as u64);
+        Ok(o)
+    }
+
+    fn cmd_dealloc_pd(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DEALLOC_PD.0;
+        need_in(op, input, dealloc_pd_in::SIZE_BYTES)?;
+        let n = dealloc_pd_in::pd.get(input) as u32;
+        if !self.objects.pds.contains(&n) {
+            return Err(bad_res(op));
+        }
+        let o = &self.objects;
+        if o.qps.values().any(|q| q.pd == n)
+            || o.mkeys.values().any(|m| m.pd == n)
+            || o.srqs.values().any(|s| s.pd == n)
+        {
+            return Err(res_state(op, sy::OBJECT_IN_USE));
+        }
+        self.objects.pds.remove(&n);
+        Ok(out(dealloc_pd_out::SIZE_BYTES))
+    }
+
+    fn cmd_alloc_td(&mut self) -> CmdResult {
+        let op = CmdOpcode::ALLOC_TRANSPORT_DOMAIN.0;
+        let tds = &self.objects.tds;
+        let n = alloc_num::<()>(|n| tds.contains(&n), 1, 1 << limits::LOG_MAX_TRANSPORT_DOMAIN, None)
+            .ok_or_else(|| no_res(op))?;
+        self.objects.tds.insert(n);
+        let mut o = out(alloc_transport_domain_out::SIZE_BYTES);
+        alloc_transport_domain_out::transport_domain.set(&mut o, n as u64);
+        Ok(o)
+    }
+
+    fn cmd_dealloc_td(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DEALLOC_TRANSPORT_DOMAIN.0;
+        need_in(op, input, dealloc_transport_domain_in::SIZE_BYTES)?;
+        let n = dealloc_transport_domain_in::transport_domain.get(input) as u32;
+        if !self.objects.tds.remove(&n) {
+            return Err(bad_res(op));
+        }
+        Ok(out(dealloc_transport_domain_out::SIZE_BYTES))
+    }
+
+    fn cmd_alloc_q_counter(&mut self) -> CmdResult {
+        let op = CmdOpcode::ALLOC_Q_COUNTER.0;
+        let qc = &self.objects.qcounters;
+        let n = alloc_num::<()>(|n| qc.contains_key(&n), 1, 256, None).ok_or_else(|| no_res(op))?;
+        self.objects.qcounters.insert(n, QCounter::default());
+        let mut o = out(alloc_q_counter_out::SIZE_BYTES);
+        alloc_q_counter_out::counter_set_id.set(&mut o, n as u64);
+        Ok(o)
+    }
+
+    fn cmd_dealloc_q_counter(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DEALLOC_Q_COUNTER.0;
+        need_in(op, input, dealloc_q_counter_in::SIZE_BYTES)?;
+        let n = dealloc_q_counter_in::counter_set_id.get(input) as u32;
+        if self.objects.qcounters.remove(&n).is_none() {
+            return Err(bad_res(op));
+        }
+        Ok(out(dealloc_q_counter_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_q_counter(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_Q_COUNTER.0;
+        need_in(op, input, query_q_counter_in::SIZE_BYTES)?;
+        let n = query_q_counter_in::counter_set_id.get(input) as u32;
+        let clear = query_q_counter_in::clear.get(input) != 0;
+        let Some(c) = self.objects.qcounters.get_mut(&n) else { return Err(bad_res(op)) };
+        let mut o = out(query_q_counter_out::SIZE_BYTES);
+        use query_q_counter_out as q;
+        q::out_of_buffer.set(&mut o, c.out_of_buffer as u64);
+        q::out_of_sequence.set(&mut o, c.out_of_sequence as u64);
+        q::duplicate_request.set(&mut o, c.duplicate_request as u64);
+        q::rnr_nak_retry_err.set(&mut o, c.rnr_nak_retry_err as u64);
+        q::packet_seq_err.set(&mut o, c.packet_seq_err as u64);
+        q::local_ack_timeout_err.set(&mut o, c.local_ack_timeout_err as u64);
+        q::rx_write_requests.set(&mut o, c.rx_write_requests as u64);
+        q::rx_read_requests.set(&mut o, c.rx_read_requests as u64);
+        q::rx_atomic_requests.set(&mut o, c.rx_atomic_requests as u64);
+        if clear {
+            *c = QCounter::default();
+        }
+        Ok(o)
+    }
+
+    // ---- EQ ----
+
+    fn cmd_create_eq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::CREATE_EQ.0;
+        need_in(op, input, create_eq_in::SIZE_BYTES)?;
+        let ctx = create_eq_in::eq_context_entry;
+        let log_size = ctx.inner(eqc::log_eq_size).get(input) as u32;
+        let uar = ctx.inner(eqc::uar_page).get(input) as u32;
+        let intr = ctx.inner(eqc::intr).get(input) as u32;
+        let log_page = ctx.inner(eqc::log_page_size).get(input) as u32;
+        let page_offset = ctx.inner(eqc::page_offset).get(input);
+        if log_size as u64 > limits::LOG_MAX_EQ_SZ || log_page > 18 || page_offset != 0 {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        if !self.objects.uars.contains(&uar) {
+            return Err(bad_param(op, sy::BAD_REFERENCE));
+        }
+        if intr >= self.cfg.num_msix {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let page_shift = 12 + log_page;
+        let npages = pages_for(64u64 << log_size, page_shift, 0);
+        let pas = read_pas(op, input, create_eq_in::SIZE_BYTES, npages)?;
+        let mut mask = [0u64; 4];
+        for (i, m) in mask.iter_mut().enumerate() {
+            *m = create_eq_in::event_bitmask.elem(i).get(input);
+        }
+        let eqs = &self.objects.eqs;
+        let eqn =
+            alloc_num::<()>(|n| eqs.contains_key(&n), 0, 1 << limits::LOG_MAX_EQ, None).ok_or_else(|| no_res(op))?;
+        let oi = ctx.inner(eqc::oi).get(input) != 0;
+        self.objects.eqs.insert(
+            eqn,
+            Eq {
+                eqn,
+                log_size,
+                uar,
+                intr,
+                buf: QueueBuf { pas, page_shift, offset: 0 },
+                mask,
+                producer: 0,
+                consumer: 0,
+                armed: false,
+                oi,
+                overrun: false,
+            },
+        );
+        let mut o = out(create_eq_out::SIZE_BYTES);
+        create_eq_out::eq_number.set(&mut o, eqn as u64);
+        Ok(o)
+    }
+
+    fn cmd_destroy_eq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DESTROY_EQ.0;
+        need_in(op, input, destroy_eq_in::SIZE_BYTES)?;
+        let eqn = destroy_eq_in::eq_number.get(input) as u32;
+        if !self.objects.eqs.contains_key(&eqn) {
+            return Err(bad_res(op));
+        }
+        if self.objects.cqs.values().any(|c| c.eqn == eqn) {
+            return Err(res_state(op, sy::OBJECT_IN_USE));
+        }
+        self.objects.eqs.remove(&eqn);
+        Ok(out(destroy_eq_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_eq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_EQ.0;
+        need_in(op, input, query_eq_in::SIZE_BYTES)?;
+        let eqn = query_eq_in::eq_number.get(input) as u32;
+        let Some(eq) = self.objects.eqs.get(&eqn) else { return Err(bad_res(op)) };
+        let mut o = out(query_eq_out::SIZE_BYTES + 8 * eq.buf.pas.len());
+        let ctx = query_eq_out::eq_context_entry;
+        ctx.inner(eqc::log_eq_size).set(&mut o, eq.log_size as u64);
+        ctx.inner(eqc::uar_page).set(&mut o, eq.uar as u64);
+        ctx.inner(eqc::intr).set(&mut o, eq.intr as u64);
+        ctx.inner(eqc::log_page_size).set(&mut o, (eq.buf.page_shift - 12) as u64);
+        ctx.inner(eqc::oi).set(&mut o, eq.oi as u64);
+        ctx.inner(eqc::st).set(&mut o, if eq.armed { 0x9 } else { 0xa });
+        ctx.inner(eqc::status).set(&mut o, eq.overrun as u64 * 0xa);
+        ctx.inner(eqc::consumer_counter).set(&mut o, (eq.consumer & 0xff_ffff) as u64);
+        ctx.inner(eqc::producer_counter).set(&mut o, (eq.producer & 0xff_ffff) as u64);
+        for (i, m) in eq.mask.iter().enumerate() {
+            query_eq_out::event_bitmask.elem(i).set(&mut o, *m);
+        }
+        for (i, p) in eq.buf.pas.iter().enumerate() {
+            let off = query_eq_out::SIZE_BYTES + 8 * i;
+            o[off..off + 8].copy_from_slice(&p.to_be_bytes());
+        }
+        Ok(o)
+    }
+
+    /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it. Returns whether an EQ
+    /// took it.
+    pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &[u8; 28]) -> bool {
+        let t = ty.0 as usize;
+        let Some(eqn) =
+            self.objects.eqs.values().find(|e| t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0).map(|e| e.eqn)
+        else {
+            return false;
+        };
+        self.write_eqe(eqn, ty.0, sub_type, data)
+    }
+
+    /// Writes one EQE on `eqn` and raises its interrupt if armed.
+    pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &[u8; 28]) -> bool {
+        let bus_master = self.bus_master();
+        let Some(eq) = self.objects.eqs.get_mut(&eqn) else { return false };
+        if eq.overrun {
+            return false;
+        }
+        let n = 1u32 << eq.log_size;
+        if eq.producer.wrapping_sub(eq.consumer) >= n {
+            if !eq.oi {
+                eq.overrun = true;
+                self.stats.eq_overruns += 1;
+                self.inject_fatal(umlx_hwdesc::enums::HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
+            }
+            return false;
+        }
+        let idx = eq.producer & (n - 1);
+        let owner = ((eq.producer >> eq.log_size) & 1) as u8;
+        let Some(iova) = eq.buf.iova(idx as u64 * 64) else { return false };
+        let mut eqe = [0u8; 64];
+        eqe[1] = ty;
+        eqe[3] = sub_type;
+        eqe[0x20..0x3c].copy_from_slice(data);
+        eqe[0x3f] = owner;
+        if !bus_master {
+            self.stats.dma_without_bus_master += 1;
+            return false;
+        }
+        if self.iommu.write(iova, &eqe[..63]).is_err() || self.iommu.write_u8_release(iova + 63, owner).is_err() {
+            return false;
+        }
+        let eq = self.objects.eqs.get_mut(&eqn).expect("EQ looked up above");
+        eq.producer = eq.producer.wrapping_add(1);
+        self.stats.eqes += 1;
+        if eq.armed {
+            eq.armed = false;
+            let v = eq.intr;
+            self.signal_irq(v);
+        }
+        true
+    }
+
+    /// UAR + 0x40 / 0x48: EQ consumer index update, with or without arming.
+    pub(crate) fn eq_doorbell(&mut self, uar: u32, eqn: u32, ci: u32, arm: bool) {
+        let Some(eq) = self.objects.eqs.get_mut(&eqn) else {
+            self.stats.bad_doorbells += 1;
+            return;
+        };
+        if eq.uar != uar {
+            self.stats.bad_doorbells += 1;
+            return;
+        }
+        // The doorbell carries 24 bits; extend against the producer.
+        let full = (eq.producer & !0xff_ffff) | ci;
+        eq.consumer = if full > eq.producer { full.wrapping_sub(1 << 24) } else { full };
+        if arm {
+            if eq.consumer != eq.producer {
+                let v = eq.intr;
+                self.signal_irq(v);
+            } else {
+                eq.armed = true;
+            }
+        }
+    }
+
+    // ---- CQ ----
+
+    fn cmd_create_cq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::CREATE_CQ.0;
+        need_in(op, input, create_cq_in::SIZE_BYTES)?;
+        let ctx = create_cq_in::cq_context;
+        let g = |f: Field| ctx.inner(f).get(input);
+        let log_size = g(cqc::log_cq_size) as u32;
+        if log_size as u64 > limits::LOG_MAX_CQ_SZ {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        if g(cqc::cqe_sz) != 0
+            || g(cqc::cqe_comp_en) != 0
+            || g(cqc::dbr_umem_valid) != 0
+            || create_cq_in::cq_umem_valid.get(input) != 0
+        {
+            // 64-byte CQEs, no compression, no UMEM: what this device model supports.
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let uar = g(cqc::uar_page) as u32;
+        let eqn = g(cqc::c_eqn_or_apu_element) as u32;
+        if !self.objects.uars.contains(&uar) || !self.objects.eqs.contains_key(&eqn) {
+            return Err(bad_param(op, sy::BAD_REFERENCE));
+        }
+        let dbr = g(cqc::dbr_addr);
+        if dbr % 8 != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let page_shift = 12 + g(cqc::log_page_size) as u32;
+        let offset = g(cqc::page_offset) * 64;
+        let npages = pages_for(64u64 << log_size, page_shift, offset);
+        let pas = read_pas(op, input, create_cq_in::SIZE_BYTES, npages)?;
+        let cqs = &self.objects.cqs;
+        let cqn =
+            alloc_num::<()>(|n| cqs.contains_key(&n), 1, 1 << limits::LOG_MAX_CQ, None).ok_or_else(|| no_res(op))?;
+        self.objects.cqs.insert(
+            cqn,
+            Cq {
+                cqn,
+                log_size,
+                uar,
+                eqn,
+                buf: QueueBuf { pas, page_shift, offset },
+                dbr,
+                oi: g(cqc::oi) != 0,
+                producer: 0,
+                arm: None,
+                error: false,
+                moderation: (g(cqc::cq_period) as u16, g(cqc::cq_max_count) as u16),
+            },
+        );
+        let mut o = out(create_cq_out::SIZE_BYTES);
+        create_cq_out::cqn.set(&mut o, cqn as u64);
+        Ok(o)
+    }
+
+    fn cmd_destroy_cq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DESTROY_CQ.0;
+        need_in(op, input, destroy_cq_in::SIZE_BYTES)?;
+        let cqn = destroy_cq_in::cqn.get(input) as u32;
+        if !self.objects.cqs.contains_key(&cqn) {
+            return Err(bad_res(op));
+        }
+        if self.objects.qps.values().any(|q| q.cqn_snd == cqn || q.cqn_rcv == cqn) {
+            return Err(res_state(op, sy::OBJECT_IN_USE));
+        }
+        self.objects.cqs.remove(&cqn);
+        Ok(out(destroy_cq_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_cq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_CQ.0;
+        need_in(op, input, query_cq_in::SIZE_BYTES)?;
+        let cqn = query_cq_in::cqn.get(input) as u32;
+        let Some(cq) = self.objects.cqs.get(&cqn).cloned() else { return Err(bad_res(op)) };
+        let ci = self.iommu.read_u32_be(cq.dbr).unwrap_or(0);
+        let mut o = out(query_cq_out::SIZE_BYTES + 8 * cq.buf.pas.len());
+        let ctx = query_cq_out::cq_context;
+        let s = |o: &mut Vec<u8>, f: Field, v: u64| {
+            ctx.inner(f).set(o, v);
+        };
+        s(&mut o, cqc::status, if cq.error { 0x9 } else { 0 });
+        s(&mut o, cqc::log_cq_size, cq.log_size as u64);
+        s(&mut o, cqc::uar_page, cq.uar as u64);
+        s(&mut o, cqc::c_eqn_or_apu_element, cq.eqn as u64);
+        s(&mut o, cqc::log_page_size, (cq.buf.page_shift - 12) as u64);
+        s(&mut o, cqc::page_offset, cq.buf.offset / 64);
+        s(&mut o, cqc::oi, cq.oi as u64);
+        s(&mut o, cqc::st, if cq.arm.is_some() { 0x9 } else { 0xa });
+        s(&mut o, cqc::cq_period, cq.moderation.0 as u64);
+        s(&mut o, cqc::cq_max_count, cq.moderation.1 as u64);
+        s(&mut o, cqc::consumer_counter, (ci & 0xff_ffff) as u64);
+        s(&mut o, cqc::producer_counter, (cq.producer & 0xff_ffff) as u64);
+        s(&mut o, cqc::dbr_addr, cq.dbr);
+        for (i, p) in cq.buf.pas.iter().enumerate() {
+            let off = query_cq_out::SIZE_BYTES + 8 * i;
+            o[off..off + 8].copy_from_slice(&p.to_be_bytes());
+        }
+        Ok(o)
+    }
+
+    fn cmd_modify_cq(&mut self, input: &[u8], op_mod: u16) -> CmdResult {
+        let op = CmdOpcode::MODIFY_CQ.0;
+        need_in(op, input, modify_cq_in::SIZE_BYTES)?;
+        let cqn = modify_cq_in::cqn.get(input) as u32;
+        let select = modify_cq_in::modify_field_select_resize_field_select.get(input) as u32;
+        let ctx = modify_cq_in::cq_context;
+        let g = |f: Field| ctx.inner(f).get(input);
+        let Some(cq) = self.objects.cqs.get(&cqn) else { return Err(bad_res(op)) };
+        match op_mod {
+            // Modify moderation: bit 0 = cq_period, bit 1 = cq_max_count.
+            0 => {
+                let mut m = cq.moderation;
+                if select & 1 != 0 {
+                    m.0 = g(cqc::cq_period) as u16;
+                }
+                if select & 2 != 0 {
+                    m.1 = g(cqc::cq_max_count) as u16;
+                }
+                self.objects.cqs.get_mut(&cqn).expect("CQ looked up above").moderation = m;
+            }
+            // Resize: bit 0 = log_cq_size, bit 1 = page_offset, bit 2 = log_page_size. The new
+            // buffer takes effect at once; the driver copies outstanding CQEs itself.
+            1 => {
+                let log_size = g(cqc::log_cq_size) as u32;
+                if log_size as u64 > limits::LOG_MAX_CQ_SZ {
+                    return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+                }
+                let page_shift = 12 + g(cqc::log_page_size) as u32;
+                let offset = g(cqc::page_offset) * 64;
+                let npages = pages_for(64u64 << log_size, page_shift, offset);
+                let pas = read_pas(op, input, modify_cq_in::SIZE_BYTES, npages)?;
+                let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
+                cq.log_size = log_size;
+                cq.buf = QueueBuf { pas, page_shift, offset };
+                cq.producer = 0;
+                cq.arm = None;
+            }
+            _ => return Err(bad_param(op, sy::BAD_OP_MOD)),
+        }
+        Ok(out(modify_cq_out::SIZE_BYTES))
+    }
+
+    /// UAR + 0x20: CQ arm doorbell (high dword: sn, command, consumer index).
+    pub(crate) fn cq_arm_doorbell(&mut self, uar: u32, cqn: u32, hi: u32) {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
+            self.stats.bad_doorbells += 1;
+            return;
+        };
+        if cq.uar != uar {
+            self.stats.bad_doorbells += 1;
+            return;
+        }
+        let arm = CqArm { solicited_only: hi & (1 << 24) != 0, sn: ((hi >> 28) & 3) as u8, ci: hi & 0xff_ffff };
+        cq.arm = Some(arm);
+        // CQEs already beyond the consumer index raise the event at once.
+        let pending = (cq.producer & 0xff_ffff) != arm.ci;
+        if pending && !arm.solicited_only {
+            self.cq_event(cqn);
+        }
+    }
+
+    /// Posts the completion event of an armed CQ and disarms it.
+    pub(crate) fn cq_event(&mut self, cqn: u32) {
+        let Some(cq) = self.objects.cqs.get_mut(&cqn) else { return };
+        if cq.arm.take().is_none() {
+            return;
+        }
+        let eqn = cq.eqn;
+        let mut data = [0u8; 28];
+        data[0x18..0x1c].copy_from_slice(&(cqn & 0xff_ffff).to_be_bytes());
+        self.write_eqe(eqn, EventType::COMP.0, 0, &data);
+    }
+
+    /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
+    /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
+    #[allow(dead_code)] // the data path (transport) writes CQEs through this
+    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; 64], solicited: bool) -> bool {
+        let Some(cq) = self.objects.cqs.get(&cqn) else { return false };
+        if cq.error {
+            return false;
+        }
+        let n = 1u32 << cq.log_size;
+        let ci = match self.iommu.read_u32_be(cq.dbr) {
+            Ok(v) => v & 0xff_ffff,
+            Err(_) => {
+                self.cq_error(cqn, 0x02);
+                return false;
+            }
+        };
+        let produced = cq.producer & 0xff_ffff;
+        if produced.wrapping_sub(ci) & 0xff_ffff >= n && !cq.oi {
+            self.cq_error(cqn, 0x01);
+            return false;
+        }
+        let idx = cq.producer & (n - 1);
+        let owner = ((cq.producer >> cq.log_size) & 1) as u8;
+        let Some(iova) = cq.buf.iova(idx as u64 * 64) else { return false };
+        cqe[63] = (cqe[63] & !1) | owner;
+        if self.iommu.write(iova, &cqe[..63]).is_err() || self.iommu.write_u8_release(iova + 63, cqe[63]).is_err() {
+            self.cq_error(cqn, 0x02);
+            return false;
+        }
+        let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
+        cq.producer = cq.producer.wrapping_add(1);
+        let is_err = matches!(cqe[63] >> 4, 13 | 14);
+        if let Some(arm) = cq.arm
+            && (!arm.solicited_only || solicited || is_err) {
+                self.cq_event(cqn);
+            }
+        true
+    }
+
+    /// Moves a CQ to error and posts CQ_ERROR (syndrome 1 = overrun, 2 = access violation).
+    #[allow(dead_code)] // reached from write_cqe
+    pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: u8) {
+        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
+            if cq.error {
+                return;
+            }
+            cq.error = true;
+        }
+        let mut data = [0u8; 28];
+        data[0..4].copy_from_slice(&(cqn & 0xff_ffff).to_be_bytes());
+        data[0x0b] = syndrome;
+        self.post_event(EventType::CQ_ERROR, 0, &data);
+    }
+
+    // ---- MKey ----
+
+    fn cmd_create_mkey(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::CREATE_MKEY.0;
+        need_in(op, input, create_mkey_in::SIZE_BYTES)?;
+        let ctx = create_mkey_in::memory_key_mkey_entry;
+        let g = |f: Field| ctx.inner(f).get(input);
+        if create_mkey_in::mkey_umem_valid.get(input) != 0
+            || g(mkc::access_mode_4_2) != 0
+            || g(mkc::access_mode_1_0) != 1
+        {
+            // MTT translation only.
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        if g(mkc::free) != 0 || g(mkc::umr_en) != 0 || g(mkc::bsf_en) != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let pd = g(mkc::pd) as u32;
+        if !self.objects.pds.contains(&pd) {
+            return Err(bad_param(op, sy::BAD_REFERENCE));
+        }
+        let page_shift = g(mkc::log_page_size) as u32;
+        if !(12..=30).contains(&page_shift) {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let start = g(mkc::start_addr);
+        let len = g(mkc::len);
+        let length64 = g(mkc::length64) != 0;
+        let octwords =
+            create_mkey_in::translations_octword_actual_size.get(input).max(g(mkc::translations_octword_size));
+        let nmtt = octwords as usize * 2;
+        let needed = if length64 { 0 } else { pages_for(len, page_shift, start & ((1 << page_shift) - 1)) };
+        if nmtt < needed || nmtt > (1 << 24) {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        need_in(op, input, create_mkey_in::SIZE_BYTES + 8 * nmtt)?;
+        let mtt: Vec<u64> = (0..nmtt).map(|i| be64(input, create_mkey_in::SIZE_BYTES + 8 * i)).collect();
+        if mtt[..needed].iter().any(|e| e & ((1u64 << page_shift) - 1) & !0xff != 0) {
+            return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
+        }
+        let mkeys = &self.objects.mkeys;
+        let index = alloc_num::<()>(|n| mkeys.contains_key(&n), 1, 1 << limits::LOG_MAX_MKEY, None)
+            .ok_or_else(|| no_res(op))?;
+        let mkey = Mkey {
+            index,
+            variant: g(mkc::mkey_7_0) as u8,
+            pd,
+            lw: g(mkc::lw) != 0,
+            rr: g(mkc::rr) != 0,
+            rw: g(mkc::rw) != 0,
+            atomic: g(mkc::a) != 0,
+            start,
+            len,
+            length64,
+            page_shift,
+            mtt,
+            mkc: ctx.bytes(input).map(|b| b.to_vec()).unwrap_or_default(),
+        };
+        self.objects.mkeys.insert(index, mkey);
+        self.objects.mkeys_created += 1;
+        let mut o = out(create_mkey_out::SIZE_BYTES);
+        create_mkey_out::mkey_index.set(&mut o, index as u64);
+        Ok(o)
+    }
+
+    fn cmd_destroy_mkey(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DESTROY_MKEY.0;
+        need_in(op, input, destroy_mkey_in::SIZE_BYTES)?;
+        let index = destroy_mkey_in::mkey_index.get(input) as u32;
+        if self.objects.mkeys.remove(&index).is_none() {
+            return Err(bad_res(op));
+        }
+        Ok(out(destroy_mkey_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_mkey(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_MKEY.0;
+        need_in(op, input, query_mkey_in::SIZE_BYTES)?;
+        let index = query_mkey_in::mkey_index.get(input) as u32;
+        let Some(m) = self.objects.mkeys.get(&index) else { return Err(bad_res(op)) };
+        let mut o = out(query_mkey_out::SIZE_BYTES);
+        if let Some(d) = query_mkey_out::memory_key_mkey_entry.bytes_mut(&mut o) {
+            let n = d.len().min(m.mkc.len());
+            d[..n].copy_from_slice(&m.mkc[..n]);
+        }
+        Ok(o)
+    }
+
+    /// Looks up an MKey by its 32-bit key (index and variant must both match).
+    pub fn mkey(&self, key: u32) -> Option<&Mkey> {
+        self.objects.mkeys.get(&(key >> 8)).filter(|m| m.variant == key as u8)
+    }
+
+    // ---- SRQ ----
+
+    fn cmd_create_srq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::CREATE_SRQ.0;
+        need_in(op, input, create_srq_in::SIZE_BYTES)?;
+        let ctx = create_srq_in::srq_context_entry;
+        let g = |f: Field| ctx.inner(f).get(input);
+        let log_size = g(srqc::log_srq_size) as u32;
+        let stride_shift = g(srqc::log_rq_stride) as u32 + 4;
+        if log_size as u64 > limits::LOG_MAX_SRQ_SZ || (1u64 << stride_shift) > limits::MAX_WQE_SZ_RQ {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        let pd = g(srqc::pd) as u32;
+        if !self.objects.pds.contains(&pd) {
+            return Err(bad_param(op, sy::BAD_REFERENCE));
+        }
+        let dbr = g(srqc::dbr_addr);
+        if dbr % 4 != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let page_shift = 12 + g(srqc::log_page_size) as u32;
+        let offset = g(srqc::page_offset) * 64;
+        let npages = pages_for((1u64 << log_size) << stride_shift, page_shift, offset);
+        let pas = read_pas(op, input, create_srq_in::SIZE_BYTES, npages)?;
+        let srqs = &self.objects.srqs;
+        let srqn =
+            alloc_num::<()>(|n| srqs.contains_key(&n), 1, 1 << limits::LOG_MAX_SRQ, None).ok_or_else(|| no_res(op))?;
+        self.objects.srqs.insert(
+            srqn,
+            Srq {
+                srqn,
+                pd,
+                cqn: g(srqc::cqn) as u32,
+                log_size,
+                stride_shift,
+                buf: QueueBuf { pas, page_shift, offset },
+                dbr,
+                lwm: g(srqc::lwm) as u32,
+                consumed: 0,
+                head: 0,
+                error: false,
+            },
+        );
+        let mut o = out(create_srq_out::SIZE_BYTES);
+        create_srq_out::srqn.set(&mut o, srqn as u64);
+        Ok(o)
+    }
+
+    fn cmd_destroy_srq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DESTROY_SRQ.0;
+        need_in(op, input, destroy_srq_in::SIZE_BYTES)?;
+        let srqn = destroy_srq_in::srqn.get(input) as u32;
+        if !self.objects.srqs.contains_key(&srqn) {
+            return Err(bad_res(op));
+        }
+        if self.objects.qps.values().any(|q| q.srqn == Some(srqn)) {
+            return Err(res_state(op, sy::OBJECT_IN_USE));
+        }
+        self.objects.srqs.remove(&srqn);
+        Ok(out(destroy_srq_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_srq(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_SRQ.0;
+        need_in(op, input, query_srq_in::SIZE_BYTES)?;
+        let srqn = query_srq_in::srqn.get(input) as u32;
+        let Some(s) = self.objects.srqs.get(&srqn).cloned() else { return Err(bad_res(op)) };
+        let counter = self.iommu.read_u32_be(s.dbr).unwrap_or(0) & 0xffff;
+        let mut o = out(query_srq_out::SIZE_BYTES);
+        let ctx = query_srq_out::srq_context_entry;
+        ctx.inner(srqc::state).set(&mut o, if s.error { 1 } else { 0 });
+        ctx.inner(srqc::log_srq_size).set(&mut o, s.log_size as u64);
+        ctx.inner(srqc::log_rq_stride).set(&mut o, (s.stride_shift - 4) as u64);
+        ctx.inner(srqc::pd).set(&mut o, s.pd as u64);
+        ctx.inner(srqc::cqn).set(&mut o, s.cqn as u64);
+        ctx.inner(srqc::lwm).set(&mut o, s.lwm as u64);
+        ctx.inner(srqc::wqe_cnt).set(&mut o, (counter.wrapping_sub(s.consumed) & 0xffff) as u64);
+        ctx.inner(srqc::dbr_addr).set(&mut o, s.dbr);
+        ctx.inner(srqc::log_page_size).set(&mut o, (s.buf.page_shift - 12) as u64);
+        Ok(o)
+    }
+
+    fn cmd_arm_rq(&mut self, input: &[u8], op_mod: u16) -> CmdResult {
+        let op = CmdOpcode::ARM_RQ.0;
+        need_in(op, input, arm_rq_in::SIZE_BYTES)?;
+        // op_mod 1 = SRQ (the only kind this device has).
+        if op_mod != 1 {
+            return Err(bad_param(op, sy::BAD_OP_MOD));
+        }
+        let srqn = arm_rq_in::srq_number.get(input) as u32;
+        let lwm = arm_rq_in::lwm.get(input) as u32;
+        let Some(s) = self.objects.srqs.get_mut(&srqn) else { return Err(bad_res(op)) };
+        if lwm >= (1 << s.log_size) {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        s.lwm = lwm;
+        Ok(out(arm_rq_out::SIZE_BYTES))
+    }
+
+    // ---- QP ----
+
+    fn cmd_create_qp(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::CREATE_QP.0;
+        need_in(op, input, create_qp_in::SIZE_BYTES)?;
+        let base = create_qp_in::qpc;
+        let g = |f: Field| base.inner(f).get(input);
+        let st = QpServiceType(g(qpc::st) as u8);
+        if st != QpServiceType::RC && st != QpServiceType::UD {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        if g(qpc::state) != 0 || create_qp_in::wq_umem_valid.get(input) != 0 || g(qpc::dbr_umem_valid) != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let pd = g(qpc::pd) as u32;
+        let (cqn_snd, cqn_rcv) = (g(qpc::cqn_snd) as u32, g(qpc::cqn_rcv) as u32);
+        let uar = g(qpc::uar_page) as u32;
+        let o = &self.objects;
+        if !o.pds.contains(&pd)
+            || !o.uars.contains(&uar)
+            || !o.cqs.contains_key(&cqn_snd)
+            || !o.cqs.contains_key(&cqn_rcv)
+        {
+            return Err(bad_param(op, sy::BAD_REFERENCE));
+        }
+        let rq_type = g(qpc::rq_type);
+        let (srqn, no_rq) = match rq_type {
+            0 => (None, false),
+            1 => {
+                let s = g(qpc::srqn_rmpn_xrqn) as u32;
+                if !o.srqs.contains_key(&s) {
+                    return Err(bad_param(op, sy::BAD_REFERENCE));
+                }
+                (Some(s), true)
+            }
+            3 => (None, true),
+            _ => return Err(bad_param(op, sy::BAD_FIELD_VALUE)),
+        };
+        let log_rq_size = g(qpc::log_rq_size) as u32;
+        let rq_stride_shift = g(qpc::log_rq_stride) as u32 + 4;
+        let no_sq = g(qpc::no_sq) != 0;
+        let log_sq = g(qpc::log_sq_size) as u32;
+        if log_rq_size as u64 > limits::LOG_MAX_QP_SZ
+            || log_sq as u64 > limits::LOG_MAX_QP_SZ
+            || (1u64 << rq_stride_shift) > limits::MAX_WQE_SZ_RQ
+        {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        let dbr = g(qpc::dbr_addr);
+        if dbr % 8 != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let rq_bytes = if no_rq { 0 } else { (1u64 << log_rq_size) << rq_stride_shift };
+        let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
+        let page_shift = 12 + g(qpc::log_page_size) as u32;
+        let offset = g(qpc::page_offset) * 64;
+        let npages = pages_for(rq_bytes + sq_bytes, page_shift, offset);
+        let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
+        let qps = &self.objects.qps;
+        let qpn = alloc_num::<()>(|n| qps.contains_key(&n), 0x100, 1 << limits::LOG_MAX_QP, None)
+            .ok_or_else(|| no_res(op))?;
+        let mut ctx = base.bytes(input).map(|b| b.to_vec()).unwrap_or_else(|| vec![0; qpc::SIZE_BYTES]);
+        qpc::state.set(&mut ctx, QpState::RST.0 as u64);
+        self.objects.qps.insert(
+            qpn,
+            Qp {
+                qpn,
+                st,
+                state: QpState::RST,
+                ctx,
+                pd,
+                cqn_snd,
+                cqn_rcv,
+                srqn,
+                uar,
+                buf: QueueBuf { pas, page_shift, offset },
+                log_rq_size,
+                rq_stride_shift,
+                log_sq_size: (!no_sq).then_some(log_sq),
+                no_rq,
+                dbr,
+                sq_fetched: 0,
+                rq_consumed: 0,
+                sq_doorbell: 0,
+            },
+        );
+        let mut o = out(create_qp_out::SIZE_BYTES);
+        create_qp_out::qpn.set(&mut o, qpn as u64);
+        Ok(o)
+    }
+
+    fn cmd_destroy_qp(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::DESTROY_QP.0;
+        need_in(op, input, destroy_qp_in::SIZE_BYTES)?;
+        let qpn = destroy_qp_in::qpn.get(input) as u32;
+        if self.objects.qps.remove(&qpn).is_none() {
+            return Err(bad_res(op));
+        }
+        self.qp_destroyed(qpn);
+        Ok(out(destroy_qp_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_qp(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_QP.0;
+        need_in(op, input, query_qp_in::SIZE_BYTES)?;
+        let qpn = query_qp_in::qpn.get(input) as u32;
+        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(op)) };
+        let mut o = out(query_qp_out::SIZE_BYTES + 8 * qp.buf.pas.len());
+        if let Some(d) = query_qp_out::qpc.bytes_mut(&mut o) {
+            d.copy_from_slice(&qp.ctx);
+        }
+        let q = query_qp_out::qpc;
+        q.inner(qpc::state).set(&mut o, qp.state.0 as u64);
+        q.inner(qpc::hw_sq_wqebb_counter).set(&mut o, qp.sq_fetched as u64);
+        q.inner(qpc::sw_sq_wqebb_counter).set(&mut o, qp.sq_doorbell as u64);
+        q.inner(qpc::hw_rq_counter).set(&mut o, qp.rq_consumed as u64);
+        self.qp_query_transport(qpn, &mut o);
+        let qp = &self.objects.qps[&qpn];
+        for (i, p) in qp.buf.pas.iter().enumerate() {
+            let off = query_qp_out::SIZE_BYTES + 8 * i;
+            o[off..off + 8].copy_from_slice(&p.to_be_bytes());
+        }
+        Ok(o)
+    }
+
+    fn cmd_modify_qp(&mut self, op: CmdOpcode, input: &[u8]) -> CmdResult {
+        let opc = op.0;
+        let short = matches!(op, CmdOpcode::QP_2ERR | CmdOpcode::QP_2RST);
+        need_in(opc, input, if short { qp_2err_in::SIZE_BYTES } else { rst2init_qp_in::SIZE_BYTES })?;
+        let qpn = rst2init_qp_in::qpn.get(input) as u32;
+        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(opc)) };
+        let cur = qp.state;
+        let (from_ok, to) = match op {
+            CmdOpcode::RST2INIT_QP => (cur == QpState::RST, QpState::INIT),
+            CmdOpcode::INIT2INIT_QP => (cur == QpState::INIT, QpState::INIT),
+            CmdOpcode::INIT2RTR_QP => (cur == QpState::INIT, QpState::RTR),
+            CmdOpcode::RTR2RTS_QP => (cur == QpState::RTR, QpState::RTS),
+            CmdOpcode::RTS2RTS_QP => (cur == QpState::RTS, QpState::RTS),
+            CmdOpcode::SQERR2RTS_QP => (cur == QpState::SQER, QpState::RTS),
+            CmdOpcode::SQD_RTS_QP => (cur == QpState::SQD, QpState::RTS),
+            CmdOpcode::QP_2ERR => (true, QpState::ERR),
+            CmdOpcode::QP_2RST => (true, QpState::RST),
+            _ => return Err(CmdFail::new(CmdStatus::BAD_OP_ERR, opc, 0)),
+        };
+        if !from_ok {
+            return Err(qp_state_err(opc));
+        }
+        let st = qp.st;
+        let mut ctx = qp.ctx.clone();
+        if !short {
+            let mask = rst2init_qp_in::opt_param_mask.get(input) as u32;
+            let src = rst2init_qp_in::qpc;
+            for (f, bit) in transition_fields(op, st) {
+                if bit.is_none_or(|b| mask & b != 0) {
+                    copy_field(&mut ctx, input, src, f);
+                }
+            }
+            self.validate_qp_attrs(opc, op, st, &ctx)?;
+        }
+        qpc::state.set(&mut ctx, to.0 as u64);
+        let qp = self.objects.qps.get_mut(&qpn).expect("QP looked up above");
+        qp.ctx = ctx;
+        qp.state = to;
+        if to == QpState::RST {
+            qp.sq_fetched = 0;
+            qp.rq_consumed = 0;
+            qp.sq_doorbell = 0;
+        }
+        self.qp_state_changed(qpn, cur, to);
+        Ok(out(rst2init_qp_out::SIZE_BYTES))
+    }
+
+    fn validate_qp_attrs(&self, opc: u16, op: CmdOpcode, st: QpServiceType, ctx: &[u8]) -> Result<(), CmdFail> {
+        let bad = || bad_param(opc, sy::BAD_QP_ATTRIBUTE);
+        let ads = qpc::primary_address_path;
+        let port = ads.inner(ads::vhca_port_num).get(ctx);
+        if port > 1 {
+            return Err(bad());
+        }
+        if ads.inner(ads::pkey_index).get(ctx) != 0 {
+            return Err(bad()); // one P_Key (0xffff) at index 0
+        }
+        if st == QpServiceType::RC && op == CmdOpcode::INIT2RTR_QP {
+            let mtu = qpc::mtu.get(ctx) as u8;
+            if !(1..=5).contains(&mtu) || mtu > 5 {
+                return Err(bad());
+            }
+            let gid_index = ads.inner(ads::src_addr_index).get(ctx) as usize;
+            if self.vport.gids.get(gid_index).copied().flatten().is_none() {
+                return Err(bad());
+            }
+            let rgid = ads.inner(ads::rgid_rip).bytes(ctx).unwrap_or(&[0; 16]);
+            if rgid == [0; 16] {
+                return Err(bad());
+            }
+            if qpc::log_rra_max.get(ctx) > limits::LOG_MAX_RA_QP || qpc::log_msg_max.get(ctx) > limits::LOG_MAX_MSG {
+                return Err(bad());
+            }
+        }
+        if st == QpServiceType::RC && op == CmdOpcode::RTR2RTS_QP && qpc::log_sra_max.get(ctx) > limits::LOG_MAX_RA_QP {
+            return Err(bad());
+        }
+        Ok(())
+    }
+}

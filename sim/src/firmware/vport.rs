@@ -1,0 +1,279 @@
+//! The port and its vport: MAC, MTU, RoCE enable, port state with port-change events, and the
+//! RoCE address (GID) table (SET/QUERY_ROCE_ADDRESS, QUERY_HCA_VPORT_GID).
+//!
+//! On Ethernet the GID table is software-managed: the driver writes each entry with
+//! SET_ROCE_ADDRESS (GID, source MAC, L3 type, RoCE version). An entry whose GID is all zero is
+//! empty. QUERY_HCA_VPORT_GID reads the GIDs back.
+
+use super::exec::{CmdResult, bad_param, need_in, out};
+use super::{Hca, syndrome as sy};
+use crate::config::SimConfig;
+use umlx_hwdesc::enums::{CmdOpcode, EventType, PortChangeSubtype};
+use umlx_hwdesc::ifc::*;
+
+/// One RoCE address table entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoceAddr {
+    /// The GID (IPv6 address or IPv4-mapped).
+    pub gid: [u8; 16],
+    /// Source MAC.
+    pub mac: [u8; 6],
+    /// 0 = IPv4, 1 = IPv6.
+    pub l3_type: u8,
+    /// 0 = RoCEv1, 2 = RoCEv2.
+    pub version: u8,
+    /// VLAN valid and ID.
+    pub vlan: Option<u16>,
+}
+
+/// Port and vport state.
+#[derive(Clone, Debug)]
+pub struct Vport {
+    /// Permanent MAC.
+    pub mac: [u8; 6],
+    /// Ethernet MTU.
+    pub mtu: u32,
+    /// RoCE enabled on the vport.
+    pub roce_en: bool,
+    /// Link (operational) state.
+    up: bool,
+    /// RoCE address table.
+    pub gids: Vec<Option<RoceAddr>>,
+    node_guid: u64,
+}
+
+impl Vport {
+    /// Vport state after reset.
+    pub fn new(cfg: &SimConfig) -> Vport {
+        Vport {
+            mac: cfg.mac,
+            mtu: cfg.eth_mtu,
+            roce_en: false,
+            up: false,
+            gids: vec![None; super::caps::limits::GID_TABLE_SIZE as usize],
+            node_guid: cfg.node_guid,
+        }
+    }
+
+    /// Whether the link is up.
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// The largest IB MTU (enum 1..5) that fits the Ethernet MTU with RoCEv2 headers (as rxe:
+    /// the largest of 256..4096 not above MTU - 80... rounded to the enum).
+    pub fn active_ib_mtu(&self) -> u8 {
+        let usable = self.mtu.saturating_sub(80);
+        match usable {
+            4096.. => 5,
+            2048.. => 4,
+            1024.. => 3,
+            512.. => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl Hca {
+    /// Brings the link up or down, posting a port-change event when it changes.
+    pub(crate) fn set_link(&mut self, up: bool) {
+        if self.vport.up == up {
+            return;
+        }
+        self.vport.up = up;
+        let mut data = [0u8; 28];
+        data[8] = 1 << 4; // port 1 in bits 7:4 of byte 0x28
+        let sub = if up { PortChangeSubtype::ACTIVE } else { PortChangeSubtype::DOWN };
+        self.post_event(EventType::PORT_CHANGE, sub.0, &data);
+    }
+
+    pub(crate) fn execute_vport_cmd(&mut self, op: CmdOpcode, input: &[u8]) -> Option<CmdResult> {
+        Some(match op {
+            CmdOpcode::QUERY_NIC_VPORT_CONTEXT => self.cmd_query_nic_vport(input),
+            CmdOpcode::MODIFY_NIC_VPORT_CONTEXT => self.cmd_modify_nic_vport(input),
+            CmdOpcode::QUERY_HCA_VPORT_CONTEXT => self.cmd_query_hca_vport(input),
+            CmdOpcode::QUERY_HCA_VPORT_GID => self.cmd_query_hca_vport_gid(input),
+            CmdOpcode::QUERY_VPORT_STATE => self.cmd_query_vport_state(input),
+            CmdOpcode::SET_ROCE_ADDRESS => self.cmd_set_roce_address(input),
+            CmdOpcode::QUERY_ROCE_ADDRESS => self.cmd_query_roce_address(input),
+            _ => return None,
+        })
+    }
+
+    fn cmd_query_nic_vport(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_NIC_VPORT_CONTEXT.0;
+        need_in(op, input, query_nic_vport_context_in::SIZE_BYTES)?;
+        if query_nic_vport_context_in::other_vport.get(input) != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let mut o = out(query_nic_vport_context_out::SIZE_BYTES);
+        let ctx = query_nic_vport_context_out::nic_vport_context;
+        ctx.inner(nic_vport_context::roce_en).set(&mut o, self.vport.roce_en as u64);
+        ctx.inner(nic_vport_context::mtu).set(&mut o, self.vport.mtu as u64);
+        ctx.inner(nic_vport_context::node_guid).set(&mut o, self.vport.node_guid);
+        ctx.inner(nic_vport_context::port_guid).set(&mut o, self.vport.node_guid);
+        ctx.inner(nic_vport_context::system_image_guid).set(&mut o, self.vport.node_guid);
+        let mac = self.vport.mac;
+        if let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes_mut(&mut o) { b[2..8].copy_from_slice(&mac) }
+        Ok(o)
+    }
+
+    fn cmd_modify_nic_vport(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::MODIFY_NIC_VPORT_CONTEXT.0;
+        need_in(op, input, modify_nic_vport_context_in::SIZE_BYTES)?;
+        if modify_nic_vport_context_in::other_vport.get(input) != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let sel = modify_nic_vport_context_in::field_select;
+        let ctx = modify_nic_vport_context_in::nic_vport_context;
+        if sel.inner(modify_nic_vport_field_select::roce_en).get(input) != 0 {
+            self.vport.roce_en = ctx.inner(nic_vport_context::roce_en).get(input) != 0;
+        }
+        if sel.inner(modify_nic_vport_field_select::mtu).get(input) != 0 {
+            let mtu = ctx.inner(nic_vport_context::mtu).get(input) as u32;
+            if !(576..=9978).contains(&mtu) {
+                return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+            }
+            self.vport.mtu = mtu;
+        }
+        if sel.inner(modify_nic_vport_field_select::permanent_address).get(input) != 0
+            && let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes(input) {
+                self.vport.mac.copy_from_slice(&b[2..8]);
+            }
+        Ok(out(modify_nic_vport_context_out::SIZE_BYTES))
+    }
+
+    fn check_port(&self, op: u16, port: u64, other_vport: u64) -> Result<(), super::CmdFail> {
+        if other_vport != 0 || port > 1 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        Ok(())
+    }
+
+    fn cmd_query_hca_vport(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_HCA_VPORT_CONTEXT.0;
+        need_in(op, input, query_hca_vport_context_in::SIZE_BYTES)?;
+        self.check_port(
+            op,
+            query_hca_vport_context_in::port_num.get(input),
+            query_hca_vport_context_in::other_vport.get(input),
+        )?;
+        let mut o = out(query_hca_vport_context_out::SIZE_BYTES);
+        let ctx = query_hca_vport_context_out::hca_vport_context;
+        // port_state / vport_state: 4 = ACTIVE, 1 = DOWN; physical state 5 = LinkUp, 3 = Disabled.
+        let (st, phys) = if self.vport.up { (4, 5) } else { (1, 3) };
+        ctx.inner(hca_vport_context::port_state).set(&mut o, st);
+        ctx.inner(hca_vport_context::vport_state).set(&mut o, st);
+        ctx.inner(hca_vport_context::port_physical_state).set(&mut o, phys);
+        ctx.inner(hca_vport_context::port_guid).set(&mut o, self.vport.node_guid);
+        ctx.inner(hca_vport_context::node_guid).set(&mut o, self.vport.node_guid);
+        ctx.inner(hca_vport_context::system_image_guid).set(&mut o, self.vport.node_guid);
+        Ok(o)
+    }
+
+    fn cmd_query_hca_vport_gid(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_HCA_VPORT_GID.0;
+        need_in(op, input, query_hca_vport_gid_in::SIZE_BYTES)?;
+        self.check_port(
+            op,
+            query_hca_vport_gid_in::port_num.get(input),
+            query_hca_vport_gid_in::other_vport.get(input),
+        )?;
+        let index = query_hca_vport_gid_in::gid_index.get(input) as usize;
+        // gid_index 0xffff asks for the whole table.
+        let all = index == 0xffff;
+        let table = &self.vport.gids;
+        let picked: Vec<[u8; 16]> = if all {
+            table.iter().map(|e| e.map(|e| e.gid).unwrap_or([0; 16])).collect()
+        } else {
+            match table.get(index) {
+                Some(e) => vec![e.map(|e| e.gid).unwrap_or([0; 16])],
+                None => return Err(bad_param(op, sy::EXCEEDS_LIMIT)),
+            }
+        };
+        let mut o = out(query_hca_vport_gid_out::SIZE_BYTES + 16 * picked.len());
+        query_hca_vport_gid_out::gids_num.set(&mut o, picked.len() as u64);
+        for (i, g) in picked.iter().enumerate() {
+            let off = query_hca_vport_gid_out::SIZE_BYTES + 16 * i;
+            o[off..off + 16].copy_from_slice(g);
+        }
+        Ok(o)
+    }
+
+    fn cmd_query_vport_state(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_VPORT_STATE.0;
+        need_in(op, input, query_vport_state_in::SIZE_BYTES)?;
+        if query_vport_state_in::other_vport.get(input) != 0 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        let mut o = out(query_vport_state_out::SIZE_BYTES);
+        // 1 = up, 0 = down (vport state); admin follows.
+        let st = self.vport.up as u64;
+        query_vport_state_out::state.set(&mut o, st);
+        query_vport_state_out::admin_state.set(&mut o, st);
+        Ok(o)
+    }
+
+    fn cmd_set_roce_address(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::SET_ROCE_ADDRESS.0;
+        need_in(op, input, set_roce_address_in::SIZE_BYTES)?;
+        let index = set_roce_address_in::roce_address_index.get(input) as usize;
+        let port = set_roce_address_in::vhca_port_num.get(input);
+        if port > 1 {
+            return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+        }
+        if index >= self.vport.gids.len() {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
+        let a = set_roce_address_in::roce_address;
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(a.inner(roce_addr_layout::source_l3_address).bytes(input).unwrap_or(&[0; 16]));
+        let mac_hi = a.inner(roce_addr_layout::source_mac_47_32).get(input) as u16;
+        let mac_lo = a.inner(roce_addr_layout::source_mac_31_0).get(input) as u32;
+        let mut mac = [0u8; 6];
+        mac[..2].copy_from_slice(&mac_hi.to_be_bytes());
+        mac[2..].copy_from_slice(&mac_lo.to_be_bytes());
+        let l3_type = a.inner(roce_addr_layout::roce_l3_type).get(input) as u8;
+        let version = a.inner(roce_addr_layout::roce_version).get(input) as u8;
+        let vlan = (a.inner(roce_addr_layout::vlan_valid).get(input) != 0)
+            .then(|| a.inner(roce_addr_layout::vlan_id).get(input) as u16);
+        if gid == [0; 16] {
+            self.vport.gids[index] = None;
+        } else {
+            if l3_type > 1 || !matches!(version, 0..=2) {
+                return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+            }
+            let v4mapped = gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff];
+            if version == 2 && (l3_type == 0) != v4mapped {
+                // RoCEv2 IPv4 entries must hold an IPv4-mapped GID and IPv6 entries must not.
+                return Err(bad_param(op, sy::BAD_FIELD_VALUE));
+            }
+            self.vport.gids[index] = Some(RoceAddr { gid, mac, l3_type, version, vlan });
+        }
+        Ok(out(set_roce_address_out::SIZE_BYTES))
+    }
+
+    fn cmd_query_roce_address(&mut self, input: &[u8]) -> CmdResult {
+        let op = CmdOpcode::QUERY_ROCE_ADDRESS.0;
+        need_in(op, input, query_roce_address_in::SIZE_BYTES)?;
+        let index = query_roce_address_in::roce_address_index.get(input) as usize;
+        let Some(entry) = self.vport.gids.get(index) else {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        };
+        let mut o = out(query_roce_address_out::SIZE_BYTES);
+        if let Some(e) = entry {
+            let a = query_roce_address_out::roce_address;
+            if let Some(b) = a.inner(roce_addr_layout::source_l3_address).bytes_mut(&mut o) { b.copy_from_slice(&e.gid) }
+            a.inner(roce_addr_layout::source_mac_47_32).set(&mut o, u16::from_be_bytes([e.mac[0], e.mac[1]]) as u64);
+            a.inner(roce_addr_layout::source_mac_31_0)
+                .set(&mut o, u32::from_be_bytes([e.mac[2], e.mac[3], e.mac[4], e.mac[5]]) as u64);
+            a.inner(roce_addr_layout::roce_l3_type).set(&mut o, e.l3_type as u64);
+            a.inner(roce_addr_layout::roce_version).set(&mut o, e.version as u64);
+            if let Some(v) = e.vlan {
+                a.inner(roce_addr_layout::vlan_valid).set(&mut o, 1);
+                a.inner(roce_addr_layout::vlan_id).set(&mut o, v as u64);
+            }
+        }
+        Ok(o)
+    }
+}

@@ -1,0 +1,286 @@
+//! The device's IOMMU: the table of IOVA ranges the host mapped for DMA, and the only path by
+//! which the model touches host memory.
+//!
+//! This is the table `VFIO_IOMMU_MAP_DMA` would hold: each mapping takes an IOVA range to a range
+//! of the host process's memory with read and/or write permission. Every DMA read and write the
+//! device makes goes through [`Iommu::read`] / [`Iommu::write`]; an access that is not fully
+//! covered by mappings with the needed permission is an IOMMU fault: it is counted, recorded
+//! (the last faulting IOVA), and returned as an error for the caller to turn into the
+//! hardware's failure (delivery error, error CQE, catastrophic event). There is never a wild
+//! memory access.
+//!
+//! This module is one of the sim's two `unsafe` modules (with none other touching raw host
+//! memory): it dereferences the host addresses given at map time, whose validity the mapper
+//! promised when calling the `unsafe` [`Iommu::map`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{Ordering, fence};
+
+/// One IOMMU mapping.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    len: u64,
+    host: usize,
+    read: bool,
+    write: bool,
+}
+
+/// An IOMMU fault: the device accessed an IOVA range that is not (fully) mapped with the needed
+/// permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IommuFault {
+    /// First faulting IOVA.
+    pub iova: u64,
+    /// Length of the access.
+    pub len: usize,
+    /// Whether it was a write.
+    pub write: bool,
+}
+
+impl std::fmt::Display for IommuFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IOMMU fault: DMA {} of {} bytes at IOVA {:#x} is not mapped",
+            if self.write { "write" } else { "read" },
+            self.len,
+            self.iova
+        )
+    }
+}
+
+impl std::error::Error for IommuFault {}
+
+/// Errors of the map/unmap interface (what VFIO_IOMMU_MAP_DMA would return).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// Zero length, unaligned, or wrapping range (EINVAL).
+    Invalid,
+    /// Overlaps an existing mapping (EEXIST).
+    Exists,
+    /// No mapping at exactly that IOVA and length (ENOENT).
+    NotFound,
+}
+
+impl std::fmt::Display for MapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MapError::Invalid => "invalid IOVA range (zero length, not 4 KiB aligned or wrapping)",
+            MapError::Exists => "IOVA range overlaps an existing mapping",
+            MapError::NotFound => "no mapping at that IOVA and length",
+        })
+    }
+}
+
+impl std::error::Error for MapError {}
+
+/// The IOVA page size the model's IOMMU uses (4 KiB; map requests must be aligned to it).
+pub const IOMMU_PAGE: u64 = 4096;
+
+/// The IOMMU table and its fault counter.
+#[derive(Debug, Default)]
+pub struct Iommu {
+    maps: BTreeMap<u64, Mapping>,
+    faults: u64,
+    last_fault: Option<IommuFault>,
+    mapped_bytes: u64,
+}
+
+// SAFETY: the table holds host addresses as integers; every dereference happens in `read`/
+// `write`, whose validity the mapper guaranteed in `map`. The table itself has no interior
+// mutability and is always used behind the device lock.
+unsafe impl Send for Iommu {}
+
+impl Iommu {
+    /// An empty table.
+    pub fn new() -> Iommu {
+        Iommu::default()
+    }
+
+    /// Maps `len` bytes of host memory at `host` for device access at `iova`.
+    ///
+    /// # Safety
+    /// `host..host+len` must be valid for reads (and for writes if `write`) for as long as the
+    /// mapping exists, i.e. until [`Iommu::unmap`] removes it or the table is dropped or
+    /// cleared. The memory may be read and written by the device concurrently with the host
+    /// (as DMA is): the host must treat it as device-visible memory (no Rust references).
+    pub unsafe fn map(&mut self, iova: u64, host: *mut u8, len: u64, read: bool, write: bool) -> Result<(), MapError> {
+        if len == 0 || !iova.is_multiple_of(IOMMU_PAGE) || !len.is_multiple_of(IOMMU_PAGE) || iova.checked_add(len).is_none() {
+            return Err(MapError::Invalid);
+        }
+        let end = iova + len;
+        if let Some((&s, m)) = self.maps.range(..end).next_back()
+            && s + m.len > iova {
+                return Err(MapError::Exists);
+            }
+        self.maps.insert(iova, Mapping { len, host: host as usize, read, write });
+        self.mapped_bytes += len;
+        Ok(())
+    }
+
+    /// Removes the mapping that starts at `iova` with exactly `len` bytes.
+    pub fn unmap(&mut self, iova: u64, len: u64) -> Result<(), MapError> {
+        match self.maps.get(&iova) {
+            Some(m) if m.len == len => {
+                self.maps.remove(&iova);
+                self.mapped_bytes -= len;
+                Ok(())
+            }
+            _ => Err(MapError::NotFound),
+        }
+    }
+
+    /// Removes every mapping (device reset does not do this; closing the container does).
+    pub fn clear(&mut self) {
+        self.maps.clear();
+        self.mapped_bytes = 0;
+    }
+
+    /// Number of mappings.
+    pub fn mapping_count(&self) -> usize {
+        self.maps.len()
+    }
+
+    /// Total mapped bytes.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.mapped_bytes
+    }
+
+    /// Number of faults so far.
+    pub fn faults(&self) -> u64 {
+        self.faults
+    }
+
+    /// The most recent fault.
+    pub fn last_fault(&self) -> Option<IommuFault> {
+        self.last_fault
+    }
+
+    /// Whether `iova..iova+len` is fully mapped with the given permission.
+    pub fn is_mapped(&self, iova: u64, len: usize, write: bool) -> bool {
+        self.resolve(iova, len, write, |_, _, _| {}).is_ok()
+    }
+
+    /// Walks the host chunks backing `iova..iova+len`; calls `f(host_addr, offset_in_access,
+    /// chunk_len)` for each, but only after checking the whole range is mapped.
+    fn resolve(&self, iova: u64, len: usize, write: bool, mut f: impl FnMut(usize, usize, usize)) -> Result<(), ()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = iova.checked_add(len as u64).ok_or(())?;
+        // First pass: check coverage and permission.
+        let mut cur = iova;
+        while cur < end {
+            let (&s, m) = self.maps.range(..=cur).next_back().ok_or(())?;
+            if cur >= s + m.len || !(if write { m.write } else { m.read }) {
+                return Err(());
+            }
+            cur = (s + m.len).min(end);
+        }
+        // Second pass: hand out the chunks.
+        let mut cur = iova;
+        while cur < end {
+            let (&s, m) = self.maps.range(..=cur).next_back().ok_or(())?;
+            let chunk_end = (s + m.len).min(end);
+            f(m.host + (cur - s) as usize, (cur - iova) as usize, (chunk_end - cur) as usize);
+            cur = chunk_end;
+        }
+        Ok(())
+    }
+
+    fn fault(&mut self, iova: u64, len: usize, write: bool) -> IommuFault {
+        let fault = IommuFault { iova, len, write };
+        self.faults += 1;
+        self.last_fault = Some(fault);
+        fault
+    }
+
+    /// DMA read: copies device-visible host memory at `iova` into `out`.
+    pub fn read(&mut self, iova: u64, out: &mut [u8]) -> Result<(), IommuFault> {
+        let len = out.len();
+        let dst = out.as_mut_ptr() as usize;
+        let res = self.resolve(iova, len, false, |host, off, n| {
+            // SAFETY: `host..host+n` lies inside a mapping whose validity for reads the mapper
+            // guaranteed (see `map`); `dst+off..dst+off+n` lies inside `out`. The regions do not
+            // overlap: `out` is the device's own buffer, not mapped host memory.
+            unsafe { core::ptr::copy_nonoverlapping(host as *const u8, (dst + off) as *mut u8, n) }
+        });
+        fence(Ordering::Acquire);
+        res.map_err(|_| self.fault(iova, len, false))
+    }
+
+    /// DMA write: copies `data` into device-visible host memory at `iova`.
+    pub fn write(&mut self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
+        let len = data.len();
+        let src = data.as_ptr() as usize;
+        fence(Ordering::Release);
+        let res = self.resolve(iova, len, true, |host, off, n| {
+            // SAFETY: `host..host+n` lies inside a mapping whose validity for writes the mapper
+            // guaranteed (see `map`); the source lies inside `data`, which is not mapped memory.
+            unsafe { core::ptr::copy_nonoverlapping((src + off) as *const u8, host as *mut u8, n) }
+        });
+        res.map_err(|_| self.fault(iova, len, true))
+    }
+
+    /// Writes one byte with release ordering after everything written before: how the device
+    /// publishes an ownership bit (CQE `op_own`, EQE `owner`) after the entry's body.
+    pub fn write_u8_release(&mut self, iova: u64, value: u8) -> Result<(), IommuFault> {
+        fence(Ordering::Release);
+        let res = self.resolve(iova, 1, true, |host, _, _| {
+            // SAFETY: one byte inside a mapping valid for writes (see `map`); volatile so the
+            // store is not merged with or reordered against the body writes.
+            unsafe { core::ptr::write_volatile(host as *mut u8, value) }
+        });
+        res.map_err(|_| self.fault(iova, 1, true))
+    }
+
+    /// Reads a big-endian u32 (doorbell records).
+    pub fn read_u32_be(&mut self, iova: u64) -> Result<u32, IommuFault> {
+        let mut b = [0u8; 4];
+        self.read(iova, &mut b)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// Reads a big-endian u64.
+    pub fn read_u64_be(&mut self, iova: u64) -> Result<u64, IommuFault> {
+        let mut b = [0u8; 8];
+        self.read(iova, &mut b)?;
+        Ok(u64::from_be_bytes(b))
+    }
+
+    /// Writes a big-endian u64 (atomic results, READ responses of 8 bytes).
+    pub fn write_u64_be(&mut self, iova: u64, v: u64) -> Result<(), IommuFault> {
+        self.write(iova, &v.to_be_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_outside_mappings_faults_and_touches_nothing() {
+        let mut mem = vec![0u8; 3 * 4096];
+        let base = mem.as_mut_ptr();
+        let mut io = Iommu::new();
+        // SAFETY: `mem` outlives `io` within this test.
+        unsafe { io.map(0x10000, base, 8192, true, true).unwrap() };
+        io.write(0x10000 + 8190, &[1, 2]).unwrap();
+        assert_eq!(io.write(0x10000 + 8191, &[1, 2]).unwrap_err().iova, 0x10000 + 8191);
+        assert_eq!(mem[8191], 2);
+        assert_eq!(io.faults(), 1);
+        let mut b = [0u8; 2];
+        assert!(io.read(0xf000, &mut b).is_err());
+        // Spanning two adjacent mappings works.
+        // SAFETY: as above.
+        unsafe { io.map(0x12000, base.wrapping_add(8192), 4096, true, false).unwrap() };
+        let mut c = [0u8; 4];
+        io.read(0x10000 + 8190, &mut c).unwrap();
+        assert_eq!(&c[..2], &[1, 2]);
+        assert!(io.write(0x12000, &[9]).is_err(), "read-only mapping refuses writes");
+        assert_eq!(io.unmap(0x12000, 4096), Ok(()));
+        assert_eq!(io.unmap(0x12000, 4096), Err(MapError::NotFound));
+        // SAFETY: as above.
+        assert_eq!(unsafe { io.map(0x11000, base, 4096, true, true) }, Err(MapError::Exists));
+    }
+}
