@@ -1,1 +1,45 @@
-fn main() {}
+//! `umlx`: the umlx command line.
+//!
+//! Subcommands: `layout` (the hardware-contract layouts, generated from hwdesc), `wire decode`
+//! (RoCEv2 pcap decoder, the sim's own codec).
+
+mod layout;
+mod wire;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: umlx <command> [options]
+
+commands:
+  layout [--json] [STRUCT]     print the mlx5 layouts declared in hwdesc (all, or one struct as a table)
+  wire decode FILE.pcap        decode every RoCE frame of a pcap and verify its ICRC
+  help                         this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match args.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => {
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cmd {
+        "layout" => layout::run(rest),
+        "wire" => wire::run(rest),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("umlx: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
