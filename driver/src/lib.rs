@@ -1,1 +1,20 @@
-//! umlx-driver (being written)
+//! umlx-driver: the user-mode mlx5 driver.
+//!
+//! It reaches a device only through the [`backend::Backend`] seam: [`vfio`] for a real adapter
+//! bound to `vfio-pci`, [`simdev`] for the software ConnectX. On top of the seam it owns DMA
+//! memory, the command interface, bring-up and teardown, firmware pages, event queues, health,
+//! and the hardware objects (UAR, PD, MKey, CQ, QP, SRQ).
+
+pub mod backend;
+pub mod cmd;
+pub mod dma;
+pub mod error;
+pub mod event;
+pub mod hca;
+pub mod pages;
+pub mod simdev;
+pub mod vfio;
+
+pub use error::{Error, Result};
+pub use hca::{Hca, HcaOptions};
+pub use simdev::SimBackend;

@@ -1,0 +1,780 @@
+//! The HCA: bring-up as a list of small PRM-named steps, command execution (polling during
+//! bring-up, event mode afterwards), firmware pages, the async event queue, health, teardown.
+//!
+//! Bring-up steps, each traced (see [`Hca::trace`]): wait for firmware, program the command
+//! queue, enable bus mastering, ENABLE_HCA, QUERY/SET_ISSI, boot pages, host endianness
+//! (ACCESS_REG), QUERY/SET_HCA_CAP, init pages, INIT_HCA, RoCE enable on the NIC vport, UAR,
+//! the async EQ (command completions, page requests, port changes, CQ and QP/SRQ errors) and
+//! its arming, then event mode. Teardown mirrors it: destroy the EQ and UAR, TEARDOWN_HCA,
+//! reclaim every firmware page with MANAGE_PAGES TAKE, DISABLE_HCA, unmap everything.
+
+use crate::backend::Backend;
+use crate::cmd::{CmdQueue, Slot};
+use crate::dma::{DmaBuffer, DmaSpace, dma_rmb};
+use crate::pages::FwPages;
+use crate::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use umlx_hwdesc::enums::{CmdOpcode, EventType, HcaCapType};
+use umlx_hwdesc::ifc::*;
+
+/// How long a command may take before it is a timeout.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for the firmware's `initializing` bit to clear.
+pub const FW_INIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The health counter must move at least once in this window.
+pub const HEALTH_WINDOW: Duration = Duration::from_secs(3);
+/// Entries of the async EQ (32 events + 0x80 spare, rounded up, as the Linux driver sizes it).
+const ASYNC_EQ_LOG_SIZE: u32 = 8;
+/// The MSI-X vector of the async EQ.
+pub const ASYNC_VECTOR: u32 = 0;
+
+/// An asynchronous event delivered to the user (port changes, CQ errors, QP/SRQ events).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// Event type.
+    pub event_type: EventType,
+    /// Sub-type (port change: DOWN/ACTIVE...).
+    pub sub_type: u8,
+    /// The object number the event names (CQN, QPN, SRQN, port), when it names one.
+    pub object: u32,
+    /// Event-specific syndrome byte (CQ error).
+    pub syndrome: u8,
+}
+
+/// Options for opening an HCA.
+#[derive(Clone, Debug)]
+pub struct HcaOptions {
+    /// Use interrupts (eventfd) to wait for command completions after bring-up; otherwise poll.
+    pub interrupts: bool,
+    /// Command timeout.
+    pub cmd_timeout: Duration,
+    /// Record the bring-up trace.
+    pub trace: bool,
+}
+
+impl Default for HcaOptions {
+    fn default() -> Self {
+        HcaOptions { interrupts: true, cmd_timeout: CMD_TIMEOUT, trace: true }
+    }
+}
+
+/// One traced bring-up or teardown step.
+#[derive(Clone, Debug)]
+pub struct TraceStep {
+    /// PRM-named step.
+    pub step: &'static str,
+    /// How long it took.
+    pub took: Duration,
+    /// Detail (counts, values).
+    pub detail: String,
+}
+
+/// Capabilities the driver keeps after bring-up (current values).
+#[derive(Clone, Debug)]
+pub struct Caps {
+    /// General capability area.
+    pub general: Vec<u8>,
+    /// RoCE capability area.
+    pub roce: Vec<u8>,
+    /// Atomic capability area.
+    pub atomic: Vec<u8>,
+}
+
+impl Caps {
+    /// A general capability field.
+    pub fn general_cap(&self, f: umlx_hwdesc::Field) -> u64 {
+        f.get(&self.general)
+    }
+}
+
+struct EqState<B: Backend> {
+    eqn: u32,
+    buf: DmaBuffer<B>,
+    ci: u32,
+    log_size: u32,
+}
+
+struct Health {
+    last_counter: u32,
+    last_change: Instant,
+}
+
+struct CmdState<B: Backend> {
+    regular: Slot<B>,
+}
+
+/// An opened, brought-up HCA. Dropping it tears the device down.
+pub struct Hca<B: Backend> {
+    backend: Arc<B>,
+    space: Arc<DmaSpace<B>>,
+    queue: CmdQueue<B>,
+    cmd: Mutex<CmdState<B>>,
+    page_slot: Mutex<Slot<B>>,
+    pages: Mutex<FwPages<B>>,
+    eq: Mutex<Option<EqState<B>>>,
+    events: Mutex<VecDeque<AsyncEvent>>,
+    event_mode: AtomicBool,
+    fatal: Mutex<Option<String>>,
+    health: Mutex<Health>,
+    trace: Mutex<Vec<TraceStep>>,
+    opts: HcaOptions,
+    caps: Mutex<Option<Caps>>,
+    uar: Mutex<Option<u32>>,
+    torn_down: AtomicBool,
+}
+
+impl<B: Backend> std::fmt::Debug for Hca<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hca").field("device", &self.backend.name()).finish_non_exhaustive()
+    }
+}
+
+fn cmd_in(opcode: CmdOpcode, op_mod: u16, size: usize) -> Vec<u8> {
+    let mut b = vec![0u8; size.max(16)];
+    mbox_in::opcode.set(&mut b, opcode.0 as u64);
+    mbox_in::op_mod.set(&mut b, op_mod as u64);
+    b
+}
+
+impl<B: Backend> Hca<B> {
+    /// Brings the device up through its firmware and returns the HCA.
+    pub fn open(backend: Arc<B>, opts: HcaOptions) -> Result<Arc<Hca<B>>> {
+        let space = DmaSpace::new(backend.clone());
+        let t0 = Instant::now();
+        // Step: wait for firmware (before touching the command queue).
+        let name = backend.name().to_string();
+        wait_fw_ready(&*backend, FW_INIT_TIMEOUT)?;
+        let cmdif = backend.read32(0x04) >> 16;
+        if cmdif != 5 {
+            return Err(Error::Firmware {
+                device: name,
+                problem: format!("command interface revision {cmdif}, expected 5"),
+            });
+        }
+        // Step: program the command queue.
+        let geometry = backend.read32(0x14);
+        let (log_size, log_stride) = ((geometry >> 4) & 0xf, geometry & 0xf);
+        let queue = CmdQueue::new(&backend, &space, log_size, log_stride)?;
+        let iova = queue.iova();
+        backend.write32(0x10, (iova >> 32) as u32);
+        backend.write32(0x14, iova as u32 & 0xffff_f000);
+        let regular = queue.slot(0)?;
+        let page_slot = queue.slot(queue.size - 1)?;
+        let hca = Arc::new(Hca {
+            pages: Mutex::new(FwPages::new(space.clone())),
+            backend: backend.clone(),
+            space,
+            queue,
+            cmd: Mutex::new(CmdState { regular }),
+            page_slot: Mutex::new(page_slot),
+            eq: Mutex::new(None),
+            events: Mutex::new(VecDeque::new()),
+            event_mode: AtomicBool::new(false),
+            fatal: Mutex::new(None),
+            health: Mutex::new(Health {
+                last_counter: backend.read32(0x1010) & 0xff_ffff,
+                last_change: Instant::now(),
+            }),
+            trace: Mutex::new(Vec::new()),
+            opts,
+            caps: Mutex::new(None),
+            uar: Mutex::new(None),
+            torn_down: AtomicBool::new(false),
+        });
+        hca.step(
+            "wait for firmware + program command queue",
+            t0,
+            format!("log_cmdq_size {log_size} stride {log_stride} at IOVA {iova:#x}"),
+        );
+        if let Err(e) = hca.bring_up() {
+            // Leave nothing behind: tear down what was brought up (errors there are secondary).
+            let _ = hca.teardown();
+            return Err(e);
+        }
+        Ok(hca)
+    }
+
+    fn step(&self, step: &'static str, since: Instant, detail: String) {
+        if self.opts.trace {
+            self.trace.lock().unwrap_or_else(|e| e.into_inner()).push(TraceStep {
+                step,
+                took: since.elapsed(),
+                detail,
+            });
+        }
+    }
+
+    /// The bring-up trace so far.
+    pub fn trace(&self) -> Vec<TraceStep> {
+        self.trace.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// The DMA space (IOVA allocator and mapping) of this device.
+    pub fn dma_space(&self) -> &Arc<DmaSpace<B>> {
+        &self.space
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        self.backend.name()
+    }
+
+    fn bring_up(self: &Arc<Self>) -> Result<()> {
+        // Step: bus mastering (vfio-pci leaves it off).
+        let t = Instant::now();
+        let mut cmdreg = [0u8; 2];
+        self.backend.config_read(4, &mut cmdreg)?;
+        let v = u16::from_le_bytes(cmdreg) | 0x6;
+        self.backend.config_write(4, &v.to_le_bytes())?;
+        self.step("enable bus mastering", t, format!("PCI COMMAND {v:#06x}"));
+
+        let t = Instant::now();
+        self.exec_simple(CmdOpcode::ENABLE_HCA, 0, enable_hca_in::SIZE_BYTES, enable_hca_out::SIZE_BYTES)?;
+        self.step("ENABLE_HCA", t, String::new());
+
+        let t = Instant::now();
+        let out = self.exec_simple(CmdOpcode::QUERY_ISSI, 0, query_issi_in::SIZE_BYTES, query_issi_out::SIZE_BYTES)?;
+        let supported = query_issi_out::supported_issi_dw0.get(&out);
+        if supported & 2 == 0 {
+            return Err(Error::Firmware {
+                device: self.name().into(),
+                problem: format!("ISSI 1 not supported (mask {supported:#x})"),
+            });
+        }
+        let mut inp = cmd_in(CmdOpcode::SET_ISSI, 0, set_issi_in::SIZE_BYTES);
+        set_issi_in::current_issi.set(&mut inp, 1);
+        self.exec(&inp, set_issi_out::SIZE_BYTES)?;
+        self.step("QUERY_ISSI / SET_ISSI", t, "ISSI 1".into());
+
+        let t = Instant::now();
+        let n = self.satisfy_pages(umlx_hwdesc::enums::PagesOpMod::BOOT)?;
+        self.step("boot pages (QUERY_PAGES + MANAGE_PAGES give)", t, format!("{n} pages"));
+
+        let t = Instant::now();
+        let mut inp = cmd_in(CmdOpcode::ACCESS_REG, 0, access_register_in::SIZE_BYTES + 16);
+        access_register_in::register_id.set(&mut inp, umlx_hwdesc::enums::AccessRegId::HOST_ENDIANNESS.0 as u64);
+        // he = 0: little-endian host (0x80 for big-endian).
+        inp[access_register_in::SIZE_BYTES] = if cfg!(target_endian = "big") { 0x80 } else { 0 };
+        self.exec(&inp, access_register_out::SIZE_BYTES + 16)?;
+        self.step("host endianness (ACCESS_REG)", t, String::new());
+
+        let t = Instant::now();
+        let caps = self.query_and_set_caps()?;
+        self.step(
+            "QUERY_HCA_CAP / SET_HCA_CAP",
+            t,
+            format!(
+                "log_max_qp {} port_type {} roce {}",
+                caps.general_cap(cmd_hca_cap::log_max_qp),
+                caps.general_cap(cmd_hca_cap::port_type),
+                caps.general_cap(cmd_hca_cap::roce)
+            ),
+        );
+        let eth = caps.general_cap(cmd_hca_cap::port_type) == 1;
+        *self.caps.lock().unwrap_or_else(|e| e.into_inner()) = Some(caps);
+
+        let t = Instant::now();
+        let n = self.satisfy_pages(umlx_hwdesc::enums::PagesOpMod::INIT)?;
+        self.step("init pages (QUERY_PAGES + MANAGE_PAGES give)", t, format!("{n} pages"));
+
+        let t = Instant::now();
+        self.exec_simple(CmdOpcode::INIT_HCA, 0, init_hca_in::SIZE_BYTES, init_hca_out::SIZE_BYTES)?;
+        self.step("INIT_HCA", t, String::new());
+
+        if eth {
+            let t = Instant::now();
+            let mut inp = cmd_in(CmdOpcode::MODIFY_NIC_VPORT_CONTEXT, 0, modify_nic_vport_context_in::SIZE_BYTES);
+            modify_nic_vport_context_in::field_select.inner(modify_nic_vport_field_select::roce_en).set(&mut inp, 1);
+            modify_nic_vport_context_in::nic_vport_context.inner(nic_vport_context::roce_en).set(&mut inp, 1);
+            self.exec(&inp, modify_nic_vport_context_out::SIZE_BYTES)?;
+            self.step("RoCE enable (MODIFY_NIC_VPORT_CONTEXT)", t, String::new());
+        }
+
+        let t = Instant::now();
+        let uar = self.alloc_uar()?;
+        *self.uar.lock().unwrap_or_else(|e| e.into_inner()) = Some(uar);
+        self.step("ALLOC_UAR", t, format!("UAR {uar}"));
+
+        let t = Instant::now();
+        let eqn = self.create_async_eq(uar)?;
+        self.step("async EQ (CREATE_EQ + arm)", t, format!("EQ {eqn}, vector {ASYNC_VECTOR}"));
+        if self.opts.interrupts {
+            self.event_mode.store(true, Ordering::Release);
+        }
+        // Serve any page request that arrived meanwhile.
+        self.process_events()?;
+        Ok(())
+    }
+
+    fn query_and_set_caps(&self) -> Result<Caps> {
+        let query = |ty: HcaCapType, current: bool| -> Result<Vec<u8>> {
+            let inp = cmd_in(CmdOpcode::QUERY_HCA_CAP, ty.op_mod(current), query_hca_cap_in::SIZE_BYTES);
+            let out = self.exec(&inp, query_hca_cap_out::SIZE_BYTES)?;
+            Ok(query_hca_cap_out::capability.bytes(&out).unwrap_or(&[]).to_vec())
+        };
+        let set = |ty: HcaCapType, area: &[u8]| -> Result<()> {
+            let mut inp = cmd_in(CmdOpcode::SET_HCA_CAP, ty.op_mod(false) & !1, set_hca_cap_in::SIZE_BYTES);
+            if let Some(d) = set_hca_cap_in::capability.bytes_mut(&mut inp) {
+                d.copy_from_slice(area);
+            }
+            self.exec(&inp, set_hca_cap_out::SIZE_BYTES).map(|_| ())
+        };
+        let mut general = query(HcaCapType::GENERAL, true)?;
+        let _max = query(HcaCapType::GENERAL, false)?;
+        cmd_hca_cap::cmdif_checksum.set(&mut general, 0);
+        cmd_hca_cap::log_uar_page_sz.set(&mut general, 0);
+        set(HcaCapType::GENERAL, &general)?;
+        let general = query(HcaCapType::GENERAL, true)?;
+        let mut roce = Vec::new();
+        if cmd_hca_cap::roce.get(&general) == 1 {
+            roce = query(HcaCapType::ROCE, true)?;
+            let roce_max = query(HcaCapType::ROCE, false)?;
+            if roce_cap::sw_r_roce_src_udp_port.get(&roce) == 0 && roce_cap::sw_r_roce_src_udp_port.get(&roce_max) == 1
+            {
+                roce_cap::sw_r_roce_src_udp_port.set(&mut roce, 1);
+                set(HcaCapType::ROCE, &roce)?;
+                roce = query(HcaCapType::ROCE, true)?;
+            }
+        }
+        let mut atomic = Vec::new();
+        if cmd_hca_cap::atomic.get(&general) == 1 {
+            atomic = query(HcaCapType::ATOMIC, true)?;
+        }
+        Ok(Caps { general, roce, atomic })
+    }
+
+    /// The device's current capabilities.
+    pub fn caps(&self) -> Caps {
+        self.caps.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or(Caps {
+            general: vec![0; 4096],
+            roce: vec![0; 4096],
+            atomic: vec![0; 4096],
+        })
+    }
+
+    /// The UAR the driver allocated at bring-up (used for EQ and CQ doorbells).
+    pub fn uar(&self) -> u32 {
+        self.uar.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(0)
+    }
+
+    /// The async EQ number.
+    pub fn async_eqn(&self) -> u32 {
+        self.eq.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|e| e.eqn).unwrap_or(0)
+    }
+
+    /// QUERY_PAGES for `op_mod` and give that many pages.
+    fn satisfy_pages(&self, op_mod: umlx_hwdesc::enums::PagesOpMod) -> Result<i32> {
+        let inp = cmd_in(CmdOpcode::QUERY_PAGES, op_mod.0, query_pages_in::SIZE_BYTES);
+        let out = self.exec(&inp, query_pages_out::SIZE_BYTES)?;
+        let n = query_pages_out::num_pages.get(&out) as u32 as i32;
+        if n > 0 {
+            self.give_pages(n as usize)?;
+        } else if n == 0 {
+            // Both drivers issue the (empty) give: the firmware may expect it.
+            self.give_pages(0)?;
+        }
+        Ok(n)
+    }
+
+    fn give_pages(&self, n: usize) -> Result<()> {
+        let addrs = self.pages.lock().unwrap_or_else(|e| e.into_inner()).alloc(n)?;
+        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, 1, manage_pages_in::SIZE_BYTES + 8 * n);
+        manage_pages_in::input_num_entries.set(&mut inp, n as u64);
+        for (i, a) in addrs.iter().enumerate() {
+            let off = manage_pages_in::SIZE_BYTES + 8 * i;
+            inp[off..off + 8].copy_from_slice(&a.to_be_bytes());
+        }
+        match self.exec_pages(&inp, manage_pages_out::SIZE_BYTES) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let mut p = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+                for a in addrs {
+                    p.free(a);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn take_pages(&self, n: usize) -> Result<usize> {
+        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, 2, manage_pages_in::SIZE_BYTES);
+        manage_pages_in::input_num_entries.set(&mut inp, n as u64);
+        let out = self.exec_pages(&inp, manage_pages_out::SIZE_BYTES + 8 * n)?;
+        let got = manage_pages_out::output_num_entries.get(&out) as usize;
+        if got > n {
+            return Err(Error::Firmware {
+                device: self.name().into(),
+                problem: format!("MANAGE_PAGES take returned {got} pages, more than the {n} asked"),
+            });
+        }
+        let mut p = self.pages.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..got {
+            let off = manage_pages_out::SIZE_BYTES + 8 * i;
+            let a = u64::from_be_bytes(out[off..off + 8].try_into().unwrap_or_default());
+            if !p.free(a) {
+                return Err(Error::Firmware {
+                    device: self.name().into(),
+                    problem: format!("MANAGE_PAGES take returned page {a:#x}, which the driver never gave"),
+                });
+            }
+        }
+        Ok(got)
+    }
+
+    /// Pages the driver has given to the firmware and not got back.
+    pub fn pages_given(&self) -> usize {
+        self.pages.lock().unwrap_or_else(|e| e.into_inner()).in_use()
+    }
+
+    fn alloc_uar(&self) -> Result<u32> {
+        let out = self.exec_simple(CmdOpcode::ALLOC_UAR, 0, alloc_uar_in::SIZE_BYTES, alloc_uar_out::SIZE_BYTES)?;
+        Ok(alloc_uar_out::uar.get(&out) as u32)
+    }
+
+    fn create_async_eq(&self, uar: u32) -> Result<u32> {
+        let n = 1usize << ASYNC_EQ_LOG_SIZE;
+        let buf = DmaBuffer::new(&self.space, n * 64, false)?;
+        for i in 0..n {
+            buf.write_u8(i * 64 + 63, 1)?; // owner bit initial value
+        }
+        let npages = buf.len().div_ceil(4096);
+        let mut inp = cmd_in(CmdOpcode::CREATE_EQ, 0, create_eq_in::SIZE_BYTES + 8 * npages);
+        let ctx = create_eq_in::eq_context_entry;
+        ctx.inner(eqc::log_eq_size).set(&mut inp, ASYNC_EQ_LOG_SIZE as u64);
+        ctx.inner(eqc::uar_page).set(&mut inp, uar as u64);
+        ctx.inner(eqc::intr).set(&mut inp, ASYNC_VECTOR as u64);
+        ctx.inner(eqc::log_page_size).set(&mut inp, 0);
+        let mask: u64 = [
+            EventType::CMD,
+            EventType::PAGE_REQUEST,
+            EventType::PORT_CHANGE,
+            EventType::CQ_ERROR,
+            EventType::PATH_MIG,
+            EventType::COMM_EST,
+            EventType::SQ_DRAINED,
+            EventType::WQ_CATAS_ERROR,
+            EventType::PATH_MIG_FAILED,
+            EventType::WQ_INVAL_REQ_ERROR,
+            EventType::WQ_ACCESS_ERROR,
+            EventType::SRQ_CATAS_ERROR,
+            EventType::SRQ_LAST_WQE,
+            EventType::SRQ_RQ_LIMIT,
+        ]
+        .iter()
+        .fold(0, |m, t| m | (1u64 << t.0));
+        create_eq_in::event_bitmask.elem(0).set(&mut inp, mask);
+        for i in 0..npages {
+            let off = create_eq_in::SIZE_BYTES + 8 * i;
+            inp[off..off + 8].copy_from_slice(&(buf.iova() + 4096 * i as u64).to_be_bytes());
+        }
+        let out = self.exec(&inp, create_eq_out::SIZE_BYTES)?;
+        let eqn = create_eq_out::eq_number.get(&out) as u32;
+        *self.eq.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(EqState { eqn, buf, ci: 0, log_size: ASYNC_EQ_LOG_SIZE });
+        self.eq_doorbell(eqn, 0, true);
+        Ok(eqn)
+    }
+
+    fn eq_doorbell(&self, eqn: u32, ci: u32, arm: bool) {
+        let off = (self.uar() as usize) << 12 | if arm { 0x40 } else { 0x48 };
+        self.backend.write32(off, (eqn << 24) | (ci & 0xff_ffff));
+    }
+
+    /// Drains the async EQ: completes nothing itself for commands (their owners see the
+    /// ownership bit), serves page requests, queues user events, re-arms the EQ, checks health.
+    pub fn process_events(&self) -> Result<()> {
+        self.check_health()?;
+        let mut page_reqs = Vec::new();
+        {
+            let mut g = self.eq.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(eq) = g.as_mut() else { return Ok(()) };
+            let n = 1u32 << eq.log_size;
+            let mut consumed = 0;
+            loop {
+                let idx = (eq.ci & (n - 1)) as usize;
+                let owner = eq.buf.read_u8_at(idx * 64 + 63) & 1;
+                if owner as u32 != (eq.ci >> eq.log_size) & 1 {
+                    break;
+                }
+                dma_rmb();
+                let mut eqe = [0u8; 64];
+                eq.buf.read_bytes(idx * 64, &mut eqe)?;
+                eq.ci = eq.ci.wrapping_add(1);
+                consumed += 1;
+                let ty = EventType(eqe[1]);
+                let data = &eqe[0x20..0x3c];
+                let be32 = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+                match ty {
+                    EventType::CMD => {}
+                    EventType::PAGE_REQUEST => page_reqs.push(be32(4) as i32),
+                    EventType::PORT_CHANGE => self.push_event(AsyncEvent {
+                        event_type: ty,
+                        sub_type: eqe[3],
+                        object: (data[8] >> 4) as u32,
+                        syndrome: 0,
+                    }),
+                    EventType::CQ_ERROR => self.push_event(AsyncEvent {
+                        event_type: ty,
+                        sub_type: 0,
+                        object: be32(0) & 0xff_ffff,
+                        syndrome: data[0x0b],
+                    }),
+                    _ => self.push_event(AsyncEvent {
+                        event_type: ty,
+                        sub_type: eqe[3],
+                        object: be32(0x18) & 0xff_ffff,
+                        syndrome: 0,
+                    }),
+                }
+                if consumed % 64 == 0 {
+                    let (eqn, ci) = (eq.eqn, eq.ci);
+                    self.eq_doorbell(eqn, ci, false);
+                }
+            }
+            let (eqn, ci) = (eq.eqn, eq.ci);
+            self.eq_doorbell(eqn, ci, true);
+        }
+        for n in page_reqs {
+            if n > 0 {
+                self.give_pages(n as usize)?;
+            } else if n < 0 {
+                self.take_pages(n.unsigned_abs() as usize)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn push_event(&self, e: AsyncEvent) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
+    }
+
+    /// Takes the next user-visible async event, if any (call `process_events` first, or wait
+    /// on the async eventfd).
+    pub fn next_event(&self) -> Option<AsyncEvent> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+
+    /// The eventfd of the async EQ's vector (readable when events are pending).
+    pub fn async_event_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.backend.irq_eventfd(ASYNC_VECTOR)
+    }
+
+    /// Checks the health buffer and counter; a fatal error moves the device to its error state.
+    pub fn check_health(&self) -> Result<()> {
+        if let Some(r) = self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
+        }
+        let fw_ver = self.backend.read32(0x230);
+        let synd = (self.backend.read32(0x23c) >> 16) & 0xff;
+        let nic_if = (self.backend.read32(0x14) >> 8) & 7;
+        let counter = self.backend.read32(0x1010) & 0xff_ffff;
+        let reason = if fw_ver == 0xffff_ffff {
+            Some("PCI function not responding (health buffer reads all ones)".to_string())
+        } else if synd != 0 {
+            Some(format!("health syndrome {:?}", umlx_hwdesc::enums::HealthSyndrome(synd as u8)))
+        } else if nic_if == 7 && !self.torn_down.load(Ordering::Acquire) {
+            Some("NIC interface in SW reset".to_string())
+        } else {
+            let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+            if counter != h.last_counter {
+                h.last_counter = counter;
+                h.last_change = Instant::now();
+                None
+            } else if h.last_change.elapsed() > HEALTH_WINDOW {
+                Some(format!("health counter stuck at {counter:#x} for {:?}", h.last_change.elapsed()))
+            } else {
+                None
+            }
+        };
+        if let Some(r) = reason {
+            *self.fatal.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+            return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
+        }
+        Ok(())
+    }
+
+    /// Whether the device is in its fatal error state.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    fn exec_simple(&self, op: CmdOpcode, op_mod: u16, in_size: usize, out_size: usize) -> Result<Vec<u8>> {
+        self.exec(&cmd_in(op, op_mod, in_size), out_size)
+    }
+
+    /// Executes a firmware command on the regular slot: `input` is the whole message (header
+    /// included), `outlen` the output size. Polls during bring-up, waits for the
+    /// command-completion event afterwards; a timeout or a fatal device is an error.
+    pub fn exec(&self, input: &[u8], outlen: usize) -> Result<Vec<u8>> {
+        if let Some(r) = self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
+        }
+        let mut g = self.cmd.lock().unwrap_or_else(|e| e.into_inner());
+        self.queue.post(&mut g.regular, input, outlen)?;
+        self.wait(&mut g.regular, true)
+    }
+
+    /// MANAGE_PAGES on the page slot (served even while a regular command waits).
+    fn exec_pages(&self, input: &[u8], outlen: usize) -> Result<Vec<u8>> {
+        let mut s = self.page_slot.lock().unwrap_or_else(|e| e.into_inner());
+        self.queue.post(&mut s, input, outlen)?;
+        self.wait(&mut s, false)
+    }
+
+    fn wait(&self, slot: &mut Slot<B>, serve_events: bool) -> Result<Vec<u8>> {
+        let start = Instant::now();
+        let events = self.event_mode.load(Ordering::Acquire) && serve_events;
+        let fd = if events { self.backend.irq_eventfd(ASYNC_VECTOR) } else { None };
+        let mut spins = 0u32;
+        let mut last_health = Instant::now();
+        loop {
+            if self.queue.done(slot) {
+                return self.queue.finish(slot);
+            }
+            if let Some(fd) = fd {
+                if crate::event::wait_readable(fd, Duration::from_millis(2)) {
+                    crate::event::drain(fd);
+                    self.process_events()?;
+                }
+            } else if spins < 2000 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            if last_health.elapsed() > Duration::from_millis(100) {
+                last_health = Instant::now();
+                self.check_health()?;
+            }
+            if start.elapsed() > self.opts.cmd_timeout {
+                let (opcode, op_mod) = self.queue.posted(slot);
+                return Err(Error::CommandTimeout {
+                    device: self.name().into(),
+                    opcode,
+                    op_mod,
+                    waited: start.elapsed(),
+                });
+            }
+        }
+    }
+
+    /// Tears the device down: async EQ, UAR, TEARDOWN_HCA, page reclaim, DISABLE_HCA. Called by
+    /// drop; calling it twice is harmless.
+    pub fn teardown(&self) -> Result<()> {
+        if self.torn_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.event_mode.store(false, Ordering::Release);
+        if self.is_fatal() {
+            // A dead device executes nothing: reset it so it stops touching memory, then let
+            // the buffers unmap.
+            let _ = self.backend.reset();
+            return Ok(());
+        }
+        let mut first_err = None;
+        let mut note = |r: Result<()>| {
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        };
+        let eq = self.eq.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(eq) = eq {
+            let t = Instant::now();
+            let mut inp = cmd_in(CmdOpcode::DESTROY_EQ, 0, destroy_eq_in::SIZE_BYTES);
+            destroy_eq_in::eq_number.set(&mut inp, eq.eqn as u64);
+            note(self.exec(&inp, destroy_eq_out::SIZE_BYTES).map(|_| ()));
+            self.step("DESTROY_EQ", t, String::new());
+        }
+        if let Some(uar) = self.uar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let mut inp = cmd_in(CmdOpcode::DEALLOC_UAR, 0, dealloc_uar_in::SIZE_BYTES);
+            dealloc_uar_in::uar.set(&mut inp, uar as u64);
+            note(self.exec(&inp, dealloc_uar_out::SIZE_BYTES).map(|_| ()));
+        }
+        let t = Instant::now();
+        let r = self.exec_simple(CmdOpcode::TEARDOWN_HCA, 0, teardown_hca_in::SIZE_BYTES, teardown_hca_out::SIZE_BYTES);
+        let torn = r.is_ok();
+        note(r.map(|_| ()));
+        self.step("TEARDOWN_HCA", t, String::new());
+        let t = Instant::now();
+        let mut reclaimed = 0;
+        while torn && self.pages_given() > 0 {
+            let want = self.pages_given().min(768);
+            match self.take_pages(want) {
+                Ok(0) => break,
+                Ok(n) => reclaimed += n,
+                Err(e) => {
+                    note(Err(e));
+                    break;
+                }
+            }
+        }
+        self.step("reclaim pages (MANAGE_PAGES take)", t, format!("{reclaimed} pages"));
+        let t = Instant::now();
+        note(
+            self.exec_simple(CmdOpcode::DISABLE_HCA, 0, disable_hca_in::SIZE_BYTES, disable_hca_out::SIZE_BYTES)
+                .map(|_| ()),
+        );
+        self.step("DISABLE_HCA", t, String::new());
+        if self.pages_given() > 0 {
+            // The firmware kept pages: it must not touch them after we free them.
+            let _ = self.backend.reset();
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Executes a command with a typed builder: `build` fills fields of an input of `in_size`
+    /// bytes (header set from `op`, `op_mod`).
+    pub fn command(
+        &self,
+        op: CmdOpcode,
+        op_mod: u16,
+        in_size: usize,
+        out_size: usize,
+        build: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Vec<u8>> {
+        let mut inp = cmd_in(op, op_mod, in_size);
+        build(&mut inp);
+        self.exec(&inp, out_size)
+    }
+}
+
+impl<B: Backend> Drop for Hca<B> {
+    fn drop(&mut self) {
+        let _ = self.teardown();
+    }
+}
+
+/// Polls the `initializing` bit until it clears.
+fn wait_fw_ready<B: Backend>(b: &B, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let v = b.read32(0x1fc);
+        if v == 0xffff_ffff {
+            return Err(Error::DeviceFatal {
+                device: b.name().into(),
+                reason: "BAR0 reads all ones: PCI function not responding".into(),
+            });
+        }
+        if v & (1 << 31) == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            return Err(Error::Firmware {
+                device: b.name().into(),
+                problem: format!("firmware still initializing after {timeout:?}"),
+            });
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}

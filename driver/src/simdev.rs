@@ -1,0 +1,125 @@
+//! The sim backend: the software ConnectX behind the backend seam.
+//!
+//! BAR writes are trapped into the device model (a doorbell write is an event, as on hardware);
+//! DMA mappings go into the model's IOMMU table, so memory the driver forgot to map is an IOMMU
+//! fault, as it would be on hardware; interrupts are eventfds the model signals. This is one of
+//! the driver's `unsafe` modules: it forwards the `dma_map` contract to the model.
+
+use crate::backend::{Backend, IovaRange};
+use crate::{Error, Result};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use umlx_sim::{SimConfig, SimDevice};
+
+/// A software ConnectX reached through the backend seam.
+pub struct SimBackend {
+    name: String,
+    dev: SimDevice,
+    irqs: Vec<OwnedFd>,
+}
+
+impl std::fmt::Debug for SimBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimBackend").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl SimBackend {
+    /// Powers on a new software ConnectX with `cfg` and connects its MSI-X vectors to eventfds.
+    pub fn new(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
+        Self::attach(name, SimDevice::new(cfg))
+    }
+
+    /// Attaches to an existing device model (e.g. one wired to a fabric).
+    pub fn attach(name: &str, dev: SimDevice) -> Result<Arc<SimBackend>> {
+        let n = dev.irq_count();
+        let mut irqs = Vec::with_capacity(n as usize);
+        for v in 0..n {
+            let fd = crate::vfio::sys::eventfd().map_err(|e| Error::Os { op: "eventfd".into(), source: e })?;
+            dev.set_irq_eventfd(v, Some(fd.as_fd()))
+                .map_err(|e| Error::Os { op: format!("connecting MSI-X vector {v}"), source: e })?;
+            irqs.push(fd);
+        }
+        Ok(Arc::new(SimBackend { name: format!("sim:{name}"), dev, irqs }))
+    }
+
+    /// The device model.
+    pub fn device(&self) -> &SimDevice {
+        &self.dev
+    }
+}
+
+impl Backend for SimBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn bar0_len(&self) -> usize {
+        self.dev.bar0_len() as usize
+    }
+
+    #[inline]
+    fn read32(&self, offset: usize) -> u32 {
+        self.dev.bar0_read32(offset as u64)
+    }
+
+    #[inline]
+    fn write32(&self, offset: usize, value: u32) {
+        self.dev.bar0_write32(offset as u64, value)
+    }
+
+    #[inline]
+    fn write64(&self, offset: usize, value: u64) {
+        self.dev.bar0_write64(offset as u64, value)
+    }
+
+    unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()> {
+        // SAFETY: the caller guarantees the memory stays valid and unmoved until dma_unmap.
+        unsafe { self.dev.dma_map(iova, vaddr, len as u64) }.map_err(|e| Error::Os {
+            op: format!("{}: IOMMU map of IOVA {iova:#x} ({len:#x} bytes)", self.name),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        })
+    }
+
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<()> {
+        self.dev.dma_unmap(iova, len as u64).map_err(|e| Error::Os {
+            op: format!("{}: IOMMU unmap of IOVA {iova:#x} ({len:#x} bytes)", self.name),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string()),
+        })
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        // What an x86 IOMMU typically reports, minus the MSI window.
+        vec![IovaRange { start: 0x1_0000, end: 0xfedf_ffff }, IovaRange { start: 0xfef0_0000, end: (1 << 48) - 1 }]
+    }
+
+    fn iommu_page_sizes(&self) -> u64 {
+        // 4 KiB, 2 MiB, 1 GiB.
+        (1 << 12) | (1 << 21) | (1 << 30)
+    }
+
+    fn irq_count(&self) -> u32 {
+        self.irqs.len() as u32
+    }
+
+    fn irq_eventfd(&self, vector: u32) -> Option<RawFd> {
+        self.irqs.get(vector as usize).map(|f| f.as_raw_fd())
+    }
+
+    fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.dev
+            .config_read(offset as usize, buf)
+            .map_err(|e| Error::InvalidArgument(format!("config read at {offset:#x}: {e}")))
+    }
+
+    fn config_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.dev
+            .config_write(offset as usize, data)
+            .map_err(|e| Error::InvalidArgument(format!("config write at {offset:#x}: {e}")))
+    }
+
+    fn reset(&self) -> Result<()> {
+        self.dev.reset();
+        Ok(())
+    }
+}
