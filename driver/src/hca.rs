@@ -53,11 +53,14 @@ pub struct HcaOptions {
     pub cmd_timeout: Duration,
     /// Record the bring-up trace.
     pub trace: bool,
+    /// IP addresses of the port: each becomes a RoCEv2 GID (after the link-local GID at index
+    /// 0). A VFIO function has no netdev, so the user names them.
+    pub ips: Vec<std::net::IpAddr>,
 }
 
 impl Default for HcaOptions {
     fn default() -> Self {
-        HcaOptions { interrupts: true, cmd_timeout: CMD_TIMEOUT, trace: true }
+        HcaOptions { interrupts: true, cmd_timeout: CMD_TIMEOUT, trace: true, ips: Vec::new() }
     }
 }
 
@@ -88,6 +91,30 @@ impl Caps {
     pub fn general_cap(&self, f: umlx_hwdesc::Field) -> u64 {
         f.get(&self.general)
     }
+}
+
+/// One RoCEv2 GID table entry the driver programmed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GidEntry {
+    /// Index in the table.
+    pub index: u32,
+    /// The GID (IPv6 address, or IPv4-mapped).
+    pub gid: [u8; 16],
+    /// Whether the GID is an IPv4-mapped address.
+    pub ipv4: bool,
+}
+
+/// What the driver learnt of the port at bring-up.
+#[derive(Clone, Debug, Default)]
+pub struct PortInfo {
+    /// Permanent MAC.
+    pub mac: [u8; 6],
+    /// Ethernet MTU.
+    pub mtu: u32,
+    /// Node GUID.
+    pub node_guid: u64,
+    /// The GID table as programmed.
+    pub gids: Vec<GidEntry>,
 }
 
 struct EqState<B: Backend> {
@@ -123,6 +150,7 @@ pub struct Hca<B: Backend> {
     opts: HcaOptions,
     caps: Mutex<Option<Caps>>,
     uar: Mutex<Option<u32>>,
+    port: Mutex<PortInfo>,
     torn_down: AtomicBool,
 }
 
@@ -182,6 +210,7 @@ impl<B: Backend> Hca<B> {
             opts,
             caps: Mutex::new(None),
             uar: Mutex::new(None),
+            port: Mutex::new(PortInfo::default()),
             torn_down: AtomicBool::new(false),
         });
         hca.step(
@@ -299,6 +328,20 @@ impl<B: Backend> Hca<B> {
         }
 
         let t = Instant::now();
+        let port = self.program_gids()?;
+        self.step(
+            "vport and GID table (QUERY_NIC_VPORT_CONTEXT + SET_ROCE_ADDRESS)",
+            t,
+            format!(
+                "MAC {}, MTU {}, {} GIDs",
+                port.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+                port.mtu,
+                port.gids.len()
+            ),
+        );
+        *self.port.lock().unwrap_or_else(|e| e.into_inner()) = port;
+
+        let t = Instant::now();
         let uar = self.alloc_uar()?;
         *self.uar.lock().unwrap_or_else(|e| e.into_inner()) = Some(uar);
         self.step("ALLOC_UAR", t, format!("UAR {uar}"));
@@ -358,6 +401,63 @@ impl<B: Backend> Hca<B> {
             roce: vec![0; 4096],
             atomic: vec![0; 4096],
         })
+    }
+
+    fn program_gids(&self) -> Result<PortInfo> {
+        let out = self.command(
+            CmdOpcode::QUERY_NIC_VPORT_CONTEXT,
+            0,
+            query_nic_vport_context_in::SIZE_BYTES,
+            query_nic_vport_context_out::SIZE_BYTES,
+            |_| {},
+        )?;
+        let ctx = query_nic_vport_context_out::nic_vport_context;
+        let mut mac = [0u8; 6];
+        if let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes(&out) {
+            mac.copy_from_slice(&b[2..8]);
+        }
+        let mtu = ctx.inner(nic_vport_context::mtu).get(&out) as u32;
+        let node_guid = ctx.inner(nic_vport_context::node_guid).get(&out);
+        // Index 0: the link-local GID fe80::<EUI-64 of the MAC>, as the kernel's default GID.
+        let mut link_local = [0u8; 16];
+        link_local[0] = 0xfe;
+        link_local[1] = 0x80;
+        link_local[8..16].copy_from_slice(&[mac[0] ^ 2, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
+        let mut gids = vec![GidEntry { index: 0, gid: link_local, ipv4: false }];
+        for ip in &self.opts.ips {
+            let (gid, ipv4) = match ip {
+                std::net::IpAddr::V4(a) => (a.to_ipv6_mapped().octets(), true),
+                std::net::IpAddr::V6(a) => (a.octets(), false),
+            };
+            gids.push(GidEntry { index: gids.len() as u32, gid, ipv4 });
+        }
+        for g in &gids {
+            self.command(
+                CmdOpcode::SET_ROCE_ADDRESS,
+                0,
+                set_roce_address_in::SIZE_BYTES,
+                set_roce_address_out::SIZE_BYTES,
+                |b| {
+                    set_roce_address_in::roce_address_index.set(b, g.index as u64);
+                    set_roce_address_in::vhca_port_num.set(b, 1);
+                    let a = set_roce_address_in::roce_address;
+                    if let Some(d) = a.inner(roce_addr_layout::source_l3_address).bytes_mut(b) {
+                        d.copy_from_slice(&g.gid);
+                    }
+                    a.inner(roce_addr_layout::source_mac_47_32).set(b, u16::from_be_bytes([mac[0], mac[1]]) as u64);
+                    a.inner(roce_addr_layout::source_mac_31_0)
+                        .set(b, u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) as u64);
+                    a.inner(roce_addr_layout::roce_l3_type).set(b, if g.ipv4 { 0 } else { 1 });
+                    a.inner(roce_addr_layout::roce_version).set(b, 2);
+                },
+            )?;
+        }
+        Ok(PortInfo { mac, mtu, node_guid, gids })
+    }
+
+    /// The port as programmed at bring-up (MAC, MTU, GID table).
+    pub fn port(&self) -> PortInfo {
+        self.port.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The UAR the driver allocated at bring-up (used for EQ and CQ doorbells).

@@ -11,6 +11,7 @@ pub mod dma;
 pub mod error;
 pub mod event;
 pub mod hca;
+pub mod objects;
 pub mod pages;
 pub mod simdev;
 pub mod vfio;

@@ -51,6 +51,25 @@ pub struct PageAccounting {
     pub iommu_faults: u64,
 }
 
+/// Number of live objects of each kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCounts {
+    /// UARs.
+    pub uars: usize,
+    /// PDs.
+    pub pds: usize,
+    /// EQs.
+    pub eqs: usize,
+    /// CQs.
+    pub cqs: usize,
+    /// MKeys.
+    pub mkeys: usize,
+    /// SRQs.
+    pub srqs: usize,
+    /// QPs.
+    pub qps: usize,
+}
+
 impl SimDevice {
     /// Powers on a device with `cfg`.
     pub fn new(cfg: SimConfig) -> SimDevice {
@@ -183,6 +202,21 @@ impl SimDevice {
             mappings: h.iommu.mapping_count(),
             mapped_bytes: h.iommu.mapped_bytes(),
             iommu_faults: h.iommu.faults(),
+        }
+    }
+
+    /// How many objects of each kind exist.
+    pub fn object_counts(&self) -> ObjectCounts {
+        let h = self.lock();
+        let o = &h.objects;
+        ObjectCounts {
+            uars: o.uars.len(),
+            pds: o.pds.len(),
+            eqs: o.eqs.len(),
+            cqs: o.cqs.len(),
+            mkeys: o.mkeys.len(),
+            srqs: o.srqs.len(),
+            qps: o.qps.len(),
         }
     }
 

@@ -16,8 +16,8 @@ const BLOCK_DATA: usize = 512;
 const BLOCK_SIZE: usize = 576;
 /// Required mailbox alignment (see the module docs of `firmware`).
 const BLOCK_ALIGN: u64 = 1024;
-/// Largest message the firmware accepts (inlen/outlen): 1 MiB.
-const MAX_MSG: usize = 1 << 20;
+/// Largest message the firmware accepts (inlen/outlen): 8 MiB (an MTT for 2 GiB of 4 KiB pages).
+const MAX_MSG: usize = 8 << 20;
 
 fn xor(bytes: &[u8]) -> u8 {
     bytes.iter().fold(0, |a, b| a ^ b)

@@ -62,6 +62,19 @@ impl Hca {
         let count = self.stats.commands;
         let result = self.execute_checked(opcode, input, count);
         let mut output = match result {
+            // Queries end with the object's page list: the firmware writes as much of it as
+            // the output buffer holds.
+            Ok(mut o)
+                if o.len() > outlen
+                    && matches!(
+                        CmdOpcode(opcode),
+                        CmdOpcode::QUERY_QP | CmdOpcode::QUERY_CQ | CmdOpcode::QUERY_EQ | CmdOpcode::QUERY_SRQ
+                    )
+                    && outlen >= 16 =>
+            {
+                o.truncate(outlen);
+                o
+            }
             Ok(o) if o.len() > outlen => {
                 let mut o = out(16);
                 mbox_out::status.set(&mut o, CmdStatus::BAD_OUTP_LEN_ERR.0 as u64);
@@ -99,9 +112,11 @@ impl Hca {
     fn execute_checked(&mut self, opcode: u16, input: &[u8], count: u64) -> Result<Vec<u8>, CmdFail> {
         need_in(opcode, input, mbox_in::SIZE_BYTES)?;
         if let Some(f) = self.cfg.hostile.fail_command
-            && f.nth == count && f.opcode.is_none_or(|o| o == opcode) {
-                return Err(CmdFail { status: CmdStatus(f.status), syndrome: f.syndrome });
-            }
+            && f.nth == count
+            && f.opcode.is_none_or(|o| o == opcode)
+        {
+            return Err(CmdFail { status: CmdStatus(f.status), syndrome: f.syndrome });
+        }
         let op = CmdOpcode(opcode);
         let op_mod = mbox_in::op_mod.get(input) as u16;
         let need = needs(op);
