@@ -1,0 +1,239 @@
+//! CRC-32 and the RoCE invariant CRC (ICRC).
+//!
+//! This module owns the checksum arithmetic of the wire: a table-driven (slice-by-8) IEEE
+//! 802.3 CRC-32 ([`crc32`], [`Crc32`]) and the ICRC of RoCEv2 and RoCEv1 frames
+//! ([`compute`], [`verify`]), following the wire doc §3:
+//!
+//! * the input is 8 bytes of `0xFF` (the masked IB LRH), then the IP header with IPv4 TOS,
+//!   TTL and header checksum (IPv6/GRH: traffic class, flow label, hop limit) set to all
+//!   ones, then (RoCEv2) the UDP header with its checksum set to `0xFFFF`, then the BTH with
+//!   byte 4 (FECN, BECN, resv6a) set to `0xFF`, then everything after the BTH up to the ICRC
+//!   (extension headers, payload, pad);
+//! * the CRC is the standard reflected CRC-32 (`zlib.crc32`);
+//! * the 32-bit result goes on the wire least-significant byte first.
+//!
+//! Nothing here allocates: the masked headers are copied into an 80-byte stack buffer and
+//! the rest of the packet is hashed in place.
+
+use super::packet::{L3Kind, WireError, locate};
+
+/// The reflected form of the IEEE 802.3 polynomial 0x04C11DB7.
+pub const CRC32_POLY_REFLECTED: u32 = 0xEDB8_8320;
+
+/// The raw CRC register after `0xFFFF_FFFF` has absorbed 8 bytes of `0xFF` (the masked LRH).
+///
+/// rxe starts its ICRC from this value instead of hashing the pseudo-LRH.
+pub const ICRC_SEED_AFTER_LRH: u32 = 0xDEBB_20E3;
+
+/// Size of the ICRC trailer in bytes.
+pub const ICRC_LEN: usize = 4;
+
+const fn make_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { (c >> 1) ^ CRC32_POLY_REFLECTED } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut s = 1;
+    while s < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[s - 1][i];
+            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
+            i += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
+static TABLES: [[u32; 256]; 8] = make_tables();
+
+/// Advances a raw (not pre- or post-inverted) reflected CRC-32 register over `data`:
+/// the contract of the kernel's `crc32_le()`.
+pub fn crc32_raw(mut crc: u32, data: &[u8]) -> u32 {
+    let t = &TABLES;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
+        let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+        crc = t[7][(lo & 0xFF) as usize]
+            ^ t[6][((lo >> 8) & 0xFF) as usize]
+            ^ t[5][((lo >> 16) & 0xFF) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xFF) as usize]
+            ^ t[2][((hi >> 8) & 0xFF) as usize]
+            ^ t[1][((hi >> 16) & 0xFF) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    for &b in chunks.remainder() {
+        crc = t[0][((crc ^ u32::from(b)) & 0xFF) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
+/// The standard CRC-32 (IEEE 802.3, as `zlib.crc32`) of `data`.
+pub fn crc32(data: &[u8]) -> u32 {
+    !crc32_raw(!0, data)
+}
+
+/// An incremental standard CRC-32 (IEEE 802.3) hasher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Crc32 {
+    state: u32,
+}
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Crc32 {
+    /// A hasher that has absorbed nothing.
+    pub const fn new() -> Self {
+        Self { state: !0 }
+    }
+
+    /// Absorbs `data`.
+    pub fn update(&mut self, data: &[u8]) {
+        self.state = crc32_raw(self.state, data);
+    }
+
+    /// The CRC of everything absorbed so far (the hasher can go on absorbing).
+    pub fn finish(&self) -> u32 {
+        !self.state
+    }
+}
+
+/// Where the ICRC-covered part of a frame lies; found by `packet::locate`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IcrcSpan {
+    /// Offset of the IP header / GRH.
+    pub l3: usize,
+    /// Length of the IP header (IHL * 4, or 40).
+    pub ip_hdr_len: usize,
+    /// Which L3 (and so whether a UDP header follows).
+    pub kind: L3Kind,
+    /// Offset of the BTH.
+    pub bth: usize,
+    /// Offset one past the last ICRC byte (end of the IP packet).
+    pub end: usize,
+}
+
+/// The ICRC of the packet at `span` in `frame` (a span from `locate`). An inconsistent span
+/// yields 0 rather than a panic.
+pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
+    let head_end = span.bth + 12;
+    let (Some(head), Some(rest)) =
+        (frame.get(span.l3..head_end), frame.get(head_end..span.end.saturating_sub(ICRC_LEN)))
+    else {
+        return 0;
+    };
+    let udp_len = if span.kind == L3Kind::Grh { 0 } else { 8 };
+    if span.ip_hdr_len < 20 || head.len() != span.ip_hdr_len + udp_len + 12 {
+        return 0;
+    }
+    let mut buf = [0u8; 60 + 8 + 12];
+    let Some(masked) = buf.get_mut(..head.len()) else {
+        return 0;
+    };
+    masked.copy_from_slice(head);
+    match span.kind {
+        L3Kind::Ipv4 => {
+            masked[1] = 0xFF; // TOS (DSCP + ECN)
+            masked[8] = 0xFF; // TTL
+            masked[10] = 0xFF; // header checksum
+            masked[11] = 0xFF;
+        }
+        L3Kind::Ipv6 | L3Kind::Grh => {
+            masked[0] |= 0x0F; // traffic class, high nibble
+            masked[1] = 0xFF; // traffic class low nibble + flow label
+            masked[2] = 0xFF;
+            masked[3] = 0xFF;
+            masked[7] = 0xFF; // hop limit
+        }
+    }
+    if span.kind != L3Kind::Grh {
+        let udp = span.ip_hdr_len;
+        masked[udp + 6] = 0xFF; // UDP checksum
+        masked[udp + 7] = 0xFF;
+    }
+    let bth = masked.len() - 12;
+    masked[bth + 4] = 0xFF; // FECN, BECN, resv6a
+    let crc = crc32_raw(ICRC_SEED_AFTER_LRH, masked);
+    !crc32_raw(crc, rest)
+}
+
+/// The ICRC the frame *should* carry, computed from its headers and body (the 4 bytes on
+/// the wire are not read).
+///
+/// `frame` is a whole Ethernet frame (optionally with one VLAN tag): RoCEv2 over IPv4 or
+/// IPv6 (UDP destination port 4791), or RoCEv1 (ethertype 0x8915). Fails with the
+/// [`WireError`] that [`parse_frame`](super::packet::parse_frame) would report when the frame
+/// is not such a packet or its lengths are inconsistent.
+pub fn compute(frame: &[u8]) -> Result<u32, WireError> {
+    let loc = locate(frame)?;
+    Ok(icrc_of(frame, &loc.span))
+}
+
+/// The ICRC carried on the wire (the last 4 bytes of the IP packet, little-endian).
+pub fn on_wire(frame: &[u8]) -> Result<u32, WireError> {
+    let loc = locate(frame)?;
+    Ok(wire_value(frame, &loc.span))
+}
+
+pub(crate) fn wire_value(frame: &[u8], span: &IcrcSpan) -> u32 {
+    match frame.get(span.end.saturating_sub(ICRC_LEN)..span.end).and_then(|b| <[u8; 4]>::try_from(b).ok()) {
+        Some(b) => u32::from_le_bytes(b),
+        None => 0,
+    }
+}
+
+/// Whether `frame` is a well-formed RoCE frame whose ICRC matches. `false` for anything
+/// else, never a panic.
+pub fn verify(frame: &[u8]) -> bool {
+    match locate(frame) {
+        Ok(loc) => icrc_of(frame, &loc.span) == wire_value(frame, &loc.span),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+        let mut h = Crc32::new();
+        h.update(b"12345");
+        h.update(b"6789");
+        assert_eq!(h.finish(), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn seed_is_crc_of_masked_lrh() {
+        assert_eq!(crc32_raw(!0, &[0xFF; 8]), ICRC_SEED_AFTER_LRH);
+    }
+
+    #[test]
+    fn slice_by_8_matches_bytewise() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 3) as u8).collect();
+        for len in 0..data.len() {
+            let mut bytewise = !0u32;
+            for &b in &data[..len] {
+                bytewise = TABLES[0][((bytewise ^ u32::from(b)) & 0xFF) as usize] ^ (bytewise >> 8);
+            }
+            assert_eq!(crc32_raw(!0, &data[..len]), bytewise, "len {len}");
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Building complete RoCE frames into caller-provided buffers.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::error::BuildError;
+use super::gid::gid_to_ip;
+use super::headers::{
+    Bth, EthHeader, ExtHeaders, GRH_NEXT_HEADER_IBA, IPPROTO_UDP, IpHeader, Ipv4Header, Ipv6Header, MacAddr,
+    ROCEV2_UDP_PORT, VlanTag,
+};
+use super::opcode::ExtKind;
+use super::parse::{L3Kind, RocePacket, udp_checksum};
+use crate::wire::icrc::{ICRC_LEN, IcrcSpan, icrc_of};
+use crate::wire::inet;
+
+/// How the builder fills the UDP checksum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UdpChecksum {
+    /// 0 ("no checksum"): what rxe and ConnectX send over IPv4 (rxe also over IPv6).
+    Zero,
+    /// A correct checksum over the pseudo-header, UDP header and data (ICRC included).
+    Compute,
+}
+
+/// The smallest Ethernet frame without FCS.
+pub const MIN_ETH_FRAME: usize = 60;
+
+/// Everything needed to emit one RoCE frame. Fields are public; the constructors fill
+/// rxe-like defaults and the `with_*` methods chain.
+///
+/// Computed by the builder, whatever the given headers say: the ethertype, IPv4 IHL (5, no
+/// options), total length, protocol (17) and header checksum; IPv6 payload length and next
+/// header (17, or 0x1B in a GRH); UDP destination port (4791), length and checksum (per
+/// `udp_checksum`); the BTH PadCnt (unless `pad_cnt` overrides it); the pad bytes (zeros)
+/// and the ICRC. IPv4 is never fragmented (MF and offset 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameBuilder<'a> {
+    /// Ethernet addresses and optional VLAN tag.
+    pub eth: EthHeader,
+    /// L3: IPv4 or IPv6 (RoCEv2), or GRH (RoCEv1).
+    pub ip: IpHeader,
+    /// UDP source port (ignored for RoCEv1).
+    pub udp_src_port: u16,
+    /// UDP checksum policy (ignored for RoCEv1).
+    pub udp_checksum: UdpChecksum,
+    /// The BTH. `pad_cnt` is recomputed from the payload unless `pad_cnt` below is set.
+    pub bth: Bth,
+    /// Extension headers; must be exactly those the opcode carries.
+    pub ext: ExtHeaders,
+    /// Payload (without pad).
+    pub payload: &'a [u8],
+    /// Explicit PadCnt (0-3); `None` = `(-payload.len()) & 3`.
+    pub pad_cnt: Option<u8>,
+    /// Zero-pad the frame to the 60-byte Ethernet minimum.
+    pub pad_to_min_frame: bool,
+}
+
+impl<'a> FrameBuilder<'a> {
+    /// A RoCE frame from `src_mac` to `dst_mac` over `ip`, UDP source port 0xC000, no
+    /// extension headers and no payload. The UDP checksum is 0 over IPv4 and computed over
+    /// IPv6 (the safe choice of the wire doc §4.1).
+    pub fn new(src_mac: MacAddr, dst_mac: MacAddr, ip: IpHeader, bth: Bth) -> Self {
+        Self {
+            eth: EthHeader { dst: dst_mac, src: src_mac, vlan: None, ethertype: ip.ethertype() },
+            ip,
+            udp_src_port: 0xC000,
+            udp_checksum: match ip {
+                IpHeader::Ipv6(_) => UdpChecksum::Compute,
+                _ => UdpChecksum::Zero,
+            },
+            bth,
+            ext: ExtHeaders::default(),
+            payload: &[],
+            pad_cnt: None,
+            pad_to_min_frame: false,
+        }
+    }
+
+    /// RoCEv2 over IPv4 with TOS 0, TTL 64, DF, ID 0.
+    pub fn ipv4(src_mac: MacAddr, dst_mac: MacAddr, src: Ipv4Addr, dst: Ipv4Addr, bth: Bth) -> Self {
+        Self::new(src_mac, dst_mac, IpHeader::Ipv4(Ipv4Header::new(src, dst)), bth)
+    }
+
+    /// RoCEv2 over IPv6 with traffic class 0, flow label 0, hop limit 64.
+    pub fn ipv6(src_mac: MacAddr, dst_mac: MacAddr, src: Ipv6Addr, dst: Ipv6Addr, bth: Bth) -> Self {
+        Self::new(src_mac, dst_mac, IpHeader::Ipv6(Ipv6Header::new(src, dst)), bth)
+    }
+
+    /// RoCEv2 between two GIDs: IPv4 when both are IPv4-mapped, IPv6 otherwise.
+    pub fn from_gids(src_mac: MacAddr, dst_mac: MacAddr, sgid: &[u8; 16], dgid: &[u8; 16], bth: Bth) -> Self {
+        match (gid_to_ip(sgid), gid_to_ip(dgid)) {
+            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => Self::ipv4(src_mac, dst_mac, s, d, bth),
+            _ => Self::ipv6(src_mac, dst_mac, Ipv6Addr::from(*sgid), Ipv6Addr::from(*dgid), bth),
+        }
+    }
+
+    /// RoCEv1 (ethertype 0x8915 + GRH) between two GIDs, hop limit 64.
+    pub fn rocev1(src_mac: MacAddr, dst_mac: MacAddr, sgid: &[u8; 16], dgid: &[u8; 16], bth: Bth) -> Self {
+        let grh = Ipv6Header {
+            next_header: GRH_NEXT_HEADER_IBA,
+            ..Ipv6Header::new(Ipv6Addr::from(*sgid), Ipv6Addr::from(*dgid))
+        };
+        Self::new(src_mac, dst_mac, IpHeader::Grh(grh), bth)
+    }
+
+    /// The builder that re-emits a parsed packet: every header field, the UDP checksum
+    /// policy (computed if the original was non-zero), PadCnt and the payload. A frame with
+    /// IPv4 options, reserved BTH bits or non-zero pad bytes rebuilds without them.
+    pub fn from_packet(p: &RocePacket<'a>) -> Self {
+        Self {
+            eth: p.eth,
+            ip: p.ip,
+            udp_src_port: p.udp.map_or(0, |u| u.src_port),
+            udp_checksum: match p.udp {
+                Some(u) if u.checksum != 0 => UdpChecksum::Compute,
+                _ => UdpChecksum::Zero,
+            },
+            bth: p.bth,
+            ext: p.ext,
+            payload: p.payload,
+            pad_cnt: Some(p.bth.pad_cnt),
+            pad_to_min_frame: p.packet_end < p.frame.len() && p.frame.len() == MIN_ETH_FRAME,
+        }
+    }
+
+    /// Sets the extension headers.
+    pub fn with_ext(mut self, ext: ExtHeaders) -> Self {
+        self.ext = ext;
+        self
+    }
+
+    /// Sets the payload.
+    pub fn with_payload(mut self, payload: &'a [u8]) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// Sets the UDP source port.
+    pub fn with_udp_src_port(mut self, port: u16) -> Self {
+        self.udp_src_port = port;
+        self
+    }
+
+    /// Sets the UDP checksum policy.
+    pub fn with_udp_checksum(mut self, c: UdpChecksum) -> Self {
+        self.udp_checksum = c;
+        self
+    }
+
+    /// Sets the VLAN tag.
+    pub fn with_vlan(mut self, vlan: Option<VlanTag>) -> Self {
+        self.eth.vlan = vlan;
+        self
+    }
+
+    /// Sets the IPv4 TOS or IPv6/GRH traffic class (DSCP << 2 | ECN).
+    pub fn with_traffic_class(mut self, tc: u8) -> Self {
+        match &mut self.ip {
+            IpHeader::Ipv4(h) => h.tos = tc,
+            IpHeader::Ipv6(h) | IpHeader::Grh(h) => h.traffic_class = tc,
+        }
+        self
+    }
+
+    /// Sets the IPv4 TTL or IPv6/GRH hop limit.
+    pub fn with_hop_limit(mut self, hops: u8) -> Self {
+        match &mut self.ip {
+            IpHeader::Ipv4(h) => h.ttl = hops,
+            IpHeader::Ipv6(h) | IpHeader::Grh(h) => h.hop_limit = hops,
+        }
+        self
+    }
+
+    /// Sets the IPv4 identification (no effect on IPv6/GRH).
+    pub fn with_ip_id(mut self, id: u16) -> Self {
+        if let IpHeader::Ipv4(h) = &mut self.ip {
+            h.id = id;
+        }
+        self
+    }
+
+    /// Sets the IPv6/GRH flow label (no effect on IPv4).
+    pub fn with_flow_label(mut self, fl: u32) -> Self {
+        if let IpHeader::Ipv6(h) | IpHeader::Grh(h) = &mut self.ip {
+            h.flow_label = fl;
+        }
+        self
+    }
+
+    /// The PadCnt the frame will carry.
+    pub fn pad(&self) -> u8 {
+        self.pad_cnt.unwrap_or((self.payload.len().wrapping_neg() & 3) as u8)
+    }
+
+    fn l3_kind(&self) -> L3Kind {
+        match self.ip {
+            IpHeader::Ipv4(_) => L3Kind::Ipv4,
+            IpHeader::Ipv6(_) => L3Kind::Ipv6,
+            IpHeader::Grh(_) => L3Kind::Grh,
+        }
+    }
+
+    /// BTH through ICRC, in bytes.
+    fn transport_len(&self) -> usize {
+        Bth::LEN + self.bth.opcode.headers().wire_len() + self.payload.len() + usize::from(self.pad()) + ICRC_LEN
+    }
+
+    /// Length of the frame [`build_into`](Self::build_into) would write (assuming the
+    /// builder is valid).
+    pub fn frame_len(&self) -> usize {
+        let l3 = match self.l3_kind() {
+            L3Kind::Ipv4 => 20 + 8,
+            L3Kind::Ipv6 => 40 + 8,
+            L3Kind::Grh => 40,
+        };
+        let n = self.eth.len() + l3 + self.transport_len();
+        if self.pad_to_min_frame { n.max(MIN_ETH_FRAME) } else { n }
+    }
+
+    fn validate(&self) -> Result<(), BuildError> {
+        let opcode = self.bth.opcode;
+        let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
+        for kind in ExtKind::ORDER {
+            match (info.headers.contains(kind), self.ext.has(kind)) {
+                (true, false) => {
+                    return Err(BuildError::MissingHeader { opcode, header: kind });
+                }
+                (false, true) => {
+                    return Err(BuildError::UnexpectedHeader { opcode, header: kind });
+                }
+                _ => {}
+            }
+        }
+        if !info.payload && !self.payload.is_empty() {
+            return Err(BuildError::UnexpectedPayload { opcode, len: self.payload.len() });
+        }
+        let range = |field: &'static str, value: u64, max: u64| {
+            if value > max { Err(BuildError::FieldRange { field, value, max }) } else { Ok(()) }
+        };
+        const M24: u64 = 0x00FF_FFFF;
+        range("BTH DestQP", self.bth.dest_qp.into(), M24)?;
+        range("BTH PSN", self.bth.psn.into(), M24)?;
+        range("BTH TVer", self.bth.tver.into(), 0xF)?;
+        range("PadCnt", self.pad().into(), 3)?;
+        if let Some(d) = self.ext.deth {
+            range("DETH SrcQP", d.src_qp.into(), M24)?;
+        }
+        if let Some(a) = self.ext.aeth {
+            range("AETH MSN", a.msn.into(), M24)?;
+        }
+        if let Some(r) = self.ext.rdeth {
+            range("RDETH EE-Context", r.ee_context.into(), M24)?;
+        }
+        if let IpHeader::Ipv6(h) | IpHeader::Grh(h) = self.ip {
+            range("flow label", h.flow_label.into(), 0xF_FFFF)?;
+        }
+        let t = self.transport_len();
+        let ip_len = match self.l3_kind() {
+            L3Kind::Ipv4 => 20 + 8 + t,
+            L3Kind::Ipv6 => 8 + t,
+            L3Kind::Grh => t,
+        };
+        if ip_len > usize::from(u16::MAX) {
+            return Err(BuildError::TooLong { len: ip_len });
+        }
+        Ok(())
+    }
+
+    /// Writes the frame at the start of `buf` and returns its length. Nothing is allocated;
+    /// every byte of the frame is written (a reused buffer needs no clearing).
+    pub fn build_into(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
+        self.validate()?;
+        let total = self.frame_len();
+        let have = buf.len();
+        let Some(out) = buf.get_mut(..total) else {
+            return Err(BuildError::BufferTooSmall { need: total, have });
+        };
+        let mut w = Writer { out, at: 0 };
+
+        // Ethernet.
+        w.put(&self.eth.dst);
+        w.put(&self.eth.src);
+        if let Some(tag) = self.eth.vlan {
+            w.put(&tag.tpid.to_be_bytes());
+            w.put(&tag.tci.to_be_bytes());
+        }
+        w.put(&self.ip.ethertype().to_be_bytes());
+
+        // L3 (+ UDP).
+        let l3 = w.at;
+        let transport = self.transport_len();
+        let (kind, ip_hdr_len) = match self.ip {
+            IpHeader::Ipv4(h) => {
+                let total_len = (20 + 8 + transport) as u16;
+                let mut hdr = [0u8; 20];
+                hdr[0] = 0x45;
+                hdr[1] = h.tos;
+                hdr[2..4].copy_from_slice(&total_len.to_be_bytes());
+                hdr[4..6].copy_from_slice(&h.id.to_be_bytes());
+                hdr[6] = if h.dont_fragment { 0x40 } else { 0 };
+                hdr[8] = h.ttl;
+                hdr[9] = IPPROTO_UDP;
+                hdr[12..16].copy_from_slice(&h.src.octets());
+                hdr[16..20].copy_from_slice(&h.dst.octets());
+                let csum = inet::checksum(&hdr);
+                hdr[10..12].copy_from_slice(&csum.to_be_bytes());
+                w.put(&hdr);
+                (L3Kind::Ipv4, 20)
+            }
+            IpHeader::Ipv6(h) | IpHeader::Grh(h) => {
+                let v1 = matches!(self.ip, IpHeader::Grh(_));
+                let plen = if v1 { transport } else { 8 + transport } as u16;
+                let word0 = (6u32 << 28) | (u32::from(h.traffic_class) << 20) | h.flow_label;
+                w.put(&word0.to_be_bytes());
+                w.put(&plen.to_be_bytes());
+                w.put(&[if v1 { GRH_NEXT_HEADER_IBA } else { IPPROTO_UDP }, h.hop_limit]);
+                w.put(&h.src.octets());
+                w.put(&h.dst.octets());
+                (if v1 { L3Kind::Grh } else { L3Kind::Ipv6 }, 40)
+            }
+        };
+        let udp_off = w.at;
+        if kind != L3Kind::Grh {
+            w.put(&self.udp_src_port.to_be_bytes());
+            w.put(&ROCEV2_UDP_PORT.to_be_bytes());
+            w.put(&((8 + transport) as u16).to_be_bytes());
+            w.put(&[0, 0]);
+        }
+
+        // BTH, extension headers, payload, pad.
+        let bth_off = w.at;
+        let bth = Bth { pad_cnt: self.pad(), ..self.bth };
+        w.put(&bth.to_bytes());
+        for kind in self.bth.opcode.headers().iter() {
+            let at = w.at;
+            let end = at + kind.size();
+            if let Some(slot) = w.out.get_mut(at..end) {
+                self.ext.write(kind, slot);
+            }
+            w.at = end;
+        }
+        w.put(self.payload);
+        w.zero(usize::from(bth.pad_cnt));
+
+        // ICRC, then the UDP checksum (which covers the ICRC; the ICRC masks it).
+        let end = w.at + ICRC_LEN;
+        let span = IcrcSpan { l3, ip_hdr_len, kind, bth: bth_off, end };
+        let icrc = icrc_of(w.out, &span);
+        w.put(&icrc.to_le_bytes());
+        let want_udp_csum = kind != L3Kind::Grh && self.udp_checksum == UdpChecksum::Compute;
+        let udp_csum = match w.out.get(udp_off..end) {
+            Some(seg) if want_udp_csum => Some(udp_checksum(&self.ip, seg)),
+            _ => None,
+        };
+        if let (Some(csum), Some(slot)) = (udp_csum, w.out.get_mut(udp_off + 6..udp_off + 8)) {
+            slot.copy_from_slice(&csum.to_be_bytes());
+        }
+        let rest = total - w.at;
+        w.zero(rest);
+        Ok(total)
+    }
+
+    /// Builds into `out`, replacing its contents (its capacity is reused: no allocation once
+    /// it has grown to the largest frame).
+    pub fn build_vec(&self, out: &mut Vec<u8>) -> Result<usize, BuildError> {
+        self.validate()?;
+        out.clear();
+        out.resize(self.frame_len(), 0);
+        self.build_into(out)
+    }
+
+    /// Builds into a new vector.
+    pub fn to_vec(&self) -> Result<Vec<u8>, BuildError> {
+        let mut v = Vec::new();
+        self.build_vec(&mut v)?;
+        Ok(v)
+    }
+}
+
+/// A cursor over the output frame. Writes past the end are dropped (the caller sized the
+/// buffer with `frame_len`, so this never happens; it only keeps the builder panic-free).
+struct Writer<'b> {
+    out: &'b mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn put(&mut self, b: &[u8]) {
+        if let Some(slot) = self.out.get_mut(self.at..self.at + b.len()) {
+            slot.copy_from_slice(b);
+        }
+        self.at += b.len();
+    }
+
+    fn zero(&mut self, n: usize) {
+        if let Some(slot) = self.out.get_mut(self.at..self.at + n) {
+            slot.fill(0);
+        }
+        self.at += n;
+    }
+}
+
+/// Builds the frame described by `b` into `buf`; returns its length. Same as
+/// [`FrameBuilder::build_into`].
+pub fn build_frame(b: &FrameBuilder<'_>, buf: &mut [u8]) -> Result<usize, BuildError> {
+    b.build_into(buf)
+}

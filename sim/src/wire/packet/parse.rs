@@ -1,0 +1,389 @@
+//! Zero-copy parsing of RoCEv2 (IPv4, IPv6) and RoCEv1 frames.
+
+use std::net::IpAddr;
+
+use super::error::{Layer, WireError};
+use super::headers::{
+    Bth, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_ROCEV1, ETHERTYPE_VLAN, EthHeader, ExtHeaders,
+    GRH_NEXT_HEADER_IBA, IPPROTO_UDP, IpHeader, Ipv4Header, Ipv6Header, ROCEV2_UDP_PORT, RoceVersion, UdpHeader,
+    VlanTag,
+};
+use super::opcode::{Opcode, OpcodeInfo};
+use crate::wire::icrc::{ICRC_LEN, IcrcSpan, icrc_of, wire_value};
+use crate::wire::inet;
+
+/// Which L3 header precedes the transport (crate-internal view of [`IpHeader`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum L3Kind {
+    Ipv4,
+    Ipv6,
+    Grh,
+}
+
+/// The result of [`locate`]: validated L2/L3/L4 headers and where the transport lies.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Located {
+    pub eth: EthHeader,
+    pub ip: IpHeader,
+    pub udp: Option<UdpHeader>,
+    pub span: IcrcSpan,
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    match b.get(at..at + 2) {
+        Some(s) => u16::from_be_bytes([s[0], s[1]]),
+        None => 0,
+    }
+}
+
+fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    b.get(at..at + N).and_then(|s| <[u8; N]>::try_from(s).ok()).unwrap_or([0; N])
+}
+
+fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
+    WireError::Truncated { layer, need, have }
+}
+
+/// Validates the Ethernet, IP and UDP headers of a RoCE frame and finds the BTH and the end
+/// of the IP packet. Shared by [`parse_frame`] and `icrc::compute`.
+pub(crate) fn locate(frame: &[u8]) -> Result<Located, WireError> {
+    let len = frame.len();
+    if len < 14 {
+        return Err(truncated(Layer::Ethernet, 14, len));
+    }
+    let mut ethertype = be16(frame, 12);
+    let mut off = 14;
+    let mut vlan = None;
+    if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+        if len < 18 {
+            return Err(truncated(Layer::Vlan, 18, len));
+        }
+        vlan = Some(VlanTag { tpid: ethertype, tci: be16(frame, 14) });
+        ethertype = be16(frame, 16);
+        off = 18;
+    }
+    let eth = EthHeader { dst: array(frame, 0), src: array(frame, 6), vlan, ethertype };
+    let available = len - off;
+    let (ip, udp, kind, ip_hdr_len, bth, end) = match ethertype {
+        ETHERTYPE_IPV4 => {
+            if available < 20 {
+                return Err(truncated(Layer::Ipv4, off + 20, len));
+            }
+            let v = frame[off] >> 4;
+            if v != 4 {
+                return Err(WireError::BadIpVersion { version: v, expected: 4 });
+            }
+            let ihl = frame[off] & 0x0F;
+            if ihl < 5 {
+                return Err(WireError::BadIhl { ihl });
+            }
+            let hl = usize::from(ihl) * 4;
+            if available < hl {
+                return Err(truncated(Layer::Ipv4, off + hl, len));
+            }
+            let protocol = frame[off + 9];
+            if protocol != IPPROTO_UDP {
+                return Err(WireError::NotUdp { protocol });
+            }
+            let flags = be16(frame, off + 6);
+            if flags & 0x3FFF != 0 {
+                return Err(WireError::Fragmented);
+            }
+            if available < hl + 8 {
+                return Err(truncated(Layer::Udp, off + hl + 8, len));
+            }
+            let udp = UdpHeader::read(&array(frame, off + hl));
+            if udp.dst_port != ROCEV2_UDP_PORT {
+                return Err(WireError::NotRocePort { dst_port: udp.dst_port });
+            }
+            let total = usize::from(be16(frame, off + 2));
+            if total < hl + 8 || total > available {
+                return Err(WireError::BadIpLength { declared: total, available });
+            }
+            if usize::from(udp.length) != total - hl {
+                return Err(WireError::UdpLengthMismatch { udp_len: udp.length, ip_payload_len: total - hl });
+            }
+            let h = Ipv4Header {
+                ihl,
+                tos: frame[off + 1],
+                total_len: total as u16,
+                id: be16(frame, off + 4),
+                dont_fragment: flags & 0x4000 != 0,
+                ttl: frame[off + 8],
+                protocol,
+                checksum: be16(frame, off + 10),
+                src: array::<4>(frame, off + 12).into(),
+                dst: array::<4>(frame, off + 16).into(),
+            };
+            (IpHeader::Ipv4(h), Some(udp), L3Kind::Ipv4, hl, off + hl + 8, off + total)
+        }
+        ETHERTYPE_IPV6 | ETHERTYPE_ROCEV1 => {
+            let v1 = ethertype == ETHERTYPE_ROCEV1;
+            let layer = if v1 { Layer::Grh } else { Layer::Ipv6 };
+            if available < 40 {
+                return Err(truncated(layer, off + 40, len));
+            }
+            let v = frame[off] >> 4;
+            if v != 6 {
+                return Err(WireError::BadIpVersion { version: v, expected: 6 });
+            }
+            let word0 = u32::from_be_bytes(array(frame, off));
+            let next_header = frame[off + 6];
+            let plen = usize::from(be16(frame, off + 4));
+            let h = Ipv6Header {
+                traffic_class: (word0 >> 20) as u8,
+                flow_label: word0 & 0xF_FFFF,
+                payload_len: plen as u16,
+                next_header,
+                hop_limit: frame[off + 7],
+                src: array::<16>(frame, off + 8).into(),
+                dst: array::<16>(frame, off + 24).into(),
+            };
+            if v1 {
+                if next_header != GRH_NEXT_HEADER_IBA {
+                    return Err(WireError::NotUdp { protocol: next_header });
+                }
+                if 40 + plen > available {
+                    return Err(WireError::BadIpLength { declared: 40 + plen, available });
+                }
+                (IpHeader::Grh(h), None, L3Kind::Grh, 40, off + 40, off + 40 + plen)
+            } else {
+                if next_header != IPPROTO_UDP {
+                    return Err(WireError::NotUdp { protocol: next_header });
+                }
+                if available < 48 {
+                    return Err(truncated(Layer::Udp, off + 48, len));
+                }
+                let udp = UdpHeader::read(&array(frame, off + 40));
+                if udp.dst_port != ROCEV2_UDP_PORT {
+                    return Err(WireError::NotRocePort { dst_port: udp.dst_port });
+                }
+                if plen < 8 || 40 + plen > available {
+                    return Err(WireError::BadIpLength { declared: 40 + plen, available });
+                }
+                if usize::from(udp.length) != plen {
+                    return Err(WireError::UdpLengthMismatch { udp_len: udp.length, ip_payload_len: plen });
+                }
+                (IpHeader::Ipv6(h), Some(udp), L3Kind::Ipv6, 40, off + 48, off + 40 + plen)
+            }
+        }
+        other => return Err(WireError::NotIp { ethertype: other }),
+    };
+    if end < bth + Bth::LEN + ICRC_LEN {
+        return Err(truncated(Layer::Bth, bth + Bth::LEN + ICRC_LEN, end));
+    }
+    Ok(Located { eth, ip, udp, span: IcrcSpan { l3: off, ip_hdr_len, kind, bth, end } })
+}
+
+/// A parsed RoCE frame. Headers are decoded copies; `payload` and `pad` borrow the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RocePacket<'a> {
+    /// The whole frame as given to [`parse_frame`].
+    pub frame: &'a [u8],
+    /// Ethernet header.
+    pub eth: EthHeader,
+    /// IPv4 / IPv6 header, or the GRH of RoCEv1.
+    pub ip: IpHeader,
+    /// UDP header (`None` for RoCEv1).
+    pub udp: Option<UdpHeader>,
+    /// Base transport header.
+    pub bth: Bth,
+    /// The table entry of `bth.opcode` (always known once parsed).
+    pub info: &'static OpcodeInfo,
+    /// Extension headers present (exactly those of the opcode).
+    pub ext: ExtHeaders,
+    /// Payload, pad removed.
+    pub payload: &'a [u8],
+    /// The PadCnt pad bytes (zeros when sent correctly).
+    pub pad: &'a [u8],
+    /// ICRC on the wire (its 4 bytes read little-endian).
+    pub icrc: u32,
+    /// ICRC computed over the frame.
+    pub icrc_expected: u32,
+    /// Whether `icrc == icrc_expected`.
+    pub icrc_ok: bool,
+    /// Whether the IPv4 header checksum is right (always true for IPv6 and GRH).
+    pub ip_checksum_ok: bool,
+    /// UDP checksum verdict: `None` when the checksum is 0 (not used) or RoCEv1.
+    pub udp_checksum_ok: Option<bool>,
+    /// Offset of the IP header / GRH in `frame`.
+    pub l3_offset: usize,
+    /// Offset of the BTH in `frame`.
+    pub bth_offset: usize,
+    /// Offset one past the ICRC (end of the IP packet); bytes after it are Ethernet
+    /// padding or trailer.
+    pub packet_end: usize,
+}
+
+impl<'a> RocePacket<'a> {
+    /// RoCEv1 or RoCEv2.
+    pub fn version(&self) -> RoceVersion {
+        self.ip.roce_version()
+    }
+
+    /// The BTH opcode.
+    pub fn opcode(&self) -> Opcode {
+        self.bth.opcode
+    }
+
+    /// PadCnt.
+    pub fn pad_cnt(&self) -> u8 {
+        self.bth.pad_cnt
+    }
+
+    /// Source IP (a GRH's source GID is mapped like a RoCEv2 GID).
+    pub fn src_ip(&self) -> IpAddr {
+        self.ip.src()
+    }
+
+    /// Destination IP.
+    pub fn dst_ip(&self) -> IpAddr {
+        self.ip.dst()
+    }
+
+    /// UDP source port (0 for RoCEv1).
+    pub fn udp_src_port(&self) -> u16 {
+        self.udp.map_or(0, |u| u.src_port)
+    }
+
+    /// Bytes after the IP packet (Ethernet padding).
+    pub fn trailer(&self) -> &'a [u8] {
+        self.frame.get(self.packet_end..).unwrap_or(&[])
+    }
+
+    /// The transport packet: BTH through ICRC.
+    pub fn transport(&self) -> &'a [u8] {
+        self.frame.get(self.bth_offset..self.packet_end).unwrap_or(&[])
+    }
+
+    /// Checks the integrity fields: IPv4 header checksum, a non-zero UDP checksum, ICRC
+    /// (in that order, as a receiving host would).
+    pub fn check(&self) -> Result<(), WireError> {
+        if !self.ip_checksum_ok {
+            let (found, expected) = match self.ip {
+                IpHeader::Ipv4(h) => (h.checksum, ipv4_expected_checksum(self)),
+                _ => (0, 0),
+            };
+            return Err(WireError::BadIpChecksum { found, expected });
+        }
+        if self.udp_checksum_ok == Some(false) {
+            let found = self.udp.map_or(0, |u| u.checksum);
+            let expected =
+                self.frame.get(self.bth_offset - 8..self.packet_end).map_or(0, |seg| udp_checksum(&self.ip, seg));
+            return Err(WireError::BadUdpChecksum { found, expected });
+        }
+        if !self.icrc_ok {
+            return Err(WireError::BadIcrc { found: self.icrc, expected: self.icrc_expected });
+        }
+        Ok(())
+    }
+}
+
+fn ipv4_expected_checksum(p: &RocePacket<'_>) -> u16 {
+    let hl = p.bth_offset - 8 - p.l3_offset;
+    let mut buf = [0u8; 60];
+    match (buf.get_mut(..hl), p.frame.get(p.l3_offset..p.l3_offset + hl)) {
+        (Some(b), Some(h)) => {
+            b.copy_from_slice(h);
+            b[10] = 0;
+            b[11] = 0;
+            inet::checksum(b)
+        }
+        _ => 0,
+    }
+}
+
+/// The UDP checksum a segment (UDP header + data, its checksum field ignored) should carry
+/// under `ip`'s pseudo-header; a computed 0 is sent as 0xFFFF (RFC 768).
+pub(crate) fn udp_checksum(ip: &IpHeader, segment: &[u8]) -> u16 {
+    let len = segment.len();
+    let mut acc = match ip {
+        IpHeader::Ipv4(h) => inet::pseudo_v4(h.src, h.dst, IPPROTO_UDP, len),
+        IpHeader::Ipv6(h) | IpHeader::Grh(h) => inet::pseudo_v6(h.src, h.dst, IPPROTO_UDP, len),
+    };
+    acc = inet::sum(acc, segment.get(..6).unwrap_or(&[]));
+    acc = inet::sum(acc, segment.get(8..).unwrap_or(&[]));
+    match inet::fold(acc) {
+        0 => 0xFFFF,
+        c => c,
+    }
+}
+
+/// Parses a RoCE frame: Ethernet (one optional VLAN tag), then IPv4 or IPv6 + UDP 4791
+/// (RoCEv2) or a GRH (RoCEv1, ethertype 0x8915), then the BTH, the extension headers of the
+/// opcode, payload, pad and ICRC.
+///
+/// Structural problems are errors; the integrity checks (IPv4 header checksum, UDP checksum,
+/// ICRC) are computed and reported in the packet's `*_ok` fields so that a decoder can still
+/// show a damaged frame. Use [`parse_frame_verified`] (or [`RocePacket::check`]) to turn them
+/// into errors. Never panics and never allocates. Bytes after the IP packet (Ethernet
+/// padding) are ignored.
+pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    let loc = locate(frame)?;
+    let span = loc.span;
+    let transport = frame.get(span.bth..span.end).unwrap_or(&[]);
+    let bth = Bth::from_bytes(&array(transport, 0));
+    if bth.tver != 0 {
+        return Err(WireError::BadTver { tver: bth.tver });
+    }
+    let opcode = bth.opcode;
+    let info = opcode.info().ok_or(WireError::UnknownOpcode { opcode })?;
+    let hdr_len = info.header_len();
+    if transport.len() < hdr_len + ICRC_LEN {
+        return Err(WireError::HeaderTooShort { opcode, need: hdr_len + ICRC_LEN, have: transport.len() });
+    }
+    let mut ext = ExtHeaders::default();
+    let mut at = Bth::LEN;
+    for kind in info.headers.iter() {
+        ext.read(kind, transport.get(at..at + kind.size()).unwrap_or(&[]));
+        at += kind.size();
+    }
+    let body = transport.get(hdr_len..transport.len() - ICRC_LEN).unwrap_or(&[]);
+    let pad_len = usize::from(bth.pad_cnt);
+    if pad_len > body.len() {
+        return Err(WireError::BadPadCnt { pad_cnt: bth.pad_cnt, available: body.len() });
+    }
+    let (payload, pad) = body.split_at(body.len() - pad_len);
+    if !info.payload && !payload.is_empty() {
+        return Err(WireError::UnexpectedPayload { opcode, len: payload.len() });
+    }
+    let icrc = wire_value(frame, &span);
+    let icrc_expected = icrc_of(frame, &span);
+    let ip_checksum_ok = match loc.ip {
+        IpHeader::Ipv4(_) => frame.get(span.l3..span.l3 + span.ip_hdr_len).is_some_and(|h| inet::checksum(h) == 0),
+        _ => true,
+    };
+    let udp_checksum_ok = match loc.udp {
+        Some(u) if u.checksum != 0 => {
+            Some(frame.get(span.bth - 8..span.end).is_some_and(|seg| udp_checksum(&loc.ip, seg) == u.checksum))
+        }
+        _ => None,
+    };
+    Ok(RocePacket {
+        frame,
+        eth: loc.eth,
+        ip: loc.ip,
+        udp: loc.udp,
+        bth,
+        info,
+        ext,
+        payload,
+        pad,
+        icrc,
+        icrc_expected,
+        icrc_ok: icrc == icrc_expected,
+        ip_checksum_ok,
+        udp_checksum_ok,
+        l3_offset: span.l3,
+        bth_offset: span.bth,
+        packet_end: span.end,
+    })
+}
+
+/// [`parse_frame`] plus [`RocePacket::check`]: what a receiving port accepts. A bad IPv4
+/// header checksum, a bad non-zero UDP checksum or a bad ICRC is an error.
+pub fn parse_frame_verified(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    let p = parse_frame(frame)?;
+    p.check()?;
+    Ok(p)
+}

@@ -1,0 +1,126 @@
+//! Per-port wire counters: what arrived, what was accepted and why the rest was dropped.
+//!
+//! The port owns one [`WireStats`] and feeds it every parse result; the counters are plain
+//! integers (the port decides how to share them).
+
+use super::packet::{RocePacket, RoceVersion, WireError};
+
+/// Receive and transmit counters of one port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireStats {
+    /// Frames seen on receive.
+    pub rx_frames: u64,
+    /// Bytes seen on receive.
+    pub rx_bytes: u64,
+    /// RoCEv2 frames accepted.
+    pub rx_roce_v2: u64,
+    /// RoCEv1 frames accepted.
+    pub rx_roce_v1: u64,
+    /// Frames that are not RoCE (not IP, not UDP, another UDP port); ignored, not errors.
+    pub rx_not_roce: u64,
+    /// Dropped: the frame ends inside a header.
+    pub drop_truncated: u64,
+    /// Dropped: bad IP version, IHL or a fragment.
+    pub drop_bad_ip: u64,
+    /// Dropped: IP/UDP lengths inconsistent with each other or the frame, or a PadCnt larger
+    /// than the body.
+    pub drop_bad_length: u64,
+    /// Dropped: BTH TVer not 0.
+    pub drop_bad_tver: u64,
+    /// Dropped: opcode not in the table.
+    pub drop_unknown_opcode: u64,
+    /// Dropped: the packet is shorter than its opcode's headers, or carries a payload where
+    /// the opcode has none.
+    pub drop_bad_header: u64,
+    /// Dropped: IPv4 header checksum or non-zero UDP checksum wrong.
+    pub drop_bad_checksum: u64,
+    /// Dropped: ICRC mismatch (rxe: "bad ICRC").
+    pub drop_bad_icrc: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+}
+
+impl WireStats {
+    /// Fresh counters.
+    pub const fn new() -> Self {
+        Self {
+            rx_frames: 0,
+            rx_bytes: 0,
+            rx_roce_v2: 0,
+            rx_roce_v1: 0,
+            rx_not_roce: 0,
+            drop_truncated: 0,
+            drop_bad_ip: 0,
+            drop_bad_length: 0,
+            drop_bad_tver: 0,
+            drop_unknown_opcode: 0,
+            drop_bad_header: 0,
+            drop_bad_checksum: 0,
+            drop_bad_icrc: 0,
+            tx_frames: 0,
+            tx_bytes: 0,
+        }
+    }
+
+    /// Counts a received frame of `len` bytes (call once per frame, before the verdict).
+    pub fn record_rx_frame(&mut self, len: usize) {
+        self.rx_frames += 1;
+        self.rx_bytes += len as u64;
+    }
+
+    /// Counts an accepted packet.
+    pub fn record_accepted(&mut self, p: &RocePacket<'_>) {
+        match p.version() {
+            RoceVersion::V1 => self.rx_roce_v1 += 1,
+            RoceVersion::V2 => self.rx_roce_v2 += 1,
+        }
+    }
+
+    /// Counts a rejected frame under the counter its error belongs to.
+    pub fn record_error(&mut self, e: &WireError) {
+        let c = match e {
+            WireError::NotIp { .. } | WireError::NotUdp { .. } | WireError::NotRocePort { .. } => &mut self.rx_not_roce,
+            WireError::Truncated { .. } => &mut self.drop_truncated,
+            WireError::BadIpVersion { .. } | WireError::BadIhl { .. } | WireError::Fragmented => &mut self.drop_bad_ip,
+            WireError::BadIpLength { .. } | WireError::UdpLengthMismatch { .. } | WireError::BadPadCnt { .. } => {
+                &mut self.drop_bad_length
+            }
+            WireError::BadTver { .. } => &mut self.drop_bad_tver,
+            WireError::UnknownOpcode { .. } => &mut self.drop_unknown_opcode,
+            WireError::HeaderTooShort { .. } | WireError::UnexpectedPayload { .. } => &mut self.drop_bad_header,
+            WireError::BadIpChecksum { .. } | WireError::BadUdpChecksum { .. } => &mut self.drop_bad_checksum,
+            WireError::BadIcrc { .. } => &mut self.drop_bad_icrc,
+        };
+        *c += 1;
+    }
+
+    /// Counts a frame of `len` bytes and the verdict of
+    /// [`parse_frame_verified`](super::packet::parse_frame_verified) on it.
+    pub fn record_rx(&mut self, len: usize, verdict: &Result<RocePacket<'_>, WireError>) {
+        self.record_rx_frame(len);
+        match verdict {
+            Ok(p) => self.record_accepted(p),
+            Err(e) => self.record_error(e),
+        }
+    }
+
+    /// Counts a sent frame.
+    pub fn record_tx(&mut self, len: usize) {
+        self.tx_frames += 1;
+        self.tx_bytes += len as u64;
+    }
+
+    /// Frames dropped as damaged (not counting frames that simply are not RoCE).
+    pub fn dropped(&self) -> u64 {
+        self.drop_truncated
+            + self.drop_bad_ip
+            + self.drop_bad_length
+            + self.drop_bad_tver
+            + self.drop_unknown_opcode
+            + self.drop_bad_header
+            + self.drop_bad_checksum
+            + self.drop_bad_icrc
+    }
+}
