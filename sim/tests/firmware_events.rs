@@ -1,0 +1,187 @@
+//! Event queues: the command-completion EQE and its MSI-X interrupt on an eventfd, one-shot
+//! arming through the UAR, EQE owner bits across wrap-around, and overrun detection.
+
+mod firmware_common;
+
+use firmware_common::*;
+use std::time::Duration;
+use umlx_hwdesc::enums::{CmdOpcode, EventType, HealthSyndrome, PortChangeSubtype};
+use umlx_hwdesc::ifc::*;
+
+const CMD_MASK: u64 = 1 << 0x0a;
+
+/// A brought-up device with a UAR (no EQ yet).
+fn initialized() -> (SimDevice, CmdHost, u32) {
+    let dev = SimDevice::new(SimConfig::default());
+    let mut host = CmdHost::new(&dev);
+    host.bring_up().unwrap();
+    let uar = host.alloc_uar().unwrap();
+    (dev, host, uar)
+}
+
+fn nop(host: &mut CmdHost) {
+    host.exec(CmdOpcode::NOP, 0, 16, 16, |_| {}).expect("NOP");
+}
+
+#[test]
+fn command_completion_eqe_and_interrupt() {
+    let (dev, mut host, uar) = initialized();
+    let efd = EventFd::new().unwrap();
+    dev.set_irq_eventfd(0, Some(efd.fd())).unwrap();
+    let mut eq = host.create_eq(uar, 4, CMD_MASK, 0).unwrap();
+    // CREATE_EQ's own completion lands on the new EQ; the EQ is not armed yet, so no interrupt.
+    let first = eq.poll().expect("CMD EQE of CREATE_EQ");
+    assert_eq!(eqe_type(&first), EventType::CMD.0);
+    assert_eq!(first[63], 0, "owner 0 on the first pass over the ring");
+    assert_eq!(efd.try_read(), None, "an EQ that was never armed raises no interrupt");
+
+    // Arm with the consumer index caught up: no interrupt yet.
+    eq.doorbell(true);
+    assert_eq!(efd.try_read(), None);
+    // A command on slot 3: EQE with vector bit 3, and the interrupt.
+    host.slot = 3;
+    nop(&mut host);
+    assert_eq!(efd.wait(Duration::from_secs(1)), Some(1), "MSI-X vector 0 fired once");
+    let e = eq.poll().expect("CMD EQE");
+    assert_eq!(eqe_type(&e), EventType::CMD.0);
+    assert_eq!(eqe_data_u32(&e, 0), 1 << 3, "vector = bitmask of the completed slot");
+    assert_eq!(e[63] & 1, 0);
+    assert!(eq.poll().is_none(), "one EQE per completion");
+
+    // Arming is one-shot: the next completion writes an EQE but raises nothing.
+    nop(&mut host);
+    assert_eq!(efd.try_read(), None, "not re-armed: no interrupt");
+    // Updating the CI without arming (0x48) does not arm either.
+    assert!(eq.poll().is_some());
+    eq.doorbell(false);
+    nop(&mut host);
+    assert_eq!(efd.try_read(), None);
+    // Arming while an EQE is already pending fires at once.
+    eq.doorbell(true);
+    assert_eq!(efd.wait(Duration::from_secs(1)), Some(1), "armed with pending EQEs: immediate interrupt");
+    assert!(eq.poll().is_some());
+    eq.doorbell(true);
+    // Two slots in one doorbell: one EQE naming both.
+    host.slot = 0;
+    let p0 = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
+    let p5 = host.prepare(5, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
+    host.queue().write_u8(CmdHost::entry_offset(0) + 63, 1);
+    host.queue().write_u8(CmdHost::entry_offset(5) + 63, 1);
+    host.ring((1 << 0) | (1 << 5));
+    host.poll(&p0).unwrap();
+    host.poll(&p5).unwrap();
+    let e = eq.poll().expect("one EQE for the doorbell");
+    assert_eq!(eqe_data_u32(&e, 0), (1 << 0) | (1 << 5));
+    assert!(eq.poll().is_none());
+    assert_eq!(efd.wait(Duration::from_secs(1)), Some(1));
+    let s = dev.stats();
+    assert_eq!(s.interrupts, 3);
+    assert_eq!(s.bad_doorbells, 0);
+}
+
+#[test]
+fn eqe_owner_bit_across_wrap_around() {
+    let (dev, mut host, uar) = initialized();
+    let mut eq = host.create_eq(uar, 2, CMD_MASK, 0).unwrap(); // 4 entries
+    assert!(eq.poll().is_some());
+    eq.doorbell(false);
+    let n = 4 * 3 + 1; // more than two passes over the ring
+    for k in 0..n {
+        nop(&mut host);
+        let ci = eq.ci;
+        let off = eq.entry_offset(ci);
+        let e = eq.poll().unwrap_or_else(|| panic!("EQE {k} (ci {ci}) not valid for software"));
+        assert_eq!(eqe_type(&e), EventType::CMD.0);
+        assert_eq!(e[63] & 1, ((ci >> 2) & 1) as u8, "owner bit of pass {} at index {}", ci >> 2, ci & 3);
+        assert_eq!(eq.buf.read_u8(off + 63) & 1, ((ci >> 2) & 1) as u8);
+        assert!(eq.poll().is_none(), "the next entry still belongs to the device (stale owner)");
+        eq.doorbell(false);
+    }
+    assert_eq!(eq.ci, 1 + n);
+    let s = dev.stats();
+    assert_eq!((s.eq_overruns, s.eqes), (0, 1 + n as u64));
+    // QUERY_EQ reports the counters.
+    let o = host
+        .exec(CmdOpcode::QUERY_EQ, 0, query_eq_in::SIZE_BYTES, query_eq_out::SIZE_BYTES, |i| {
+            query_eq_in::eq_number.set(i, eq.eqn as u64);
+        })
+        .expect("QUERY_EQ with the fixed-size output");
+    let ctx = query_eq_out::eq_context_entry;
+    assert_eq!(ctx.inner(eqc::log_eq_size).get(&o), 2);
+    assert_eq!(ctx.inner(eqc::uar_page).get(&o), uar as u64);
+    assert_eq!(ctx.inner(eqc::consumer_counter).get(&o), eq.ci as u64);
+    // QUERY_EQ's own completion was posted after the query ran.
+    assert_eq!(ctx.inner(eqc::producer_counter).get(&o), eq.ci as u64);
+    assert_eq!(query_eq_out::event_bitmask.get(&o), CMD_MASK);
+}
+
+#[test]
+fn eq_overrun_is_a_fatal_error_unless_ignored() {
+    let (dev, mut host, uar) = initialized();
+    let eq = host.create_eq(uar, 1, CMD_MASK, 0).unwrap(); // 2 entries, CREATE_EQ's EQE in one
+    // The consumer index is never updated: one more EQE fits, the next overruns.
+    nop(&mut host);
+    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "full, not yet overrun");
+    nop(&mut host); // completes, but its EQE overruns the EQ
+    assert_eq!(dev.stats().eq_overruns, 1);
+    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
+    assert_eq!(dev.bar0_read32(0x1010) >> 24, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
+    // The entries already written are intact; nothing was overwritten.
+    assert_eq!(eq.buf.read_u8(63) & 1, 0);
+    assert_eq!(eq.buf.read_u8(64 + 63) & 1, 0);
+    assert_eq!(eqe_data_u32(&eq.peek().unwrap(), 0), 1, "entry 0 still holds CREATE_EQ's completion");
+    // The device is dead: the next command never completes.
+    host.timeout = Duration::from_millis(30);
+    assert!(host.exec(CmdOpcode::NOP, 0, 16, 16, |_| {}).unwrap_err().timed_out);
+}
+
+#[test]
+fn overrun_ignore_drops_events() {
+    let (dev, mut host, uar) = initialized();
+    // CREATE_EQ with `oi` set, by hand.
+    let buf = host.alloc(4096);
+    for i in 0..2 {
+        buf.write_u8(i * 64 + 63, 1);
+    }
+    let ctx = create_eq_in::eq_context_entry;
+    let o = host
+        .exec(CmdOpcode::CREATE_EQ, 0, create_eq_in::SIZE_BYTES + 8, create_eq_out::SIZE_BYTES, |i| {
+            ctx.inner(eqc::oi).set(i, 1);
+            ctx.inner(eqc::log_eq_size).set(i, 1);
+            ctx.inner(eqc::uar_page).set(i, uar as u64);
+            create_eq_in::event_bitmask.elem(0).set(i, CMD_MASK);
+            put_pas(i, create_eq_in::SIZE_BYTES, &[buf.iova()]);
+        })
+        .unwrap();
+    let _eqn = create_eq_out::eq_number.get(&o);
+    for _ in 0..5 {
+        nop(&mut host);
+    }
+    let s = dev.stats();
+    assert_eq!((s.eq_overruns, s.eqes), (0, 2), "overrun ignored: extra events dropped");
+    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "still healthy");
+}
+
+#[test]
+fn port_change_event_at_init_hca() {
+    // An EQ subscribed to PORT_CHANGE before INIT_HCA is impossible (EQs need INIT_HCA), so
+    // the link is brought down and up through PAOS.
+    let (_dev, mut host, uar) = initialized();
+    let mut eq = host.create_eq(uar, 3, 1 << 0x09, 0).unwrap();
+    let paos = |host: &mut CmdHost, admin: u8| {
+        let mut reg = [0u8; 16];
+        reg[1] = 1;
+        reg[2] = admin;
+        host.access_reg(umlx_hwdesc::enums::AccessRegId::PAOS, true, &reg).expect("PAOS write")
+    };
+    let r = paos(&mut host, 2);
+    assert_eq!(r[3] & 0xf, 2, "oper status down");
+    let e = eq.poll().expect("port change EQE");
+    assert_eq!((eqe_type(&e), e[3]), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
+    assert_eq!(e[0x28] >> 4, 1, "port 1");
+    paos(&mut host, 1);
+    let e = eq.poll().expect("port change EQE");
+    assert_eq!(e[3], PortChangeSubtype::ACTIVE.0);
+    paos(&mut host, 1);
+    assert!(eq.poll().is_none(), "no event without a change");
+}
