@@ -18,6 +18,7 @@ use umlx_hwdesc::enums::HealthSyndrome;
 
 struct Inner {
     hca: Mutex<Hca>,
+    port: crate::port::Port,
 }
 
 /// A software ConnectX. Cloning gives another handle to the same device.
@@ -73,7 +74,8 @@ pub struct ObjectCounts {
 impl SimDevice {
     /// Powers on a device with `cfg`.
     pub fn new(cfg: SimConfig) -> SimDevice {
-        let inner = Arc::new(Inner { hca: Mutex::new(Hca::new(cfg)) });
+        let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
+        let inner = Arc::new(Inner { hca: Mutex::new(Hca::new(cfg)), port });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("umlx-sim-engine".into())
@@ -101,12 +103,32 @@ impl SimDevice {
 
     /// Writes the 32-bit big-endian register at BAR0 + `offset`.
     pub fn bar0_write32(&self, offset: u64, value: u32) {
-        self.lock().bar_write32(offset, value)
+        let out = {
+            let mut h = self.lock();
+            h.bar_write32(offset, value);
+            h.take_outbox()
+        };
+        self.inner.port.transmit(out);
     }
 
     /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells.
     pub fn bar0_write64(&self, offset: u64, value: u64) {
-        self.lock().bar_write64(offset, value)
+        let out = {
+            let mut h = self.lock();
+            h.bar_write64(offset, value);
+            h.take_outbox()
+        };
+        self.inner.port.transmit(out);
+    }
+
+    /// The device's Ethernet port (attach it to a [`crate::fabric::Fabric`] or a UDP wire).
+    pub fn port(&self) -> crate::port::Port {
+        self.inner.port.clone()
+    }
+
+    /// Transport counters (packets, retransmissions, NAKs, CQEs).
+    pub fn transport_stats(&self) -> crate::transport::TransportStats {
+        self.lock().transport_stats()
     }
 
     /// Reads PCI configuration space.
@@ -232,15 +254,26 @@ impl SimDevice {
 }
 
 /// The engine: time-driven device work, until the device is dropped.
+///
+/// Each round takes the frames the port received, hands them to the transport and runs the
+/// timers under the device lock, then sends what the transport queued after dropping it. The
+/// port wakes the engine when a frame arrives.
 fn engine(weak: Weak<Inner>) {
+    if let Some(inner) = weak.upgrade() {
+        inner.port.set_waker(std::thread::current());
+    }
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let busy = {
+        let frames = inner.port.take_rx();
+        let (busy, out) = {
             let mut h = inner.hca.lock().unwrap_or_else(|e| e.into_inner());
-            h.tick(Instant::now());
-            h.has_timed_work()
+            let now = Instant::now();
+            inner.port.process(&mut h, frames, now);
+            h.tick(now);
+            (h.has_timed_work(), h.take_outbox())
         };
+        inner.port.transmit(out);
         drop(inner);
-        std::thread::sleep(if busy { Duration::from_micros(200) } else { Duration::from_millis(1) });
+        std::thread::park_timeout(if busy { Duration::from_micros(100) } else { Duration::from_millis(1) });
     }
 }

@@ -105,14 +105,19 @@ impl Iommu {
     /// cleared. The memory may be read and written by the device concurrently with the host
     /// (as DMA is): the host must treat it as device-visible memory (no Rust references).
     pub unsafe fn map(&mut self, iova: u64, host: *mut u8, len: u64, read: bool, write: bool) -> Result<(), MapError> {
-        if len == 0 || !iova.is_multiple_of(IOMMU_PAGE) || !len.is_multiple_of(IOMMU_PAGE) || iova.checked_add(len).is_none() {
+        if len == 0
+            || !iova.is_multiple_of(IOMMU_PAGE)
+            || !len.is_multiple_of(IOMMU_PAGE)
+            || iova.checked_add(len).is_none()
+        {
             return Err(MapError::Invalid);
         }
         let end = iova + len;
         if let Some((&s, m)) = self.maps.range(..end).next_back()
-            && s + m.len > iova {
-                return Err(MapError::Exists);
-            }
+            && s + m.len > iova
+        {
+            return Err(MapError::Exists);
+        }
         self.maps.insert(iova, Mapping { len, host: host as usize, read, write });
         self.mapped_bytes += len;
         Ok(())

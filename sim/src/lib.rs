@@ -8,12 +8,17 @@
 //!
 //! Modules: [`device`] (the public device: BAR0, PCI config, IOMMU map/unmap, interrupts, the
 //! engine thread), [`firmware`] (command processor and objects), [`iommu`] (the only path to
-//! host memory), [`config`] (identity and hostile knobs), [`wire`] (RoCEv2 frames and pcap).
+//! host memory), [`config`] (identity and hostile knobs), [`wire`] (RoCEv2 frames and pcap),
+//! [`host`] (a minimal software host that drives the device directly: tests and benchmarks).
 
 pub mod config;
 pub mod device;
+pub mod fabric;
 pub mod firmware;
+pub mod host;
 pub mod iommu;
+pub mod port;
+pub mod transport;
 pub mod wire;
 
 pub use config::{FailCommand, Hostile, SimConfig};

@@ -2,26 +2,61 @@
 //! The transport itself lives in `crate::transport`.
 
 use super::Hca;
+use std::time::Instant;
 use umlx_hwdesc::enums::QpState;
 
 impl Hca {
-    /// UAR + 0x800..: SQ doorbell (the first 8 bytes of the WQE's control segment).
+    /// UAR + 0x800..: SQ doorbell (the first 8 bytes of the WQE's control segment). The WQEs are
+    /// taken from the SQ buffer up to the doorbell record's send counter (a BlueFlame copy is
+    /// not used beyond its first 8 bytes).
     pub(crate) fn sq_doorbell(&mut self, uar: u32, value: u64) {
         let qpn = ((value >> 8) & 0xff_ffff) as u32;
         match self.objects.qps.get_mut(&qpn) {
             Some(qp) if qp.uar == uar => {
                 qp.sq_doorbell = ((value >> 40) & 0xffff) as u16;
+                self.sq_service(qpn, Instant::now());
             }
             _ => self.stats.bad_doorbells += 1,
         }
     }
 
     /// Called after a QP changed state.
-    pub(crate) fn qp_state_changed(&mut self, _qpn: u32, _from: QpState, _to: QpState) {}
+    pub(crate) fn qp_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
+        self.transport_state_changed(qpn, from, to);
+    }
 
     /// Called after a QP was destroyed.
-    pub(crate) fn qp_destroyed(&mut self, _qpn: u32) {}
+    pub(crate) fn qp_destroyed(&mut self, qpn: u32) {
+        self.objects.xport.timed.remove(&qpn);
+    }
 
     /// Fills the transport fields of a QUERY_QP output.
-    pub(crate) fn qp_query_transport(&self, _qpn: u32, _out: &mut [u8]) {}
+    pub(crate) fn qp_query_transport(&self, qpn: u32, out: &mut [u8]) {
+        use umlx_hwdesc::ifc::{qpc, query_qp_out};
+        let Some(qp) = self.objects.qps.get(&qpn) else { return };
+        let t = &qp.transport;
+        let q = query_qp_out::qpc;
+        if qp.state != QpState::RST && qp.state != QpState::INIT {
+            q.inner(qpc::next_rcv_psn).set(out, t.epsn as u64);
+        }
+        if matches!(qp.state, QpState::RTS | QpState::SQD | QpState::SQER) {
+            q.inner(qpc::next_send_psn).set(out, t.next_psn as u64);
+        }
+    }
+
+    /// Frames the transport queued for the wire since the last call.
+    pub fn take_outbox(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.objects.xport.outbox)
+    }
+
+    /// Transport counters.
+    pub fn transport_stats(&self) -> crate::transport::TransportStats {
+        self.objects.xport.stats
+    }
+
+    /// The port MAC and the IP addresses of the RoCE GID table (what the port answers ARP and
+    /// neighbour solicitation for, besides the configured addresses).
+    pub fn gid_ips(&self) -> Vec<std::net::IpAddr> {
+        self.vport.gids.iter().flatten().map(|g| crate::wire::packet::gid_to_ip(&g.gid)).collect()
+    }
 }

@@ -59,7 +59,8 @@ impl Hca {
     pub(crate) fn execute(&mut self, input: &[u8], outlen: usize) -> Vec<u8> {
         let opcode = mbox_in::opcode.get(input) as u16;
         self.stats.commands += 1;
-        let count = self.stats.commands;
+        self.commands_since_reset += 1;
+        let count = self.commands_since_reset;
         let result = self.execute_checked(opcode, input, count);
         let mut output = match result {
             // Queries end with the object's page list: the firmware writes as much of it as
@@ -157,6 +158,7 @@ impl Hca {
             return Err(CmdFail::new(CmdStatus::BAD_SYS_STATE_ERR, op, sy::ALREADY_DONE));
         }
         self.state = HcaState::Enabled;
+        self.pages.enable();
         Ok(out(enable_hca_out::SIZE_BYTES))
     }
 
@@ -193,7 +195,9 @@ impl Hca {
 
     fn cmd_init_hca(&mut self, input: &[u8]) -> CmdResult {
         let op = CmdOpcode::INIT_HCA.0;
-        need_in(op, input, init_hca_in::SIZE_BYTES)?;
+        // `sw_owner_id` (Linux) is optional: rdma-core's `init_hca_in`, which mlx5_vfio sends,
+        // ends before it.
+        need_in(op, input, init_hca_in::sw_owner_id.offset_bytes())?;
         if self.state != HcaState::Enabled {
             return Err(CmdFail::new(CmdStatus::BAD_SYS_STATE_ERR, op, sy::ALREADY_DONE));
         }

@@ -145,6 +145,9 @@ pub struct Hca {
     pub(crate) stats: SimStats,
     pub(crate) host_endianness: u8,
     pub(crate) driver_version: Vec<u8>,
+    /// Commands executed since the last reset (what the hostile knobs count; `stats` survive
+    /// a reset).
+    pub(crate) commands_since_reset: u64,
 }
 
 impl Hca {
@@ -172,6 +175,7 @@ impl Hca {
             stats: SimStats::default(),
             host_endianness: 0,
             driver_version: Vec::new(),
+            commands_since_reset: 0,
             cfg,
         };
         hca.init_pci_config();
@@ -269,10 +273,7 @@ impl Hca {
                 init | (1 << 30)
             }
             0x0230 => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
-            0x0238
-                if self.health.synd != 0 => {
-                    1 << 31
-                }
+            0x0238 if self.health.synd != 0 => 1 << 31,
             0x023c => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
             0x1000 => (self.internal_timer() >> 32) as u32,
             0x1004 => self.internal_timer() as u32,
@@ -350,13 +351,19 @@ impl Hca {
                 let cqn = value as u32 & 0xff_ffff;
                 self.cq_arm_doorbell(uar, cqn, hi);
             }
-            o if o >= 0x800 => self.sq_doorbell(uar, value),
+            // A doorbell starts each BlueFlame buffer half (0x100 apart); the rest of a
+            // BlueFlame copy is WQE body, which the device reads from the SQ buffer instead.
+            o if o >= 0x800 && (o - 0x800) % 0x100 == 0 => self.sq_doorbell(uar, value),
+            o if o >= 0x800 => {}
             _ => self.stats.bad_doorbells += 1,
         }
     }
 
     /// Time-driven work: delayed command completions.
     pub fn tick(&mut self, now: Instant) {
+        if !self.objects.xport.timed.is_empty() {
+            self.transport_tick(now);
+        }
         if self.delayed.is_empty() {
             return;
         }
@@ -379,6 +386,6 @@ impl Hca {
 
     /// Whether there is time-driven work pending.
     pub fn has_timed_work(&self) -> bool {
-        !self.delayed.is_empty()
+        !self.delayed.is_empty() || !self.objects.xport.timed.is_empty()
     }
 }

@@ -287,6 +287,8 @@ pub struct Qp {
     pub rq_consumed: u32,
     /// Last SQ doorbell value (WQE counter) seen.
     pub sq_doorbell: u16,
+    /// Transport state (requester and responder), owned by `crate::transport`.
+    pub transport: crate::transport::QpTransport,
 }
 
 impl Qp {
@@ -349,6 +351,8 @@ pub struct Objects {
     pub qps: BTreeMap<u32, Qp>,
     /// Next variant byte seed for MKeys (the driver chooses the variant; kept for stats).
     pub mkeys_created: u64,
+    /// Device-wide transport state (outbound frames, timers, counters).
+    pub xport: crate::transport::HcaTransport,
 }
 
 /// Picks the lowest free number in `first..limit`.
@@ -774,9 +778,8 @@ impl Hca {
         ctx.inner(eqc::status).set(&mut o, eq.overrun as u64 * 0xa);
         ctx.inner(eqc::consumer_counter).set(&mut o, (eq.consumer & 0xff_ffff) as u64);
         ctx.inner(eqc::producer_counter).set(&mut o, (eq.producer & 0xff_ffff) as u64);
-        for (i, m) in eq.mask.iter().enumerate() {
-            query_eq_out::event_bitmask.elem(i).set(&mut o, *m);
-        }
+        // QUERY_EQ carries one 64-bit mask (event types 0..63), not CREATE_EQ's four.
+        query_eq_out::event_bitmask.set(&mut o, eq.mask[0]);
         for (i, p) in eq.buf.pas.iter().enumerate() {
             let off = query_eq_out::SIZE_BYTES + 8 * i;
             o[off..off + 8].copy_from_slice(&p.to_be_bytes());
@@ -1068,9 +1071,10 @@ impl Hca {
         cq.producer = cq.producer.wrapping_add(1);
         let is_err = matches!(cqe[63] >> 4, 13 | 14);
         if let Some(arm) = cq.arm
-            && (!arm.solicited_only || solicited || is_err) {
-                self.cq_event(cqn);
-            }
+            && (!arm.solicited_only || solicited || is_err)
+        {
+            self.cq_event(cqn);
+        }
         true
     }
 
@@ -1365,6 +1369,7 @@ impl Hca {
                 sq_fetched: 0,
                 rq_consumed: 0,
                 sq_doorbell: 0,
+                transport: Default::default(),
             },
         );
         let mut o = out(create_qp_out::SIZE_BYTES);

@@ -76,6 +76,17 @@ impl Pages {
         self.requested = 0;
     }
 
+    /// ENABLE_HCA: a new life of the function (after DISABLE_HCA, without a reset) asks for its
+    /// boot and init pages again and has live demand after INIT_HCA; pages it still holds count.
+    pub fn enable(&mut self) {
+        self.torn_down = false;
+        self.initialized = false;
+        self.regular = 0;
+        self.extra = 0;
+        self.requested = 0;
+        self.churn_out = false;
+    }
+
     /// Hostile churn: alternately ask for `n` extra pages and give them back.
     pub fn churn(&mut self, n: u32) {
         self.churn_out = !self.churn_out;

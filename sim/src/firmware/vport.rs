@@ -114,7 +114,9 @@ impl Hca {
         ctx.inner(nic_vport_context::port_guid).set(&mut o, self.vport.node_guid);
         ctx.inner(nic_vport_context::system_image_guid).set(&mut o, self.vport.node_guid);
         let mac = self.vport.mac;
-        if let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes_mut(&mut o) { b[2..8].copy_from_slice(&mac) }
+        if let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes_mut(&mut o) {
+            b[2..8].copy_from_slice(&mac)
+        }
         Ok(o)
     }
 
@@ -137,9 +139,10 @@ impl Hca {
             self.vport.mtu = mtu;
         }
         if sel.inner(modify_nic_vport_field_select::permanent_address).get(input) != 0
-            && let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes(input) {
-                self.vport.mac.copy_from_slice(&b[2..8]);
-            }
+            && let Some(b) = ctx.inner(nic_vport_context::permanent_address).bytes(input)
+        {
+            self.vport.mac.copy_from_slice(&b[2..8]);
+        }
         Ok(out(modify_nic_vport_context_out::SIZE_BYTES))
     }
 
@@ -263,7 +266,9 @@ impl Hca {
         let mut o = out(query_roce_address_out::SIZE_BYTES);
         if let Some(e) = entry {
             let a = query_roce_address_out::roce_address;
-            if let Some(b) = a.inner(roce_addr_layout::source_l3_address).bytes_mut(&mut o) { b.copy_from_slice(&e.gid) }
+            if let Some(b) = a.inner(roce_addr_layout::source_l3_address).bytes_mut(&mut o) {
+                b.copy_from_slice(&e.gid)
+            }
             a.inner(roce_addr_layout::source_mac_47_32).set(&mut o, u16::from_be_bytes([e.mac[0], e.mac[1]]) as u64);
             a.inner(roce_addr_layout::source_mac_31_0)
                 .set(&mut o, u32::from_be_bytes([e.mac[2], e.mac[3], e.mac[4], e.mac[5]]) as u64);

@@ -1,0 +1,236 @@
+//! An in-process Ethernet fabric connecting ports, with seeded impairments.
+//!
+//! A [`Fabric`] delivers each frame to the port whose MAC is the destination (every other
+//! port for broadcast and multicast). Its [`FabricConfig`] makes it lose, duplicate, corrupt,
+//! delay and reorder frames with probabilities drawn from one seeded generator, so a test can
+//! ask for "1% loss" and get the same decisions for the same sequence of frames. Delayed and
+//! reordered frames are delivered by the fabric's own thread; everything else is delivered in
+//! the sender's thread, after the sending device dropped its lock.
+
+use crate::port::{Port, PortInner};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+/// Impairments of a fabric.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FabricConfig {
+    /// Seed of the generator behind every random choice.
+    pub seed: u64,
+    /// Probability that a frame is lost.
+    pub loss: f64,
+    /// Probability that a frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a frame is held back so that later frames overtake it.
+    pub reorder: f64,
+    /// Probability that one byte of a frame is flipped (the receiver's ICRC check drops it).
+    pub corrupt: f64,
+    /// Fixed delay of every frame.
+    pub delay: Duration,
+    /// How long a reordered frame is held back (default 200 µs when zero).
+    pub reorder_delay: Duration,
+}
+
+/// Counters of a fabric.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Frames offered by ports.
+    pub offered: u64,
+    /// Frames delivered to ports.
+    pub delivered: u64,
+    /// Frames lost on purpose.
+    pub lost: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Frames corrupted.
+    pub corrupted: u64,
+    /// Frames held back.
+    pub reordered: u64,
+    /// Frames no port took (unknown destination MAC).
+    pub unroutable: u64,
+}
+
+struct State {
+    cfg: FabricConfig,
+    rng: u64,
+    held: Vec<(Instant, u64, usize, Vec<u8>)>,
+    seq: u64,
+    stats: FabricStats,
+}
+
+pub(crate) struct FabricShared {
+    ports: Mutex<Vec<Weak<PortInner>>>,
+    state: Mutex<State>,
+    timer: Mutex<Option<Thread>>,
+}
+
+/// An in-process fabric. Cloning gives another handle to the same fabric; its thread stops
+/// when the last handle is dropped.
+#[derive(Clone)]
+pub struct Fabric {
+    shared: Arc<FabricShared>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").field("stats", &self.stats()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Fabric {
+    /// A fabric with the given impairments.
+    pub fn new(cfg: FabricConfig) -> Fabric {
+        let shared = Arc::new(FabricShared {
+            ports: Mutex::new(Vec::new()),
+            state: Mutex::new(State {
+                cfg,
+                rng: cfg.seed ^ 0x9E37_79B9_7F4A_7C15,
+                held: Vec::new(),
+                seq: 0,
+                stats: FabricStats::default(),
+            }),
+            timer: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&shared);
+        let h = std::thread::Builder::new()
+            .name("umlx-sim-fabric".into())
+            .spawn(move || timer(weak))
+            .expect("spawning the fabric thread");
+        *lock(&shared.timer) = Some(h.thread().clone());
+        Fabric { shared }
+    }
+
+    /// A fabric without impairments.
+    pub fn perfect() -> Fabric {
+        Fabric::new(FabricConfig::default())
+    }
+
+    /// Connects `port` to this fabric (disconnecting it from any other wire).
+    pub fn attach(&self, port: &Port) {
+        lock(&self.shared.ports).push(Arc::downgrade(&port.inner));
+        port.set_fabric(self.shared.clone());
+    }
+
+    /// Changes the impairments (the generator keeps its state).
+    pub fn set_config(&self, cfg: FabricConfig) {
+        lock(&self.shared.state).cfg = cfg;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FabricStats {
+        lock(&self.shared.state).stats
+    }
+}
+
+impl State {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+impl FabricShared {
+    /// A port sends a frame.
+    pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>) {
+        let now = Instant::now();
+        let mut copies = 1;
+        let mut hold = None;
+        {
+            let mut s = lock(&self.state);
+            s.stats.offered += 1;
+            let cfg = s.cfg;
+            if s.chance(cfg.loss) {
+                s.stats.lost += 1;
+                return;
+            }
+            if s.chance(cfg.corrupt) && frame.len() > 14 {
+                let r = s.next() as usize;
+                let i = 14 + r % (frame.len() - 14);
+                frame[i] ^= 1 << ((r >> 32) % 8);
+                s.stats.corrupted += 1;
+            }
+            if s.chance(cfg.duplicate) {
+                copies = 2;
+                s.stats.duplicated += 1;
+            }
+            let mut delay = cfg.delay;
+            if s.chance(cfg.reorder) {
+                s.stats.reordered += 1;
+                delay += if cfg.reorder_delay.is_zero() { Duration::from_micros(200) } else { cfg.reorder_delay };
+            }
+            if !delay.is_zero() {
+                hold = Some(now + delay);
+            }
+            if let Some(due) = hold {
+                for _ in 0..copies {
+                    s.seq += 1;
+                    let seq = s.seq;
+                    s.held.push((due, seq, from as *const PortInner as usize, frame.clone()));
+                }
+            }
+        }
+        if hold.is_some() {
+            if let Some(t) = &*lock(&self.timer) {
+                t.unpark();
+            }
+            return;
+        }
+        for _ in 1..copies {
+            self.deliver(from as *const PortInner as usize, frame.clone());
+        }
+        self.deliver(from as *const PortInner as usize, frame);
+    }
+
+    fn deliver(&self, from: usize, frame: Vec<u8>) {
+        let Some(dst) = frame.get(0..6) else { return };
+        let group = dst[0] & 1 != 0;
+        let ports: Vec<Arc<PortInner>> = lock(&self.ports).iter().filter_map(|w| w.upgrade()).collect();
+        let mut n = 0;
+        for p in ports {
+            if Arc::as_ptr(&p) as usize == from {
+                continue;
+            }
+            if group || p.mac == dst {
+                p.inject(frame.clone());
+                n += 1;
+            }
+        }
+        let mut s = lock(&self.state);
+        if n == 0 {
+            s.stats.unroutable += 1;
+        }
+        s.stats.delivered += n;
+    }
+}
+
+fn timer(weak: Weak<FabricShared>) {
+    loop {
+        let Some(f) = weak.upgrade() else { return };
+        let now = Instant::now();
+        let (due, next) = {
+            let mut s = lock(&f.state);
+            s.held.sort_by_key(|h| (h.0, h.1));
+            let n = s.held.partition_point(|h| h.0 <= now);
+            let due: Vec<_> = s.held.drain(..n).collect();
+            (due, s.held.first().map(|h| h.0))
+        };
+        for (_, _, from, frame) in due {
+            f.deliver(from, frame);
+        }
+        drop(f);
+        let wait = next.map_or(Duration::from_millis(5), |t| t.saturating_duration_since(Instant::now()));
+        std::thread::park_timeout(wait.max(Duration::from_micros(20)));
+    }
+}

@@ -1,0 +1,244 @@
+//! The device's Ethernet port: what connects the transport to a wire.
+//!
+//! A [`Port`] has a MAC and the device's addresses. It owns the frames in both directions
+//! outside the device lock: frames arriving from a wire wait in its receive queue until the
+//! device's engine thread takes them (the port wakes the engine), and frames the transport
+//! built are handed to the port after the device lock is dropped. It answers ARP and IPv6
+//! neighbour solicitation for its own addresses ([`crate::wire::arp`]), drops and counts
+//! malformed frames ([`WireStats`]), and can record every frame sent and received in a pcap.
+//!
+//! Wires: an in-process [`crate::fabric::Fabric`], or a UDP socket carrying one Ethernet
+//! frame per datagram (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so that
+//! another process or a VM can be the peer.
+
+use crate::fabric::FabricShared;
+use crate::firmware::Hca;
+use crate::wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr};
+use crate::wire::pcap::PcapWriter;
+use crate::wire::{WireStats, arp, parse_frame_verified};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::BufWriter;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::Thread;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Where the port's frames go.
+enum Link {
+    Down,
+    Fabric(Arc<FabricShared>),
+    Udp { sock: Arc<UdpSocket>, peer: SocketAddr },
+}
+
+pub(crate) struct PortInner {
+    pub(crate) mac: MacAddr,
+    ips: Vec<IpAddr>,
+    rx: Mutex<VecDeque<Vec<u8>>>,
+    link: Mutex<Link>,
+    stats: Mutex<WireStats>,
+    pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
+    waker: Mutex<Option<Thread>>,
+}
+
+/// A device's Ethernet port. Cloning gives another handle to the same port.
+#[derive(Clone)]
+pub struct Port {
+    pub(crate) inner: Arc<PortInner>,
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port").field("mac", &self.inner.mac).finish_non_exhaustive()
+    }
+}
+
+/// Most frames kept waiting for the engine; more are dropped (a full receive buffer).
+const RX_QUEUE_LIMIT: usize = 65536;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Port {
+    /// A port with `mac` answering for `ips`, not connected to any wire.
+    pub fn new(mac: MacAddr, ips: Vec<IpAddr>) -> Port {
+        Port {
+            inner: Arc::new(PortInner {
+                mac,
+                ips,
+                rx: Mutex::new(VecDeque::new()),
+                link: Mutex::new(Link::Down),
+                stats: Mutex::new(WireStats::new()),
+                pcap: Mutex::new(None),
+                waker: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> MacAddr {
+        self.inner.mac
+    }
+
+    /// Receive and transmit counters.
+    pub fn stats(&self) -> WireStats {
+        *lock(&self.inner.stats)
+    }
+
+    /// Records every frame sent and received from now on in a pcap file at `path`.
+    pub fn set_pcap(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
+        let w = PcapWriter::new(BufWriter::new(File::create(path)?))?;
+        *lock(&self.inner.pcap) = Some(w);
+        Ok(())
+    }
+
+    /// Stops recording and flushes the pcap file.
+    pub fn stop_pcap(&self) -> std::io::Result<()> {
+        if let Some(mut w) = lock(&self.inner.pcap).take() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Connects the port to a UDP wire: frames are sent as datagrams from `local` to `peer`
+    /// and every datagram arriving at `local` is a received frame. Returns the bound address.
+    pub fn connect_udp(&self, local: SocketAddr, peer: SocketAddr) -> std::io::Result<SocketAddr> {
+        let sock = Arc::new(UdpSocket::bind(local)?);
+        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let bound = sock.local_addr()?;
+        let weak = Arc::downgrade(&self.inner);
+        let rsock = sock.clone();
+        std::thread::Builder::new().name("umlx-sim-udp-rx".into()).spawn(move || udp_rx(weak, rsock))?;
+        *lock(&self.inner.link) = Link::Udp { sock, peer };
+        Ok(bound)
+    }
+
+    /// Disconnects the port from its wire.
+    pub fn disconnect(&self) {
+        *lock(&self.inner.link) = Link::Down;
+    }
+
+    pub(crate) fn set_fabric(&self, f: Arc<FabricShared>) {
+        *lock(&self.inner.link) = Link::Fabric(f);
+    }
+
+    /// A frame arrives from the wire: it waits for the device's engine.
+    pub fn inject(&self, frame: Vec<u8>) {
+        self.inner.inject(frame);
+    }
+
+    /// Sends frames on the wire (called without the device lock).
+    pub fn transmit(&self, frames: Vec<Vec<u8>>) {
+        if frames.is_empty() {
+            return;
+        }
+        {
+            let mut s = lock(&self.inner.stats);
+            for f in &frames {
+                s.record_tx(f.len());
+            }
+        }
+        self.inner.record(&frames);
+        let link = match &*lock(&self.inner.link) {
+            Link::Down => return,
+            Link::Fabric(f) => Some(Ok(f.clone())),
+            Link::Udp { sock, peer } => Some(Err((sock.clone(), *peer))),
+        };
+        match link {
+            Some(Ok(f)) => {
+                for fr in frames {
+                    f.send(&self.inner, fr);
+                }
+            }
+            Some(Err((sock, peer))) => {
+                for fr in frames {
+                    let _ = sock.send_to(&fr, peer);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Frames waiting for the engine.
+    pub(crate) fn take_rx(&self) -> Vec<Vec<u8>> {
+        lock(&self.inner.rx).drain(..).collect()
+    }
+
+    /// The thread to wake when a frame arrives.
+    pub(crate) fn set_waker(&self, t: Thread) {
+        *lock(&self.inner.waker) = Some(t);
+    }
+
+    /// Hands received frames to the device (under its lock): ARP/ND are answered, RoCE
+    /// packets verified and given to the transport, anything else counted and dropped.
+    pub(crate) fn process(&self, hca: &mut Hca, frames: Vec<Vec<u8>>, now: Instant) {
+        if frames.is_empty() {
+            return;
+        }
+        let mut ips = self.inner.ips.clone();
+        for ip in hca.gid_ips() {
+            if !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+        for f in &frames {
+            let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
+            if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
+                lock(&self.inner.stats).record_rx_frame(f.len());
+                if let Some(r) = arp::reply(f, self.inner.mac, &ips) {
+                    hca.objects.xport.outbox.push(r);
+                }
+                continue;
+            }
+            let verdict = parse_frame_verified(f);
+            lock(&self.inner.stats).record_rx(f.len(), &verdict);
+            if let Ok(p) = verdict {
+                hca.receive_packet(&p, now);
+            }
+        }
+    }
+}
+
+impl PortInner {
+    pub(crate) fn inject(&self, frame: Vec<u8>) {
+        self.record(std::slice::from_ref(&frame));
+        {
+            let mut q = lock(&self.rx);
+            if q.len() >= RX_QUEUE_LIMIT {
+                return;
+            }
+            q.push_back(frame);
+        }
+        if let Some(t) = &*lock(&self.waker) {
+            t.unpark();
+        }
+    }
+
+    fn record(&self, frames: &[Vec<u8>]) {
+        let mut p = lock(&self.pcap);
+        if let Some(w) = p.as_mut() {
+            let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            for f in frames {
+                let _ = w.write_record(ts, f);
+            }
+        }
+    }
+}
+
+fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let r = sock.recv_from(&mut buf);
+        let Some(port) = weak.upgrade() else { return };
+        // Stop when the port moved to another socket or wire.
+        let current = matches!(&*lock(&port.link), Link::Udp { sock: s, .. } if Arc::ptr_eq(s, &sock));
+        if !current {
+            return;
+        }
+        if let Ok((n, _)) = r {
+            port.inject(buf[..n].to_vec());
+        }
+    }
+}

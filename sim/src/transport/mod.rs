@@ -1,0 +1,374 @@
+//! The data path of the software ConnectX: send and receive queue processing, completions and
+//! the RoCEv2 RC/UD transport.
+//!
+//! This module owns everything between a doorbell and a frame, and between a frame and a CQE:
+//!
+//! * [`sq`](self): fetching send WQEs from the SQ ring (control, remote address, data, inline,
+//!   atomic and UD address-vector segments, gathering through MKeys), the RC requester
+//!   (segmentation by path MTU, PSNs, AckReq, the outstanding window and READ/atomic limits,
+//!   fence, go-back-N retransmission on timeout, sequence-error NAK and RNR NAK) and UD sends;
+//! * `rx`: inbound RoCEv2 packets: the RC responder (PSN checks, duplicates and re-ACKs,
+//!   sequence-error NAKs, RNR, SEND/WRITE placement through the RQ or SRQ, READ responses,
+//!   atomics with a replay cache, rkey/bounds/access/PD checks with NAK 0x62), the requester's
+//!   handling of ACK/NAK/READ responses/atomic ACKs, and UD receive (Q_Key, GRH);
+//! * completion queue entries as hardware writes them (requester, responder, error and flush
+//!   CQEs) and the QP error state with its flush.
+//!
+//! The per-QP state is [`QpTransport`], kept on the firmware's `Qp`; the per-device state is
+//! [`HcaTransport`] (frames waiting to be sent and timers). Frames are built with
+//! [`crate::wire`] and queued; the device hands them to its port outside the device lock.
+//!
+//! Choices where the documents leave a point open: atomics operate on big-endian 8-byte
+//! targets (the default `atomic_req_8B_endianness_mode` 0) and write the original value
+//! big-endian into the requester's buffer; `retry_count` 7 means seven retries (IBA), while
+//! `rnr_retry` 7 is infinite; both counters are reloaded whenever the requester makes progress;
+//! a PSN sequence error NAK makes the requester go back but does not use up `retry_count`
+//! (only local ACK timeouts do), and it goes back at most once per PSN until it makes progress;
+//! the requester keeps at most 128 unacknowledged PSNs (as rxe); a UD message longer than the
+//! port MTU completes successfully without being sent (rxe, C10-93.1.1).
+
+mod rx;
+mod sq;
+
+use crate::firmware::objects::{Qp, QueueBuf};
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+use umlx_hwdesc::enums::QpServiceType;
+use umlx_hwdesc::ifc::{ads, qpc};
+
+/// Largest number of unacknowledged PSNs the requester keeps in flight (rxe's value).
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// The requester sets AckReq at least once every this many packets inside a long message.
+pub const MAX_PKT_PER_ACK: u32 = 64;
+
+/// Signed distance `a - b` of two 24-bit PSNs (the ±2^23 window of rxe's `psn_compare`).
+pub fn psn_cmp(a: u32, b: u32) -> i32 {
+    ((a.wrapping_sub(b)) << 8) as i32 >> 8
+}
+
+/// `a + n` modulo 2^24.
+pub fn psn_add(a: u32, n: u32) -> u32 {
+    a.wrapping_add(n) & 0xff_ffff
+}
+
+/// IB MTU enum (1..5) to bytes.
+pub fn mtu_bytes(code: u8) -> u32 {
+    match code {
+        1..=5 => 128 << code,
+        _ => 1024,
+    }
+}
+
+/// Local ACK timeout for the `ack_timeout` code: 4.096 µs × 2^t; `None` for 0 (no timer).
+pub fn ack_timeout(code: u8) -> Option<Duration> {
+    (code != 0).then(|| Duration::from_nanos(4096u64 << code.min(31)))
+}
+
+/// RNR timer code to a duration (IBA table, the values rxe uses).
+pub fn rnr_delay(code: u8) -> Duration {
+    Duration::from_micros(crate::wire::packet::rnr_timer_usecs(code & 0x1f) as u64)
+}
+
+/// Counters of the transport, per device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    /// RoCE frames queued for the wire.
+    pub tx_packets: u64,
+    /// RoCE packets handed to the transport.
+    pub rx_packets: u64,
+    /// Packets dropped by the transport (no QP, wrong state, wrong address, bad Q_Key...).
+    pub rx_dropped: u64,
+    /// Packets the requester sent again (go-back-N).
+    pub retransmits: u64,
+    /// Local ACK timeouts.
+    pub timeouts: u64,
+    /// ACKs sent.
+    pub acks_sent: u64,
+    /// PSN sequence error NAKs sent.
+    pub seq_naks_sent: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// Other NAKs (invalid request, remote access, remote operational) sent.
+    pub err_naks_sent: u64,
+    /// Duplicate requests received (and re-ACKed or replayed).
+    pub duplicates: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_received: u64,
+    /// Sequence error NAKs received.
+    pub seq_naks_received: u64,
+    /// CQEs written.
+    pub cqes: u64,
+    /// Error CQEs written (flushes included).
+    pub error_cqes: u64,
+    /// Frames not sent because the source GID index names no GID.
+    pub no_gid: u64,
+    /// WQEs that were malformed (bad DS, bad opcode, bad segment).
+    pub bad_wqes: u64,
+    /// UD messages longer than the MTU, completed without sending.
+    pub ud_too_long: u64,
+}
+
+/// Device-wide transport state: frames waiting for the port and QPs with running timers.
+#[derive(Debug, Default)]
+pub struct HcaTransport {
+    /// Frames built under the device lock, sent by the device after it drops the lock.
+    pub outbox: Vec<Vec<u8>>,
+    /// QPs whose retransmit or RNR timer is running, or which need service.
+    pub timed: BTreeSet<u32>,
+    /// Counters.
+    pub stats: TransportStats,
+}
+
+/// What a QP's context says about its queues, its path and its transport parameters,
+/// captured at each state change.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Path {
+    pub qpn: u32,
+    pub ud: bool,
+    pub pd: u32,
+    pub cqn_snd: u32,
+    pub cqn_rcv: u32,
+    pub srqn: Option<u32>,
+    pub buf: QueueBuf,
+    pub log_rq_size: u32,
+    pub rq_stride_shift: u32,
+    pub log_sq_size: Option<u32>,
+    pub sq_offset: u64,
+    pub no_rq: bool,
+    pub dbr: u64,
+    pub mtu: u32,
+    pub remote_qpn: u32,
+    pub sgid_index: usize,
+    pub rgid: [u8; 16],
+    pub rmac: [u8; 6],
+    pub udp_sport: u16,
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub ack_timeout: u8,
+    pub retry_count: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_nak: u8,
+    pub sra_max: u32,
+    pub rra_max: u32,
+    pub rre: bool,
+    pub rwe: bool,
+    pub rae: bool,
+    pub qkey: u32,
+    pub max_msg: u64,
+}
+
+impl Path {
+    fn from_qp(qp: &Qp) -> Path {
+        let a = |f| qp.get(qpc::primary_address_path.inner(f));
+        let rgid: [u8; 16] = qpc::primary_address_path
+            .inner(ads::rgid_rip)
+            .bytes(&qp.ctx)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 16]);
+        let mac = (a(ads::rmac_47_32) << 32) | a(ads::rmac_31_0);
+        let mut rmac = [0u8; 6];
+        rmac.copy_from_slice(&mac.to_be_bytes()[2..]);
+        let remote_qpn = qp.get(qpc::remote_qpn) as u32;
+        let sport = a(ads::udp_sport) as u16;
+        let flow_label = a(ads::flow_label) as u32;
+        let udp_sport = if sport != 0 {
+            sport
+        } else if qp.st == QpServiceType::UD {
+            crate::wire::packet::initial_udp_sport(qp.qpn)
+        } else {
+            crate::wire::packet::udp_sport(flow_label, qp.qpn, remote_qpn)
+        };
+        let tclass = if a(ads::f_dscp) != 0 || a(ads::dscp) != 0 {
+            ((a(ads::dscp) as u8) << 2) | a(ads::ecn) as u8
+        } else {
+            a(ads::tclass) as u8
+        };
+        let hop = a(ads::hop_limit) as u8;
+        Path {
+            qpn: qp.qpn,
+            ud: qp.st == QpServiceType::UD,
+            pd: qp.pd,
+            cqn_snd: qp.cqn_snd,
+            cqn_rcv: qp.cqn_rcv,
+            srqn: qp.srqn,
+            buf: qp.buf.clone(),
+            log_rq_size: qp.log_rq_size,
+            rq_stride_shift: qp.rq_stride_shift,
+            log_sq_size: qp.log_sq_size,
+            sq_offset: qp.sq_offset(),
+            no_rq: qp.no_rq,
+            dbr: qp.dbr,
+            mtu: mtu_bytes(qp.get(qpc::mtu) as u8),
+            remote_qpn,
+            sgid_index: a(ads::src_addr_index) as usize,
+            rgid,
+            rmac,
+            udp_sport,
+            hop_limit: if hop == 0 { 64 } else { hop },
+            tclass,
+            ack_timeout: a(ads::ack_timeout) as u8,
+            retry_count: qp.get(qpc::retry_count) as u8,
+            rnr_retry: qp.get(qpc::rnr_retry) as u8,
+            min_rnr_nak: qp.get(qpc::min_rnr_nak) as u8,
+            sra_max: 1 << qp.get(qpc::log_sra_max).min(16),
+            rra_max: 1 << qp.get(qpc::log_rra_max).min(16),
+            rre: qp.get(qpc::rre) != 0,
+            rwe: qp.get(qpc::rwe) != 0,
+            rae: qp.get(qpc::rae) != 0,
+            qkey: qp.get(qpc::q_key) as u32,
+            max_msg: 1u64 << qp.get(qpc::log_msg_max).clamp(12, 31),
+        }
+    }
+}
+
+/// What a send WQE asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Nop,
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+/// Destination of a UD send (from the WQE's address vector).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct UdDest {
+    pub qkey: u32,
+    pub dqpn: u32,
+    pub rmac: [u8; 6],
+    pub rgid: [u8; 16],
+    pub sgid_index: usize,
+    pub udp_sport: u16,
+    pub hop_limit: u8,
+    pub tclass: u8,
+}
+
+/// A fetched send WQE and its progress.
+#[derive(Clone, Debug)]
+pub(crate) struct SendWqe {
+    /// mlx5 send opcode.
+    pub opcode: u8,
+    /// WQE index from the control segment.
+    pub index: u16,
+    pub signaled: bool,
+    pub solicited: bool,
+    pub fence: bool,
+    pub imm: [u8; 4],
+    pub kind: Kind,
+    /// Gathered payload (SEND/WRITE).
+    pub data: Vec<u8>,
+    /// Message length (READ: bytes to read; atomic: 8).
+    pub len: u32,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub swap_add: u64,
+    pub compare: u64,
+    /// Local scatter list for READ/atomic results: (mkey, va, len).
+    pub local: Vec<(u32, u64, u32)>,
+    pub ud: Option<UdDest>,
+    /// PSN of the first packet, once sent.
+    pub first_psn: Option<u32>,
+    /// Number of PSNs the message uses.
+    pub npkts: u32,
+    /// PSNs sent so far (from `first_psn`).
+    pub sent: u32,
+    /// READ response packets received.
+    pub resp: u32,
+    /// Completed (waiting for earlier WQEs).
+    pub done: bool,
+    /// The WQE failed with this CQE syndrome; it completes in error when it reaches the front.
+    pub err: Option<u8>,
+}
+
+/// An in-progress inbound message at the responder.
+#[derive(Clone, Debug)]
+pub(crate) enum RecvMsg {
+    /// A SEND into a receive WQE.
+    Send { wqe: RecvWqe, offset: u32 },
+    /// An RDMA WRITE into an rkey region.
+    Write { rkey: u32, va: u64, len: u32, offset: u32 },
+}
+
+/// A receive WQE taken from the RQ or the SRQ.
+#[derive(Clone, Debug)]
+pub(crate) struct RecvWqe {
+    /// WQE counter (RQ index or SRQ WQE index).
+    pub counter: u16,
+    /// Scatter list: (lkey, va, len).
+    pub sges: Vec<(u32, u64, u32)>,
+    /// PD the scatter list is checked against.
+    pub pd: u32,
+}
+
+/// Responder resource: a READ or atomic request kept for replay.
+#[derive(Clone, Debug)]
+pub(crate) enum Resource {
+    Read { psn: u32, npkts: u32, va: u64, rkey: u32, len: u32 },
+    Atomic { psn: u32, orig: u64 },
+}
+
+/// Per-QP transport state (requester and responder), kept on the firmware's `Qp`.
+#[derive(Clone, Debug, Default)]
+pub struct QpTransport {
+    pub(crate) path: Path,
+    // Requester.
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) sq_head: u16,
+    pub(crate) next_psn: u32,
+    pub(crate) una: u32,
+    pub(crate) retry_left: u8,
+    pub(crate) rnr_left: u8,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) rnr_until: Option<Instant>,
+    pub(crate) noack_pkts: u32,
+    // Responder.
+    pub(crate) epsn: u32,
+    pub(crate) msn: u32,
+    pub(crate) nak_sent: bool,
+    pub(crate) rq_consumed: u32,
+    pub(crate) cur: Option<RecvMsg>,
+    pub(crate) resources: VecDeque<Resource>,
+    pub(crate) last_ack_psn: Option<u32>,
+    /// PSN at which the requester last re-requested a READ/atomic after a gap.
+    pub(crate) retry_psn: Option<u32>,
+}
+
+impl QpTransport {
+    /// Whether the requester waits for an acknowledgement or a response.
+    pub(crate) fn waiting(&self) -> bool {
+        self.una != self.next_psn
+            || self.sq.iter().any(|w| w.first_psn.is_some() && !w.done && w.err.is_none() && w.kind != Kind::Nop)
+    }
+
+    /// Where a timeout goes back to: the first PSN not acknowledged, or earlier, the first
+    /// missing response of a READ or atomic.
+    pub(crate) fn resume_psn(&self) -> u32 {
+        let pending = self.sq.iter().find(|w| !w.done && w.kind != Kind::Nop);
+        match pending {
+            Some(w) if matches!(w.kind, Kind::Read | Kind::Atomic) => match w.first_psn {
+                Some(f) => {
+                    let p = psn_add(f, w.resp);
+                    if psn_cmp(p, self.una) < 0 { p } else { self.una }
+                }
+                None => self.una,
+            },
+            _ => self.una,
+        }
+    }
+
+    /// Next PSN the requester will send.
+    pub fn next_send_psn(&self) -> u32 {
+        self.next_psn
+    }
+
+    /// Next PSN the responder expects.
+    pub fn expected_psn(&self) -> u32 {
+        self.epsn
+    }
+
+    /// Send WQEs fetched and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.sq.len()
+    }
+}

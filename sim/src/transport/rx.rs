@@ -1,0 +1,736 @@
+//! Receive side: inbound RoCEv2 packets for the RC responder, the RC requester (ACK, NAK,
+//! READ responses, atomic ACKs) and UD; the transport timers; QP state-change handling.
+
+use super::{Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
+use crate::firmware::Hca;
+use crate::firmware::objects::Access;
+use crate::wire::packet::{
+    AETH_ACK_UNLIMITED, Aeth, AethKind, AtomicAckEth, Bth, ExtHeaders, IpHeader, NakCode, Opcode, Operation, Position,
+    RocePacket, Transport, ip_to_gid,
+};
+use std::time::Instant;
+use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
+use umlx_hwdesc::plain::wqe as w;
+
+/// How a responder request failed.
+enum Fail {
+    /// Drop silently.
+    Drop,
+    /// RNR NAK.
+    Rnr,
+    /// NAK with this code; the responder QP goes to error (with this CQE syndrome for the
+    /// receive WQE in progress, if any).
+    Nak(NakCode, u8),
+}
+
+impl Hca {
+    /// Processes one verified inbound RoCE packet.
+    pub fn receive_packet(&mut self, pkt: &RocePacket<'_>, now: Instant) {
+        self.objects.xport.stats.rx_packets += 1;
+        let dgid = ip_to_gid(pkt.dst_ip());
+        if !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
+            self.objects.xport.stats.rx_dropped += 1;
+            return;
+        }
+        let qpn = pkt.bth.dest_qp;
+        let state = self.qp_state(qpn);
+        let Some(mut t) = self.take_transport(qpn) else {
+            self.objects.xport.stats.rx_dropped += 1;
+            return;
+        };
+        let ok_state = matches!(state, QpState::RTR | QpState::RTS | QpState::SQD | QpState::SQER);
+        match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
+            (Transport::Ud, true, true) => self.ud_receive(&mut t, pkt),
+            (Transport::Rc, false, true) => {
+                let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
+                if ip_to_gid(pkt.src_ip()) != t.path.rgid || sgid != Some(dgid) {
+                    self.objects.xport.stats.rx_dropped += 1;
+                } else if pkt.info.operation.is_response() {
+                    if state == QpState::RTS {
+                        self.requester_receive(&mut t, pkt, now);
+                    }
+                } else {
+                    self.responder_receive(&mut t, pkt);
+                }
+            }
+            _ => self.objects.xport.stats.rx_dropped += 1,
+        }
+        self.put_transport(qpn, t);
+    }
+
+    // ------------------------------------------------------------------ receive WQEs
+
+    /// Takes the next receive WQE of the QP's RQ or SRQ, if one is posted.
+    fn take_recv_wqe(&mut self, t: &mut QpTransport) -> Option<RecvWqe> {
+        if let Some(srqn) = t.path.srqn {
+            let srq = self.objects.srqs.get(&srqn)?.clone();
+            if srq.error {
+                return None;
+            }
+            let counter = self.iommu.read_u32_be(srq.dbr).ok()? as u16;
+            let avail = counter.wrapping_sub(srq.consumed as u16) as u32;
+            if avail == 0 || avail > (1 << srq.log_size) {
+                return None;
+            }
+            let idx = srq.head & ((1 << srq.log_size) - 1);
+            let mut b = vec![0u8; 1 << srq.stride_shift];
+            let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
+            self.iommu.read(iova, &mut b).ok()?;
+            let next = u16::from_be_bytes([b[2], b[3]]) as u32;
+            let sges = parse_sges(&b[16..]);
+            let s = self.objects.srqs.get_mut(&srqn)?;
+            s.head = next;
+            s.consumed = s.consumed.wrapping_add(1);
+            let left = avail - 1;
+            if s.lwm > 0 && left < s.lwm {
+                s.lwm = 0;
+                let mut data = [0u8; 28];
+                data[0x14] = 1;
+                data[0x18..0x1c].copy_from_slice(&srqn.to_be_bytes());
+                self.post_event(EventType::SRQ_RQ_LIMIT, 0, &data);
+            }
+            return Some(RecvWqe { counter: idx as u16, sges, pd: srq.pd });
+        }
+        if t.path.no_rq {
+            return None;
+        }
+        let counter = self.iommu.read_u32_be(t.path.dbr).ok()? as u16;
+        let avail = counter.wrapping_sub(t.rq_consumed as u16) as u32;
+        if avail == 0 || avail > (1 << t.path.log_rq_size) {
+            return None;
+        }
+        let idx = t.rq_consumed & ((1 << t.path.log_rq_size) - 1);
+        let mut b = vec![0u8; 1 << t.path.rq_stride_shift];
+        let iova = t.path.buf.iova((idx as u64) << t.path.rq_stride_shift)?;
+        self.iommu.read(iova, &mut b).ok()?;
+        let c = t.rq_consumed as u16;
+        t.rq_consumed = t.rq_consumed.wrapping_add(1);
+        Some(RecvWqe { counter: c, sges: parse_sges(&b), pd: t.path.pd })
+    }
+
+    // ------------------------------------------------------------------ UD
+
+    fn ud_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
+        let Some(deth) = pkt.ext.deth else { return };
+        let qkey = if t.path.qpn == 1 { crate::wire::packet::GSI_QKEY } else { t.path.qkey };
+        if deth.qkey != qkey {
+            self.objects.xport.stats.rx_dropped += 1;
+            return;
+        }
+        let Some(wqe) = self.take_recv_wqe(t) else {
+            self.objects.xport.stats.rx_dropped += 1;
+            return;
+        };
+        let mut grh = [0u8; 40];
+        let (hdr, l3) = match pkt.ip {
+            IpHeader::Ipv4(_) => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 20), 2u8),
+            _ => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 40), 1u8),
+        };
+        let hdr = hdr.unwrap_or(&[]);
+        grh[40 - hdr.len()..].copy_from_slice(hdr);
+        let mut data = Vec::with_capacity(40 + pkt.payload.len());
+        data.extend_from_slice(&grh);
+        data.extend_from_slice(pkt.payload);
+        let path = t.path.clone();
+        match self.scatter(&wqe, 0, &data) {
+            Ok(()) => {
+                let imm = pkt.ext.imm_dt.map(|i| i.imm);
+                let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
+                self.resp_cqe(&path, op, data.len() as u32, imm, wqe.counter, deth.src_qp, Some(l3), pkt.bth.se);
+            }
+            Err(synd) => {
+                self.error_cqe(&path, true, 0, wqe.counter, synd);
+                self.qp_to_error(t);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ RC responder
+
+    fn send_ack(&mut self, t: &QpTransport, psn: u32, aeth: Aeth) {
+        let mut bth = Bth::new(Opcode::RC_ACKNOWLEDGE, t.path.remote_qpn, psn);
+        bth.ack_req = false;
+        let ext = ExtHeaders { aeth: Some(aeth), ..Default::default() };
+        let s = &mut self.objects.xport.stats;
+        match aeth.kind() {
+            AethKind::Ack { .. } => s.acks_sent += 1,
+            AethKind::RnrNak { .. } => s.rnr_naks_sent += 1,
+            AethKind::Nak(NakCode::PsnSeqErr) => s.seq_naks_sent += 1,
+            _ => s.err_naks_sent += 1,
+        }
+        self.emit(&t.path, None, bth, ext, &[]);
+    }
+
+    fn responder_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
+        let psn = pkt.bth.psn;
+        let diff = psn_cmp(psn, t.epsn);
+        if diff > 0 {
+            if !t.nak_sent {
+                t.nak_sent = true;
+                self.send_ack(t, t.epsn, Aeth::nak(t.msn, NakCode::PsnSeqErr));
+            }
+            return;
+        }
+        if diff < 0 {
+            self.objects.xport.stats.duplicates += 1;
+            self.duplicate(t, pkt);
+            return;
+        }
+        match self.execute_request(t, pkt) {
+            Ok(()) => t.nak_sent = false,
+            Err(Fail::Drop) => {}
+            Err(Fail::Rnr) => {
+                let code = t.path.min_rnr_nak;
+                self.send_ack(t, psn, Aeth::rnr_nak(t.msn, code));
+            }
+            Err(Fail::Nak(code, synd)) => {
+                self.send_ack(t, psn, Aeth::nak(t.msn, code));
+                if let Some(RecvMsg::Send { wqe, .. }) = t.cur.take() {
+                    let path = t.path.clone();
+                    self.error_cqe(&path, true, 0, wqe.counter, synd);
+                }
+                self.qp_to_error(t);
+            }
+        }
+    }
+
+    /// Executes an in-order request packet; on success `epsn` moves on and ACKs are sent.
+    fn execute_request(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) -> Result<(), Fail> {
+        let info = pkt.info;
+        let psn = pkt.bth.psn;
+        let mtu = t.path.mtu as usize;
+        let inval = |s| Err(Fail::Nak(NakCode::InvalidRequest, s));
+        let pl = pkt.payload;
+        // Length rules: FIRST/MIDDLE exactly PMTU, LAST 1..PMTU, ONLY 0..PMTU.
+        if matches!(info.operation, Operation::Send | Operation::RdmaWrite) {
+            let ok = match info.position {
+                Position::First | Position::Middle => pl.len() == mtu,
+                Position::Last => !pl.is_empty() && pl.len() <= mtu,
+                Position::Only => pl.len() <= mtu,
+            };
+            if !ok {
+                return inval(CqeSyndrome::REMOTE_INVAL_REQ_ERR.0);
+            }
+        }
+        match info.operation {
+            Operation::Send => {
+                match (info.position.starts(), &t.cur) {
+                    (true, None) => {
+                        let Some(wqe) = self.take_recv_wqe(t) else { return Err(Fail::Rnr) };
+                        t.cur = Some(RecvMsg::Send { wqe, offset: 0 });
+                    }
+                    (false, Some(RecvMsg::Send { .. })) => {}
+                    _ => return inval(CqeSyndrome::REMOTE_INVAL_REQ_ERR.0),
+                }
+                let Some(RecvMsg::Send { wqe, offset }) = t.cur.as_mut() else { return Err(Fail::Drop) };
+                let (wqe_c, off) = (wqe.clone(), *offset);
+                if let Err(synd) = self.scatter(&wqe_c, off as u64, pl) {
+                    let code = if synd == CqeSyndrome::LOCAL_LENGTH_ERR.0 {
+                        NakCode::InvalidRequest
+                    } else {
+                        NakCode::RemoteOpErr
+                    };
+                    return Err(Fail::Nak(code, synd));
+                }
+                if let Some(RecvMsg::Send { offset, .. }) = t.cur.as_mut() {
+                    *offset += pl.len() as u32;
+                }
+                if info.position.ends() {
+                    let Some(RecvMsg::Send { wqe, offset }) = t.cur.take() else { return Err(Fail::Drop) };
+                    let imm = pkt.ext.imm_dt.map(|i| i.imm);
+                    let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
+                    let path = t.path.clone();
+                    self.resp_cqe(&path, op, offset, imm, wqe.counter, path.remote_qpn, None, pkt.bth.se);
+                    t.msn = psn_add(t.msn, 1);
+                }
+            }
+            Operation::RdmaWrite => {
+                if info.position.starts() {
+                    if t.cur.is_some() {
+                        return inval(0);
+                    }
+                    if !t.path.rwe {
+                        return inval(0);
+                    }
+                    let Some(reth) = pkt.ext.reth else { return inval(0) };
+                    if reth.dma_len > 0
+                        && self
+                            .mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite)
+                            .is_err()
+                    {
+                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                    }
+                    // An immediate on ONLY needs the receive WQE before anything is written.
+                    t.cur = Some(RecvMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.dma_len, offset: 0 });
+                } else if !matches!(t.cur, Some(RecvMsg::Write { .. })) {
+                    return inval(0);
+                }
+                let Some(RecvMsg::Write { rkey, va, len, offset }) = t.cur.clone() else { return Err(Fail::Drop) };
+                let end = offset as u64 + pl.len() as u64;
+                if end > len as u64 || (info.position.ends() && end != len as u64) {
+                    t.cur = None;
+                    return inval(0);
+                }
+                let needs_wqe = pkt.ext.imm_dt.is_some();
+                let recv = if needs_wqe {
+                    match self.take_recv_wqe(t) {
+                        Some(r) => Some(r),
+                        None => return Err(Fail::Rnr),
+                    }
+                } else {
+                    None
+                };
+                if !pl.is_empty() {
+                    let va0 = va.wrapping_add(offset as u64);
+                    let ok = self
+                        .mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite)
+                        .ok()
+                        .is_some_and(|c| self.write_chunks(&c, pl));
+                    if !ok {
+                        t.cur = None;
+                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                    }
+                }
+                if info.position.ends() {
+                    t.cur = None;
+                    t.msn = psn_add(t.msn, 1);
+                    if let (Some(r), Some(imm)) = (recv, pkt.ext.imm_dt) {
+                        let path = t.path.clone();
+                        let op = CqeOpcode::RESP_WR_IMM;
+                        self.resp_cqe(&path, op, len, Some(imm.imm), r.counter, path.remote_qpn, None, pkt.bth.se);
+                    }
+                } else if let Some(RecvMsg::Write { offset, .. }) = t.cur.as_mut() {
+                    *offset += pl.len() as u32;
+                }
+            }
+            Operation::RdmaReadRequest => {
+                if !t.path.rre || t.cur.is_some() {
+                    return inval(0);
+                }
+                let Some(reth) = pkt.ext.reth else { return inval(0) };
+                let mut data = Vec::new();
+                if reth.dma_len > 0 {
+                    let c = self
+                        .mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteRead)
+                        .map_err(|_| Fail::Nak(NakCode::RemoteAccessErr, 0))?;
+                    if !self.read_chunks(&c, &mut data) {
+                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                    }
+                }
+                let npkts = reth.dma_len.div_ceil(mtu as u32).max(1);
+                t.msn = psn_add(t.msn, 1);
+                self.push_resource(t, Resource::Read { psn, npkts, va: reth.va, rkey: reth.rkey, len: reth.dma_len });
+                self.read_responses(t, psn, 0, &data);
+                t.epsn = psn_add(psn, npkts);
+                return Ok(());
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                if !t.path.rae || t.cur.is_some() {
+                    return inval(0);
+                }
+                let Some(a) = pkt.ext.atomic_eth else { return inval(0) };
+                if a.va & 7 != 0 {
+                    return inval(0);
+                }
+                let c = self
+                    .mkey_chunks(a.rkey, t.path.pd, a.va, 8, Access::RemoteAtomic)
+                    .map_err(|_| Fail::Nak(NakCode::RemoteAccessErr, 0))?;
+                let mut old = Vec::new();
+                if !self.read_chunks(&c, &mut old) || old.len() != 8 {
+                    return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                }
+                let orig = u64::from_be_bytes(old.try_into().unwrap_or([0; 8]));
+                let new = if info.operation == Operation::CompareSwap {
+                    if orig == a.compare { a.swap_add } else { orig }
+                } else {
+                    orig.wrapping_add(a.swap_add)
+                };
+                if !self.write_chunks(&c, &new.to_be_bytes()) {
+                    return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                }
+                t.msn = psn_add(t.msn, 1);
+                self.push_resource(t, Resource::Atomic { psn, orig });
+                self.atomic_ack(t, psn, orig);
+                t.epsn = psn_add(psn, 1);
+                return Ok(());
+            }
+            _ => return Err(Fail::Drop),
+        }
+        t.epsn = psn_add(psn, 1);
+        if pkt.bth.ack_req {
+            t.last_ack_psn = Some(psn);
+            self.send_ack(t, psn, Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
+        }
+        Ok(())
+    }
+
+    fn push_resource(&mut self, t: &mut QpTransport, r: Resource) {
+        while t.resources.len() >= t.path.rra_max.max(1) as usize {
+            t.resources.pop_front();
+        }
+        t.resources.push_back(r);
+    }
+
+    /// READ responses for the request at `req_psn`, starting at packet `from`.
+    fn read_responses(&mut self, t: &QpTransport, req_psn: u32, from: u32, data: &[u8]) {
+        let mtu = t.path.mtu as usize;
+        let npkts = data.len().div_ceil(mtu).max(1) as u32;
+        for k in from..npkts {
+            let off = k as usize * mtu;
+            let chunk = data.get(off..(off + mtu).min(data.len())).unwrap_or(&[]);
+            let op = match (npkts == 1, k == 0, k + 1 == npkts) {
+                (true, _, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                (false, true, _) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                (false, false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            };
+            let bth = Bth::new(op, t.path.remote_qpn, psn_add(req_psn, k));
+            let mut ext = ExtHeaders::default();
+            if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+                ext.aeth = Some(Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
+            }
+            self.emit(&t.path, None, bth, ext, chunk);
+        }
+    }
+
+    fn atomic_ack(&mut self, t: &QpTransport, psn: u32, orig: u64) {
+        let bth = Bth::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, t.path.remote_qpn, psn);
+        let ext = ExtHeaders {
+            aeth: Some(Aeth::ack(t.msn, AETH_ACK_UNLIMITED)),
+            atomic_ack_eth: Some(AtomicAckEth { orig_data: orig }),
+            ..Default::default()
+        };
+        self.emit(&t.path, None, bth, ext, &[]);
+    }
+
+    fn duplicate(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
+        let psn = pkt.bth.psn;
+        match pkt.info.operation {
+            Operation::Send | Operation::RdmaWrite => {
+                let prev = psn_add(t.epsn, 0xff_ffff);
+                self.send_ack(t, prev, Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
+            }
+            Operation::RdmaReadRequest => {
+                let Some(reth) = pkt.ext.reth else { return };
+                let found = t.resources.iter().find_map(|r| match *r {
+                    Resource::Read { psn: p, npkts, va, rkey, len } => {
+                        let d = psn_cmp(psn, p);
+                        (d >= 0 && (d as u32) < npkts).then_some((p, d as u32, va, rkey, len))
+                    }
+                    _ => None,
+                });
+                let Some((p, k, va, rkey, len)) = found else {
+                    return;
+                };
+                let off = k as u64 * t.path.mtu as u64;
+                if reth.rkey != rkey || reth.va != va.wrapping_add(off) {
+                    return;
+                }
+                let mut data = Vec::new();
+                if len > 0 {
+                    let Ok(c) = self.mkey_chunks(rkey, t.path.pd, va, len as u64, Access::RemoteRead) else { return };
+                    if !self.read_chunks(&c, &mut data) {
+                        return;
+                    }
+                }
+                self.read_responses(t, p, k, &data);
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let found = t.resources.iter().find_map(|r| match *r {
+                    Resource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                if let Some(orig) = found {
+                    self.atomic_ack(t, psn, orig);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------------ RC requester
+
+    fn requester_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>, now: Instant) {
+        let psn = pkt.bth.psn;
+        // Ignore anything outside what was sent.
+        if psn_cmp(psn, t.una) < 0 || psn_cmp(psn, t.next_psn) >= 0 {
+            return;
+        }
+        let before = t.una;
+        match pkt.info.operation {
+            Operation::Acknowledge => {
+                let Some(aeth) = pkt.ext.aeth else { return };
+                match aeth.kind() {
+                    AethKind::Ack { .. } => self.ack_through(t, psn, now),
+                    AethKind::RnrNak { timer } => {
+                        self.ack_through(t, psn_add(psn, 0xff_ffff), now);
+                        self.objects.xport.stats.rnr_naks_received += 1;
+                        if t.path.rnr_retry != 7 {
+                            if t.rnr_left == 0 {
+                                self.fail_front(t, CqeSyndrome::RNR_RETRY_EXC_ERR.0);
+                                return;
+                            }
+                            t.rnr_left -= 1;
+                        }
+                        self.rewind(t, psn);
+                        t.deadline = None;
+                        t.rnr_until = Some(now + rnr_delay(timer));
+                        return;
+                    }
+                    AethKind::Nak(NakCode::PsnSeqErr) => {
+                        self.objects.xport.stats.seq_naks_received += 1;
+                        self.ack_through(t, psn_add(psn, 0xff_ffff), now);
+                        // A NAK proves the peer alive: it does not use up the retry count (only
+                        // the local ACK timeout does). One go-back per PSN until progress.
+                        if t.retry_psn != Some(psn) {
+                            t.retry_psn = Some(psn);
+                            self.rewind(t, psn);
+                        }
+                    }
+                    AethKind::Nak(code) => {
+                        self.ack_through(t, psn_add(psn, 0xff_ffff), now);
+                        let synd = match code {
+                            NakCode::RemoteAccessErr => CqeSyndrome::REMOTE_ACCESS_ERR.0,
+                            NakCode::RemoteOpErr => CqeSyndrome::REMOTE_OP_ERR.0,
+                            _ => CqeSyndrome::REMOTE_INVAL_REQ_ERR.0,
+                        };
+                        self.fail_front(t, synd);
+                        return;
+                    }
+                    AethKind::Reserved { .. } => return,
+                }
+            }
+            Operation::RdmaReadResponse => self.read_response(t, pkt, now),
+            Operation::AtomicAcknowledge => {
+                // Earlier SEND/WRITEs are implicitly acknowledged.
+                self.ack_through(t, psn_add(psn, 0xff_ffff), now);
+                let Some(idx) = t.sq.iter().position(|w| !w.done && w.kind != Kind::Nop) else { return };
+                let wq = &t.sq[idx];
+                if wq.kind != Kind::Atomic || wq.first_psn != Some(psn) {
+                    return;
+                }
+                let orig = pkt.ext.atomic_ack_eth.map_or(0, |a| a.orig_data);
+                let local = wq.local.clone();
+                let pd = t.path.pd;
+                let ok = local.first().is_some_and(|&(lkey, va, _)| {
+                    self.mkey_chunks(lkey, pd, va, 8, Access::LocalWrite)
+                        .ok()
+                        .is_some_and(|c| self.write_chunks(&c, &orig.to_be_bytes()))
+                });
+                if !ok {
+                    t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+                } else {
+                    t.sq[idx].done = true;
+                }
+                t.una = psn_add(psn, 1);
+            }
+            _ => return,
+        }
+        if psn_cmp(t.una, before) > 0 {
+            t.retry_psn = None;
+            t.retry_left = t.path.retry_count;
+            t.rnr_left = t.path.rnr_retry;
+            t.deadline = None;
+        }
+        self.sq_progress(t, now);
+    }
+
+    /// Uses one retry; on exhaustion the front WQE fails with "transport retry exceeded".
+    fn consume_retry(&mut self, t: &mut QpTransport) -> bool {
+        if t.retry_left == 0 {
+            self.fail_front(t, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR.0);
+            return false;
+        }
+        t.retry_left -= 1;
+        true
+    }
+
+    /// The first incomplete WQE fails with `synd`; the QP goes to error.
+    fn fail_front(&mut self, t: &mut QpTransport, synd: u8) {
+        if let Some(wq) = t.sq.iter_mut().find(|w| !w.done && w.kind != Kind::Nop) {
+            wq.err = Some(synd);
+        }
+        self.advance(t);
+        if self.qp_state(t.path.qpn) != QpState::ERR {
+            self.qp_to_error(t);
+        }
+    }
+
+    /// Cumulative ACK through `psn`: completes SEND/WRITE WQEs whose last PSN is covered.
+    fn ack_through(&mut self, t: &mut QpTransport, psn: u32, _now: Instant) {
+        // A READ or atomic whose responses are still missing caps the acknowledgement: an ACK
+        // beyond it means its responses were lost, and it is requested again.
+        let mut cap = None;
+        for w in t.sq.iter_mut() {
+            if w.done || w.kind == Kind::Nop {
+                continue;
+            }
+            let Some(first) = w.first_psn else { break };
+            let last = psn_add(first, w.npkts.saturating_sub(1));
+            match w.kind {
+                Kind::Send | Kind::Write => {
+                    if psn_cmp(psn, last) >= 0 {
+                        w.done = true;
+                    } else {
+                        break;
+                    }
+                }
+                _ => {
+                    cap = Some(psn_add(first, w.resp));
+                    break;
+                }
+            }
+        }
+        let mut next = psn_add(psn, 1);
+        let mut retry = false;
+        if let Some(c) = cap
+            && psn_cmp(next, c) > 0
+        {
+            next = c;
+            retry = true;
+        }
+        if psn_cmp(next, t.una) > 0 && psn_cmp(next, t.next_psn) <= 0 {
+            t.una = next;
+        }
+        self.advance(t);
+        // One re-request per stall point; the rest of an old response burst must not start a
+        // retry storm (the retransmit timer covers a lost re-request).
+        if retry && t.retry_psn != Some(t.una) && self.qp_state(t.path.qpn) == QpState::RTS {
+            let una = t.una;
+            t.retry_psn = Some(una);
+            self.rewind(t, una);
+        }
+    }
+
+    fn read_response(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>, now: Instant) {
+        let psn = pkt.bth.psn;
+        if let Some(aeth) = pkt.ext.aeth
+            && !aeth.is_ack()
+        {
+            return;
+        }
+        self.ack_through(t, psn_add(psn, 0xff_ffff), now);
+        let mtu = t.path.mtu as u64;
+        let pd = t.path.pd;
+        let Some(idx) = t.sq.iter().position(|w| !w.done && w.kind != Kind::Nop) else { return };
+        let wq = &t.sq[idx];
+        let Some(first) = wq.first_psn else { return };
+        if wq.kind != Kind::Read {
+            return;
+        }
+        let expect = psn_add(first, wq.resp);
+        if psn != expect {
+            return; // a gap: the timer (or a later retry) re-requests
+        }
+        let off = wq.resp as u64 * mtu;
+        let pl = pkt.payload;
+        let last = wq.resp + 1 == wq.npkts;
+        let bad = off + pl.len() as u64 > wq.len as u64
+            || (!last && pl.len() as u64 != mtu)
+            || (last && off + pl.len() as u64 != wq.len as u64);
+        if bad {
+            t.sq[idx].err = Some(CqeSyndrome::BAD_RESP_ERR.0);
+            self.advance(t);
+            return;
+        }
+        let local = RecvWqe { counter: 0, sges: wq.local.clone(), pd };
+        if self.scatter(&local, off, pl).is_err() {
+            t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+            self.advance(t);
+            return;
+        }
+        let wq = &mut t.sq[idx];
+        wq.resp += 1;
+        if wq.resp >= wq.npkts {
+            wq.done = true;
+        }
+        t.una = psn_add(psn, 1);
+    }
+
+    // ------------------------------------------------------------------ timers, state
+
+    /// Transport timers: retransmission on local ACK timeout, the end of an RNR wait, and the
+    /// flush of receive WQEs posted to a QP in error.
+    pub(crate) fn transport_tick(&mut self, now: Instant) {
+        let qpns: Vec<u32> = self.objects.xport.timed.iter().copied().collect();
+        for qpn in qpns {
+            let Some(mut t) = self.take_transport(qpn) else {
+                self.objects.xport.timed.remove(&qpn);
+                continue;
+            };
+            match self.qp_state(qpn) {
+                QpState::ERR => self.flush(&mut t),
+                QpState::RTS => {
+                    if t.rnr_until.is_some_and(|u| now >= u) {
+                        self.sq_progress(&mut t, now);
+                    } else if t.deadline.is_some_and(|d| now >= d) {
+                        t.deadline = None;
+                        self.objects.xport.stats.timeouts += 1;
+                        if t.waiting() && self.consume_retry(&mut t) {
+                            let back = t.resume_psn();
+                            t.una = back;
+                            self.rewind(&mut t, back);
+                            self.sq_progress(&mut t, now);
+                        }
+                    }
+                }
+                _ => {
+                    t.deadline = None;
+                    t.rnr_until = None;
+                }
+            }
+            self.put_transport(qpn, t);
+        }
+    }
+
+    /// Applies a QP state change to the transport.
+    pub(crate) fn transport_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
+        let Some(mut t) = self.take_transport(qpn) else { return };
+        if let Some(qp) = self.objects.qps.get(&qpn) {
+            t.path = Path::from_qp(qp);
+        }
+        let qp = self.objects.qps.get(&qpn);
+        let get = |f| qp.map_or(0, |q| q.get(f)) as u32;
+        use umlx_hwdesc::ifc::qpc;
+        match to {
+            QpState::RST => {
+                let path = std::mem::take(&mut t.path);
+                t = QpTransport { path, ..Default::default() };
+            }
+            QpState::RTR if from == QpState::INIT => {
+                t.epsn = get(qpc::next_rcv_psn) & 0xff_ffff;
+                t.msn = 0;
+            }
+            QpState::RTS if from == QpState::RTR => {
+                t.next_psn = get(qpc::next_send_psn) & 0xff_ffff;
+                t.una = t.next_psn;
+                t.retry_left = t.path.retry_count;
+                t.rnr_left = t.path.rnr_retry;
+            }
+            QpState::ERR if from != QpState::ERR => self.flush(&mut t),
+            _ => {}
+        }
+        let now = Instant::now();
+        if to == QpState::RTS {
+            self.sq_fetch(&mut t);
+            self.sq_progress(&mut t, now);
+        }
+        self.put_transport(qpn, t);
+    }
+}
+
+/// Parses a receive scatter list (16-byte data segments, ended by the invalid lkey 0x100 or
+/// byte count 0).
+fn parse_sges(b: &[u8]) -> Vec<(u32, u64, u32)> {
+    let mut v = Vec::new();
+    for s in b.chunks_exact(16) {
+        let bc = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
+        let lkey = u32::from_be_bytes([s[4], s[5], s[6], s[7]]);
+        let addr = u64::from_be_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]);
+        if lkey == w::INVALID_LKEY || bc == 0 {
+            break;
+        }
+        v.push((lkey, addr, bc & 0x7fff_ffff));
+    }
+    v
+}

@@ -1,0 +1,741 @@
+//! Send queue: WQE fetch and parsing, the requester's packet generation, completions (CQEs),
+//! the QP error state with its flush, and the memory helpers shared with the receive side.
+
+use super::{Kind, Path, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
+use crate::firmware::Hca;
+use crate::firmware::objects::{Access, MkeyError};
+use crate::wire::packet::{AtomicEth, Bth, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
+use std::time::Instant;
+use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
+use umlx_hwdesc::ifc::qpc;
+use umlx_hwdesc::plain::wqe as w;
+
+fn be16(b: &[u8], o: usize) -> u16 {
+    b.get(o..o + 2).map_or(0, |x| u16::from_be_bytes([x[0], x[1]]))
+}
+fn be32(b: &[u8], o: usize) -> u32 {
+    b.get(o..o + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+}
+fn be64(b: &[u8], o: usize) -> u64 {
+    (be32(b, o) as u64) << 32 | be32(b, o + 4) as u64
+}
+
+/// Why a WQE could not be parsed.
+struct BadWqe(u8);
+
+impl Hca {
+    // ---------------------------------------------------------------- transport take/put
+
+    /// Takes the transport state out of a QP (put it back with [`Hca::put_transport`]).
+    pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<QpTransport> {
+        self.objects.qps.get_mut(&qpn).map(|qp| std::mem::take(&mut qp.transport))
+    }
+
+    /// Puts a QP's transport state back and mirrors its counters into the QP.
+    pub(crate) fn put_transport(&mut self, qpn: u32, t: QpTransport) {
+        let timed = t.deadline.is_some() || t.rnr_until.is_some();
+        if let Some(qp) = self.objects.qps.get_mut(&qpn) {
+            qp.sq_fetched = t.sq_head;
+            qp.rq_consumed = t.rq_consumed;
+            let err_rq = qp.state == QpState::ERR && !qp.no_rq;
+            qp.transport = t;
+            if timed || err_rq {
+                self.objects.xport.timed.insert(qpn);
+            } else {
+                self.objects.xport.timed.remove(&qpn);
+            }
+        }
+    }
+
+    pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
+        self.objects.qps.get(&qpn).map_or(QpState::RST, |q| q.state)
+    }
+
+    // ---------------------------------------------------------------- memory helpers
+
+    /// Translates `va..va+len` of `key` for `access` by PD `pd`.
+    pub(crate) fn mkey_chunks(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Vec<(u64, u64)>, MkeyError> {
+        let mk = self.mkey(key).ok_or(MkeyError::BadKey)?;
+        let mut v = Vec::new();
+        mk.translate(pd, va, len, access, &mut v)?;
+        Ok(v)
+    }
+
+    /// DMA-reads IOVA chunks, appending to `out`.
+    pub(crate) fn read_chunks(&mut self, chunks: &[(u64, u64)], out: &mut Vec<u8>) -> bool {
+        if !self.bus_master() {
+            self.stats.dma_without_bus_master += 1;
+            return false;
+        }
+        for &(iova, n) in chunks {
+            let at = out.len();
+            out.resize(at + n as usize, 0);
+            if self.iommu.read(iova, &mut out[at..]).is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// DMA-writes `data` over IOVA chunks.
+    pub(crate) fn write_chunks(&mut self, chunks: &[(u64, u64)], data: &[u8]) -> bool {
+        if !self.bus_master() {
+            self.stats.dma_without_bus_master += 1;
+            return false;
+        }
+        let mut off = 0usize;
+        for &(iova, n) in chunks {
+            let n = n as usize;
+            let Some(part) = data.get(off..off + n) else { return false };
+            if self.iommu.write(iova, part).is_err() {
+                return false;
+            }
+            off += n;
+        }
+        true
+    }
+
+    /// Scatters `data` at byte `offset` of a receive scatter list. Err(syndrome) on failure.
+    pub(crate) fn scatter(&mut self, wqe: &RecvWqe, offset: u64, data: &[u8]) -> Result<(), u8> {
+        let cap: u64 = wqe.sges.iter().map(|s| s.2 as u64).sum();
+        if offset + data.len() as u64 > cap {
+            return Err(CqeSyndrome::LOCAL_LENGTH_ERR.0);
+        }
+        let mut skip = offset;
+        let mut at = 0usize;
+        for &(lkey, va, len) in &wqe.sges {
+            if at == data.len() {
+                break;
+            }
+            let len = len as u64;
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let n = (len - skip).min((data.len() - at) as u64);
+            let chunks = self
+                .mkey_chunks(lkey, wqe.pd, va + skip, n, Access::LocalWrite)
+                .map_err(|_| CqeSyndrome::LOCAL_PROT_ERR.0)?;
+            if !self.write_chunks(&chunks, &data[at..at + n as usize]) {
+                return Err(CqeSyndrome::LOCAL_PROT_ERR.0);
+            }
+            at += n as usize;
+            skip = 0;
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- frames
+
+    /// Builds one frame on the path (or UD destination) and queues it for the port.
+    pub(crate) fn emit(&mut self, path: &Path, ud: Option<&UdDest>, bth: Bth, ext: ExtHeaders, payload: &[u8]) {
+        let (sgid_index, rgid, rmac, sport, hop, tc) = match ud {
+            Some(d) => (d.sgid_index, d.rgid, d.rmac, d.udp_sport, d.hop_limit, d.tclass),
+            None => (path.sgid_index, path.rgid, path.rmac, path.udp_sport, path.hop_limit, path.tclass),
+        };
+        let Some(entry) = self.vport.gids.get(sgid_index).copied().flatten() else {
+            self.objects.xport.stats.no_gid += 1;
+            return;
+        };
+        let b = FrameBuilder::from_gids(self.vport.mac, rmac, &entry.gid, &rgid, bth)
+            .with_ext(ext)
+            .with_payload(payload)
+            .with_udp_src_port(sport)
+            .with_hop_limit(if hop == 0 { 64 } else { hop })
+            .with_traffic_class(tc);
+        if let Ok(f) = b.to_vec() {
+            self.objects.xport.stats.tx_packets += 1;
+            self.objects.xport.outbox.push(f);
+        }
+    }
+
+    // ---------------------------------------------------------------- CQEs
+
+    /// Requester CQE for a successful WQE (only if signaled).
+    pub(crate) fn req_cqe(&mut self, path: &Path, wq: &SendWqe) {
+        if !wq.signaled {
+            return;
+        }
+        let mut c = [0u8; 64];
+        let bytes = match wq.kind {
+            Kind::Atomic => 8,
+            _ => wq.len,
+        };
+        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
+        c[0x38..0x3c].copy_from_slice(&(((wq.opcode as u32) << 24) | path.qpn).to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&wq.index.to_be_bytes());
+        c[0x3f] = CqeOpcode::REQ.0 << 4;
+        self.objects.xport.stats.cqes += 1;
+        self.write_cqe(path.cqn_snd, &mut c, false);
+    }
+
+    /// An error CQE (requester when `resp` is false).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn error_cqe(&mut self, path: &Path, resp: bool, opcode: u8, counter: u16, synd: u8) {
+        let mut c = [0u8; 64];
+        if resp {
+            c[0x20..0x24].copy_from_slice(&path.srqn.unwrap_or(0).to_be_bytes());
+        }
+        c[0x37] = synd;
+        c[0x38..0x3c].copy_from_slice(&(((opcode as u32) << 24) | path.qpn).to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
+        c[0x3f] = if resp { CqeOpcode::RESP_ERR.0 } else { CqeOpcode::REQ_ERR.0 } << 4;
+        self.objects.xport.stats.cqes += 1;
+        self.objects.xport.stats.error_cqes += 1;
+        let cqn = if resp { path.cqn_rcv } else { path.cqn_snd };
+        self.write_cqe(cqn, &mut c, false);
+    }
+
+    /// A responder CQE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn resp_cqe(
+        &mut self,
+        path: &Path,
+        op: CqeOpcode,
+        byte_cnt: u32,
+        imm: Option<u32>,
+        counter: u16,
+        src_qp: u32,
+        ud_l3: Option<u8>,
+        solicited: bool,
+    ) {
+        let mut c = [0u8; 64];
+        let mut flags = src_qp & 0xff_ffff;
+        if let Some(l3) = ud_l3 {
+            // GRH present (g), RoCE L3 header type: 1 = IPv6, 2 = IPv4.
+            flags |= (1 << 28) | ((l3 as u32 & 3) << 24);
+        }
+        c[0x18..0x1c].copy_from_slice(&flags.to_be_bytes());
+        if let Some(s) = path.srqn {
+            c[0x20..0x24].copy_from_slice(&s.to_be_bytes());
+        }
+        if let Some(i) = imm {
+            c[0x24..0x28].copy_from_slice(&i.to_be_bytes());
+        }
+        c[0x2c..0x30].copy_from_slice(&byte_cnt.to_be_bytes());
+        c[0x38..0x3c].copy_from_slice(&path.qpn.to_be_bytes());
+        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
+        c[0x3f] = (op.0 << 4) | (u8::from(solicited) << 1);
+        self.objects.xport.stats.cqes += 1;
+        self.write_cqe(path.cqn_rcv, &mut c, solicited);
+    }
+
+    // ---------------------------------------------------------------- errors and flush
+
+    /// Moves the QP to the error state and flushes its outstanding work.
+    pub(crate) fn qp_to_error(&mut self, t: &mut QpTransport) {
+        let qpn = t.path.qpn;
+        let was = self.qp_state(qpn);
+        if let Some(qp) = self.objects.qps.get_mut(&qpn) {
+            qp.state = QpState::ERR;
+            qpc::state.set(&mut qp.ctx, QpState::ERR.0 as u64);
+        }
+        if was != QpState::ERR && t.path.srqn.is_some() {
+            let mut data = [0u8; 28];
+            data[0x18..0x1c].copy_from_slice(&qpn.to_be_bytes());
+            self.post_event(EventType::SRQ_LAST_WQE, 0, &data);
+        }
+        self.flush(t);
+    }
+
+    /// Flushes every fetched and posted WQE of a QP in the error state.
+    pub(crate) fn flush(&mut self, t: &mut QpTransport) {
+        t.deadline = None;
+        t.rnr_until = None;
+        let path = t.path.clone();
+        loop {
+            self.sq_fetch(t);
+            if t.sq.is_empty() {
+                break;
+            }
+            while let Some(wq) = t.sq.pop_front() {
+                self.error_cqe(&path, false, wq.opcode, wq.index, CqeSyndrome::WR_FLUSH_ERR.0);
+            }
+        }
+        if let Some(super::RecvMsg::Send { wqe, .. }) = t.cur.take() {
+            self.error_cqe(&path, true, 0, wqe.counter, CqeSyndrome::WR_FLUSH_ERR.0);
+        }
+        if path.srqn.is_none() && !path.no_rq {
+            let Ok(counter) = self.iommu.read_u32_be(path.dbr) else { return };
+            let counter = counter as u16;
+            let mut n = 0u32;
+            while (t.rq_consumed as u16) != counter && n < (1 << path.log_rq_size) {
+                self.error_cqe(&path, true, 0, t.rq_consumed as u16, CqeSyndrome::WR_FLUSH_ERR.0);
+                t.rq_consumed = t.rq_consumed.wrapping_add(1);
+                n += 1;
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- SQ fetch
+
+    /// Fetches every new WQE the doorbell record announces.
+    pub(crate) fn sq_fetch(&mut self, t: &mut QpTransport) {
+        let Some(log_sq) = t.path.log_sq_size else { return };
+        let size = 1u32 << log_sq;
+        let Ok(counter) = self.iommu.read_u32_be(t.path.dbr + 4) else { return };
+        let counter = counter as u16;
+        loop {
+            let pending = counter.wrapping_sub(t.sq_head) as u32;
+            if pending == 0 || pending > size {
+                return;
+            }
+            let idx = t.sq_head as u32 & (size - 1);
+            let mut first = [0u8; 64];
+            let Some(iova) = t.path.buf.iova(t.path.sq_offset + idx as u64 * 64) else { return };
+            if self.iommu.read(iova, &mut first).is_err() {
+                return;
+            }
+            let ds = (first[7] & 0x3f) as usize;
+            let nbb = (ds * 16).div_ceil(64).max(1) as u32;
+            if nbb > pending {
+                return; // the rest of the WQE is not posted yet
+            }
+            let mut bytes = Vec::with_capacity(nbb as usize * 64);
+            bytes.extend_from_slice(&first);
+            for i in 1..nbb {
+                let j = (idx + i) & (size - 1);
+                let mut bb = [0u8; 64];
+                let ok = t
+                    .path
+                    .buf
+                    .iova(t.path.sq_offset + j as u64 * 64)
+                    .is_some_and(|a| self.iommu.read(a, &mut bb).is_ok());
+                if !ok {
+                    return;
+                }
+                bytes.extend_from_slice(&bb);
+            }
+            let ctrl0 = be32(&bytes, 0);
+            let opcode = ctrl0 as u8;
+            let index = (ctrl0 >> 8) as u16;
+            let wqe = match self.parse_wqe(&t.path, &bytes, ds) {
+                Ok(wq) => wq,
+                Err(BadWqe(synd)) => {
+                    self.objects.xport.stats.bad_wqes += 1;
+                    let mut wq = blank_wqe(opcode, index, &bytes);
+                    wq.err = Some(synd);
+                    wq
+                }
+            };
+            t.sq.push_back(wqe);
+            t.sq_head = t.sq_head.wrapping_add(nbb as u16);
+        }
+    }
+
+    fn parse_wqe(&mut self, path: &Path, b: &[u8], ds: usize) -> Result<SendWqe, BadWqe> {
+        let ctrl0 = be32(b, 0);
+        let opcode = ctrl0 as u8;
+        let index = (ctrl0 >> 8) as u16;
+        let len = ds * 16;
+        if ds == 0 || len > w::SEND_WQE_MAX_WQEBBS * 64 {
+            return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+        }
+        let mut wq = blank_wqe(opcode, index, b);
+        let mut at = 16usize;
+        if path.ud {
+            if len < at + 48 {
+                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+            }
+            let av = &b[at..at + 48];
+            let mut rmac = [0u8; 6];
+            rmac.copy_from_slice(&av[0x14..0x1a]);
+            let mut rgid = [0u8; 16];
+            rgid.copy_from_slice(&av[0x20..0x30]);
+            let gfl = be32(av, 0x1c);
+            let qkey = be32(av, 0);
+            wq.ud = Some(UdDest {
+                qkey: if qkey & 0x8000_0000 != 0 { path.qkey } else { qkey },
+                dqpn: be32(av, 8) & 0xff_ffff,
+                rmac,
+                rgid,
+                sgid_index: ((gfl >> 20) & 0xff) as usize,
+                udp_sport: match be16(av, 0x0e) {
+                    0 => path.udp_sport,
+                    p => p,
+                },
+                hop_limit: av[0x1b],
+                tclass: av[0x1a],
+            });
+            at += 48;
+            if !matches!(WqeOpcode(opcode), WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::NOP) {
+                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+            }
+        }
+        let op = WqeOpcode(opcode);
+        wq.kind = match op {
+            WqeOpcode::NOP => Kind::Nop,
+            WqeOpcode::SEND | WqeOpcode::SEND_IMM => Kind::Send,
+            WqeOpcode::RDMA_WRITE | WqeOpcode::RDMA_WRITE_IMM => Kind::Write,
+            WqeOpcode::RDMA_READ => Kind::Read,
+            WqeOpcode::ATOMIC_CS | WqeOpcode::ATOMIC_FA => Kind::Atomic,
+            _ => return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0)),
+        };
+        if matches!(wq.kind, Kind::Write | Kind::Read | Kind::Atomic) {
+            if len < at + 16 {
+                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+            }
+            wq.raddr = be64(b, at);
+            wq.rkey = be32(b, at + 8);
+            at += 16;
+        }
+        if wq.kind == Kind::Atomic {
+            if len < at + 16 {
+                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+            }
+            wq.swap_add = be64(b, at);
+            wq.compare = be64(b, at + 8);
+            at += 16;
+        }
+        // Data and inline segments.
+        let mut total: u64 = 0;
+        while at + 4 <= len {
+            let bc = be32(b, at);
+            if bc & w::INLINE_SEG != 0 {
+                let n = (bc & !w::INLINE_SEG) as usize;
+                let data = b.get(at + 4..at + 4 + n).filter(|_| at + 4 + n <= len);
+                let Some(data) = data else { return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0)) };
+                if !matches!(wq.kind, Kind::Send | Kind::Write) {
+                    return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+                }
+                wq.data.extend_from_slice(data);
+                total += n as u64;
+                at += (4 + n).div_ceil(16) * 16;
+                continue;
+            }
+            if at + 16 > len {
+                break;
+            }
+            let lkey = be32(b, at + 4);
+            let addr = be64(b, at + 8);
+            at += 16;
+            if bc == 0 {
+                continue;
+            }
+            total += bc as u64;
+            match wq.kind {
+                Kind::Send | Kind::Write => {
+                    let chunks = self
+                        .mkey_chunks(lkey, path.pd, addr, bc as u64, Access::LocalRead)
+                        .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
+                    if total > path.max_msg.max(1 << 31) || !self.read_chunks(&chunks, &mut wq.data) {
+                        return Err(BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0));
+                    }
+                }
+                Kind::Read | Kind::Atomic => {
+                    // Checked now, written when the response arrives.
+                    self.mkey_chunks(lkey, path.pd, addr, bc as u64, Access::LocalWrite)
+                        .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
+                    wq.local.push((lkey, addr, bc));
+                }
+                Kind::Nop => {}
+            }
+        }
+        if total > path.max_msg {
+            return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
+        }
+        wq.len = total as u32;
+        if wq.kind == Kind::Atomic {
+            if total < 8 {
+                return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
+            }
+            wq.len = 8;
+        }
+        let mtu = if path.ud { self.vport.active_ib_mtu() } else { 0 };
+        let mtu = if path.ud { super::mtu_bytes(mtu) } else { path.mtu };
+        wq.npkts = match wq.kind {
+            Kind::Nop => 0,
+            Kind::Atomic => 1,
+            _ if path.ud => 1,
+            _ => wq.len.div_ceil(mtu).max(1),
+        };
+        Ok(wq)
+    }
+
+    // ---------------------------------------------------------------- requester
+
+    /// Fetches, sends and completes what the SQ allows now.
+    pub(crate) fn sq_service(&mut self, qpn: u32, now: Instant) {
+        let Some(mut t) = self.take_transport(qpn) else { return };
+        match self.qp_state(qpn) {
+            QpState::RTS => {
+                self.sq_fetch(&mut t);
+                self.sq_progress(&mut t, now);
+            }
+            QpState::ERR => self.flush(&mut t),
+            _ => {}
+        }
+        self.put_transport(qpn, t);
+    }
+
+    /// Completes finished WQEs at the front, then sends what the window allows.
+    pub(crate) fn sq_progress(&mut self, t: &mut QpTransport, now: Instant) {
+        self.advance(t);
+        if self.qp_state(t.path.qpn) != QpState::RTS {
+            return;
+        }
+        if t.path.ud {
+            self.pump_ud(t);
+        } else {
+            self.pump_rc(t, now);
+        }
+        self.advance(t);
+    }
+
+    /// Pops completed WQEs in order, writing their CQEs; a failed WQE at the front completes
+    /// in error and moves the QP to error.
+    pub(crate) fn advance(&mut self, t: &mut QpTransport) {
+        while let Some(front) = t.sq.front() {
+            if let Some(synd) = front.err {
+                let wq = t.sq.pop_front().expect("front exists");
+                let path = t.path.clone();
+                self.error_cqe(&path, false, wq.opcode, wq.index, synd);
+                self.qp_to_error(t);
+                return;
+            }
+            if !(front.done || front.kind == Kind::Nop) {
+                return;
+            }
+            let wq = t.sq.pop_front().expect("front exists");
+            let path = std::mem::take(&mut t.path);
+            self.req_cqe(&path, &wq);
+            t.path = path;
+        }
+    }
+
+    fn pump_ud(&mut self, t: &mut QpTransport) {
+        let mtu = super::mtu_bytes(self.vport.active_ib_mtu());
+        let path = std::mem::take(&mut t.path);
+        for wq in t.sq.iter_mut() {
+            if wq.err.is_some() {
+                break;
+            }
+            if wq.done || wq.kind == Kind::Nop {
+                continue;
+            }
+            let Some(d) = wq.ud else {
+                wq.err = Some(CqeSyndrome::LOCAL_QP_OP_ERR.0);
+                break;
+            };
+            if wq.len > mtu {
+                self.objects.xport.stats.ud_too_long += 1;
+                wq.done = true;
+                continue;
+            }
+            let imm = WqeOpcode(wq.opcode) == WqeOpcode::SEND_IMM;
+            let opc = if imm { Opcode::UD_SEND_ONLY_WITH_IMMEDIATE } else { Opcode::UD_SEND_ONLY };
+            let mut bth = Bth::new(opc, d.dqpn, t.next_psn);
+            bth.se = wq.solicited;
+            t.next_psn = psn_add(t.next_psn, 1);
+            let ext = ExtHeaders {
+                deth: Some(Deth { qkey: d.qkey, src_qp: path.qpn }),
+                imm_dt: imm.then(|| ImmDt { imm: u32::from_be_bytes(wq.imm) }),
+                ..Default::default()
+            };
+            self.emit(&path, Some(&d), bth, ext, &wq.data);
+            wq.done = true;
+            wq.sent = 1;
+        }
+        t.path = path;
+    }
+
+    fn pump_rc(&mut self, t: &mut QpTransport, now: Instant) {
+        if let Some(until) = t.rnr_until {
+            if now < until {
+                return;
+            }
+            t.rnr_until = None;
+        }
+        let path = std::mem::take(&mut t.path);
+        let mut rd_outstanding =
+            t.sq.iter()
+                .filter(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && w.first_psn.is_some() && !w.done)
+                .count() as u32;
+        let mut rd_before = false;
+        let mut i = 0;
+        while i < t.sq.len() {
+            let (kind, fence, started, complete, err) = {
+                let w = &t.sq[i];
+                (w.kind, w.fence, w.first_psn.is_some(), w.sent >= w.npkts, w.err.is_some())
+            };
+            if err {
+                break;
+            }
+            let rd = matches!(kind, Kind::Read | Kind::Atomic);
+            if kind == Kind::Nop || t.sq[i].done {
+                i += 1;
+                continue;
+            }
+            if complete {
+                rd_before |= rd;
+                i += 1;
+                continue;
+            }
+            if fence && rd_before {
+                break;
+            }
+            if rd && !started {
+                if rd_outstanding >= path.sra_max {
+                    break;
+                }
+                rd_outstanding += 1;
+            }
+            if !self.send_packets(t, i, &path) {
+                break;
+            }
+            rd_before |= rd;
+            i += 1;
+        }
+        if t.waiting() {
+            if t.deadline.is_none() {
+                t.deadline = ack_timeout(path.ack_timeout).map(|d| now + d);
+            }
+        } else {
+            t.deadline = None;
+        }
+        t.path = path;
+    }
+
+    /// Sends the unsent packets of WQE `i` while the window allows. True when all are sent.
+    fn send_packets(&mut self, t: &mut QpTransport, i: usize, path: &Path) -> bool {
+        let mtu = path.mtu;
+        loop {
+            let w = &t.sq[i];
+            if w.sent >= w.npkts {
+                return true;
+            }
+            if psn_cmp(t.next_psn, t.una) >= super::MAX_UNACKED_PSNS as i32 {
+                return false;
+            }
+            let first = *t.sq[i].first_psn.get_or_insert(t.next_psn);
+            let w = &t.sq[i];
+            let k = w.sent;
+            let psn = psn_add(first, k);
+            let last = k + 1 == w.npkts;
+            let mut ext = ExtHeaders::default();
+            let imm_op = matches!(WqeOpcode(w.opcode), WqeOpcode::SEND_IMM | WqeOpcode::RDMA_WRITE_IMM);
+            let (opcode, payload_range, ack, consumed) = match w.kind {
+                Kind::Send | Kind::Write => {
+                    let off = (k * mtu) as usize;
+                    let end = (off + mtu as usize).min(w.data.len());
+                    let send = w.kind == Kind::Send;
+                    let op = match (w.npkts == 1, k == 0, last, send, imm_op) {
+                        (true, _, _, true, false) => Opcode::RC_SEND_ONLY,
+                        (true, _, _, true, true) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+                        (true, _, _, false, false) => Opcode::RC_RDMA_WRITE_ONLY,
+                        (true, _, _, false, true) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                        (false, true, _, true, _) => Opcode::RC_SEND_FIRST,
+                        (false, true, _, false, _) => Opcode::RC_RDMA_WRITE_FIRST,
+                        (false, false, false, true, _) => Opcode::RC_SEND_MIDDLE,
+                        (false, false, false, false, _) => Opcode::RC_RDMA_WRITE_MIDDLE,
+                        (false, false, true, true, false) => Opcode::RC_SEND_LAST,
+                        (false, false, true, true, true) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+                        (false, false, true, false, false) => Opcode::RC_RDMA_WRITE_LAST,
+                        (false, false, true, false, true) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                    };
+                    if !send && k == 0 {
+                        ext.reth = Some(Reth { va: w.raddr, rkey: w.rkey, dma_len: w.len });
+                    }
+                    if imm_op && last {
+                        ext.imm_dt = Some(ImmDt { imm: u32::from_be_bytes(w.imm) });
+                    }
+                    (op, off.min(end)..end, last, 1)
+                }
+                Kind::Read => {
+                    let off = k as u64 * mtu as u64;
+                    ext.reth = Some(Reth {
+                        va: w.raddr.wrapping_add(off),
+                        rkey: w.rkey,
+                        dma_len: w.len.saturating_sub(off as u32),
+                    });
+                    (Opcode::RC_RDMA_READ_REQUEST, 0..0, true, w.npkts - k)
+                }
+                Kind::Atomic => {
+                    ext.atomic_eth =
+                        Some(AtomicEth { va: w.raddr, rkey: w.rkey, swap_add: w.swap_add, compare: w.compare });
+                    let op = if WqeOpcode(w.opcode) == WqeOpcode::ATOMIC_CS {
+                        Opcode::RC_COMPARE_SWAP
+                    } else {
+                        Opcode::RC_FETCH_ADD
+                    };
+                    (op, 0..0, true, 1)
+                }
+                Kind::Nop => return true,
+            };
+            let mut bth = Bth::new(opcode, path.remote_qpn, psn);
+            t.noack_pkts += 1;
+            bth.ack_req = ack || t.noack_pkts > super::MAX_PKT_PER_ACK;
+            if bth.ack_req {
+                t.noack_pkts = 0;
+            }
+            bth.se = last && w.solicited && (w.kind == Kind::Send || imm_op);
+            let data = std::mem::take(&mut t.sq[i].data);
+            self.emit(path, None, bth, ext, data.get(payload_range).unwrap_or(&[]));
+            let w = &mut t.sq[i];
+            w.data = data;
+            w.sent += consumed;
+            let np = psn_add(psn, consumed);
+            if psn_cmp(np, t.next_psn) > 0 {
+                t.next_psn = np;
+            }
+        }
+    }
+
+    /// Go-back-N: the next packet sent is `psn`.
+    pub(crate) fn rewind(&mut self, t: &mut QpTransport, psn: u32) {
+        let resent = psn_cmp(t.next_psn, psn).max(0) as u64;
+        self.objects.xport.stats.retransmits += resent;
+        t.next_psn = psn;
+        for w in t.sq.iter_mut() {
+            let Some(first) = w.first_psn else { continue };
+            if w.done {
+                continue;
+            }
+            let d = psn_cmp(psn, first);
+            if d <= 0 {
+                w.sent = 0;
+                w.resp = 0;
+            } else if (d as u32) < w.npkts {
+                w.sent = d as u32;
+            }
+        }
+        // PSNs must stay contiguous: unstarted WQEs after a rewind keep their first PSN only if
+        // they had one.
+    }
+}
+
+fn blank_wqe(opcode: u8, index: u16, b: &[u8]) -> SendWqe {
+    let fm_ce_se = b.get(11).copied().unwrap_or(0);
+    let mut imm = [0u8; 4];
+    imm.copy_from_slice(b.get(12..16).unwrap_or(&[0; 4]));
+    SendWqe {
+        opcode,
+        index,
+        signaled: fm_ce_se & w::WQE_CTRL_CQ_UPDATE != 0,
+        solicited: fm_ce_se & w::WQE_CTRL_SOLICITED != 0,
+        fence: fm_ce_se & 0xe0 != 0,
+        imm,
+        kind: Kind::Nop,
+        data: Vec::new(),
+        len: 0,
+        raddr: 0,
+        rkey: 0,
+        swap_add: 0,
+        compare: 0,
+        local: Vec::new(),
+        ud: None,
+        first_psn: None,
+        npkts: 0,
+        sent: 0,
+        resp: 0,
+        done: false,
+        err: None,
+    }
+}

@@ -1,0 +1,197 @@
+//! RC transport over a perfect fabric: every opcode, multi-packet messages, CQE format and
+//! owner bits, unsignaled WQEs, remote access violations, RNR and flush on error.
+
+mod transport_common;
+use transport_common::*;
+
+const SEND: u8 = 0x0a;
+const SEND_IMM: u8 = 0x0b;
+const WRITE: u8 = 0x08;
+const WRITE_IMM: u8 = 0x09;
+const READ: u8 = 0x10;
+const CS: u8 = 0x11;
+const FA: u8 = 0x12;
+const NOP: u8 = 0x00;
+
+fn pair() -> RcPair {
+    RcPair::new(FabricConfig::default(), RcParams::default())
+}
+
+#[test]
+fn rc_write_send_read_byte_exact_multi_packet() {
+    let mut p = pair();
+    // WRITE of 5000 bytes (MTU 256: 20 packets).
+    let data = pattern(1, 5000);
+    p.a.mem.write(0, &data);
+    let s = segs(&[&raddr_seg(p.b.va(0x10000), p.b.mkey), &data_seg(5000, p.a.mkey, p.a.va(0))]);
+    let idx = p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!(cqe_opcode(&c), 0, "REQ CQE");
+    assert_eq!(c[0x38], WRITE, "send opcode in sop_drop_qpn");
+    assert_eq!(be32(&c, 0x38) & 0xff_ffff, p.qa.qpn);
+    assert_eq!(be16(&c, 0x3c), idx);
+    assert_eq!(c[63] & 1, 0, "owner bit of the first pass");
+    assert_eq!(p.b.mem.to_vec(0x10000, 5000), data);
+
+    // SEND of 3000 bytes into a posted receive.
+    let data2 = pattern(2, 3000);
+    p.a.mem.write(0x2000, &data2);
+    p.b.post_recv(&mut p.qb, 0x40000, 4096);
+    let s = data_seg(3000, p.a.mkey, p.a.va(0x2000));
+    p.a.post_send(&mut p.qa, SEND_IMM, true, 0xdeadbeef, &s);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x38]), (0, SEND_IMM));
+    let r = p.b.poll_cq();
+    assert_eq!(cqe_opcode(&r), 3, "RESP_SEND_IMM");
+    assert_eq!(be32(&r, 0x2c), 3000, "byte_cnt");
+    assert_eq!(be32(&r, 0x24), 0xdeadbeef, "imm");
+    assert_eq!(be32(&r, 0x38) & 0xff_ffff, p.qb.qpn);
+    assert_eq!(be16(&r, 0x3c), 0, "receive WQE counter");
+    assert_eq!(p.b.mem.to_vec(0x40000, 3000), data2);
+
+    // READ 6000 bytes back from B into A.
+    let data3 = pattern(3, 6000);
+    p.b.mem.write(0x80000, &data3);
+    let s = segs(&[&raddr_seg(p.b.va(0x80000), p.b.mkey), &data_seg(6000, p.a.mkey, p.a.va(0x100000))]);
+    p.a.post_send(&mut p.qa, READ, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x38]), (0, READ), "{:02x?}", &c[0x30..]);
+    assert_eq!(be32(&c, 0x2c), 6000);
+    assert_eq!(p.a.mem.to_vec(0x100000, 6000), data3);
+}
+
+#[test]
+fn rc_send_plain_write_imm_atomics_nop_unsignaled() {
+    let mut p = pair();
+    // Unsignaled SEND then signaled NOP: only the NOP makes a CQE.
+    p.b.post_recv(&mut p.qb, 0x1000, 256);
+    p.a.mem.write(0, b"hello world");
+    p.a.post_send(&mut p.qa, SEND, false, 0, &data_seg(11, p.a.mkey, p.a.va(0)));
+    let nop = p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
+    let c = p.a.poll_cq();
+    assert_eq!((c[0x38], be16(&c, 0x3c)), (NOP, nop));
+    let r = p.b.poll_cq();
+    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 11));
+    assert_eq!(p.b.mem.to_vec(0x1000, 11), b"hello world");
+
+    // WRITE with immediate consumes a receive WQE.
+    p.b.post_recv(&mut p.qb, 0x2000, 64);
+    p.a.mem.write(0x100, &[7u8; 600]);
+    let s = segs(&[&raddr_seg(p.b.va(0x3000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x100))]);
+    p.a.post_send(&mut p.qa, WRITE_IMM, true, 0x1234, &s);
+    assert_eq!(p.a.poll_cq()[0x38], WRITE_IMM);
+    let r = p.b.poll_cq();
+    assert_eq!((cqe_opcode(&r), be32(&r, 0x24), be32(&r, 0x2c)), (1, 0x1234, 600));
+    assert_eq!(p.b.mem.to_vec(0x3000, 600), vec![7u8; 600]);
+
+    // Inline WRITE.
+    let mut inl = vec![0u8; 32];
+    inl[0..4].copy_from_slice(&(0x8000_0000u32 | 20).to_be_bytes());
+    inl[4..24].copy_from_slice(&[0x5a; 20]);
+    let s = segs(&[&raddr_seg(p.b.va(0x5000), p.b.mkey), &inl]);
+    p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), 0);
+    assert_eq!(p.b.mem.to_vec(0x5000, 20), vec![0x5a; 20]);
+
+    // Atomics: fetch-add then compare-swap on a big-endian 8-byte target.
+    p.b.mem.write_u64_be(0x6000, 100);
+    let mut at = [0u8; 16];
+    at[0..8].copy_from_slice(&5u64.to_be_bytes());
+    let s = segs(&[&raddr_seg(p.b.va(0x6000), p.b.mkey), &at, &data_seg(8, p.a.mkey, p.a.va(0x7000))]);
+    p.a.post_send(&mut p.qa, FA, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x38], be32(&c, 0x2c)), (0, FA, 8));
+    assert_eq!(p.a.mem.read_u64_be(0x7000), 100);
+    assert_eq!(p.b.mem.read_u64_be(0x6000), 105);
+    let mut at = [0u8; 16];
+    at[0..8].copy_from_slice(&999u64.to_be_bytes());
+    at[8..16].copy_from_slice(&105u64.to_be_bytes());
+    let s = segs(&[&raddr_seg(p.b.va(0x6000), p.b.mkey), &at, &data_seg(8, p.a.mkey, p.a.va(0x7008))]);
+    p.a.post_send(&mut p.qa, CS, true, 0, &s);
+    assert_eq!(p.a.poll_cq()[0x38], CS);
+    assert_eq!(p.a.mem.read_u64_be(0x7008), 105);
+    assert_eq!(p.b.mem.read_u64_be(0x6000), 999);
+}
+
+#[test]
+fn rc_bad_rkey_is_remote_access_error_and_memory_unchanged() {
+    let mut p = pair();
+    p.b.mem.write(0x9000, &[0xee; 64]);
+    p.a.mem.write(0, &[1; 64]);
+    let s = segs(&[&raddr_seg(p.b.va(0x9000), p.b.mkey ^ 0x100), &data_seg(64, p.a.mkey, p.a.va(0))]);
+    let idx = p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!(cqe_opcode(&c), 13, "REQ_ERR");
+    assert_eq!(c[0x37], 0x13, "remote access error syndrome");
+    assert_eq!(be16(&c, 0x3c), idx);
+    assert_eq!(p.b.mem.to_vec(0x9000, 64), vec![0xee; 64]);
+    assert!(p.b.dev.transport_stats().err_naks_sent >= 1, "NAK on the wire");
+    // Later WQEs are flushed.
+    p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x05), "flushed");
+}
+
+#[test]
+fn rc_out_of_bounds_read_is_remote_access_error() {
+    let mut p = pair();
+    let s = segs(&[&raddr_seg(p.b.va(MEM - 16), p.b.mkey), &data_seg(64, p.a.mkey, p.a.va(0))]);
+    p.a.post_send(&mut p.qa, READ, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x13));
+}
+
+#[test]
+fn rc_bad_lkey_is_local_protection_error() {
+    let mut p = pair();
+    p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(64, p.a.mkey ^ 0x1, p.a.va(0)));
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x04));
+}
+
+#[test]
+fn rc_rnr_then_receive_posted() {
+    let mut p = pair();
+    p.a.mem.write(0, &[3; 100]);
+    p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(100, p.a.mkey, p.a.va(0)));
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(p.b.dev.transport_stats().rnr_naks_sent >= 1);
+    p.b.post_recv(&mut p.qb, 0x100, 128);
+    let c = p.a.poll_cq();
+    assert_eq!(cqe_opcode(&c), 0);
+    let r = p.b.poll_cq();
+    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 100));
+    assert_eq!(p.b.mem.to_vec(0x100, 100), vec![3; 100]);
+}
+
+#[test]
+fn rc_rnr_retry_exceeded() {
+    let mut p = RcPair::new(FabricConfig::default(), RcParams { rnr_retry: 2, ..Default::default() });
+    p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(10, p.a.mkey, p.a.va(0)));
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x16));
+}
+
+#[test]
+fn rc_flush_on_error_state() {
+    let mut p = pair();
+    for i in 0..3 {
+        p.b.post_recv(&mut p.qb, 0x100 * i, 64);
+    }
+    p.b.move_to_error(&p.qb);
+    for i in 0..3u16 {
+        let c = p.b.poll_cq();
+        assert_eq!((cqe_opcode(&c), c[0x37], be16(&c, 0x3c)), (14, 0x05, i));
+    }
+}
+
+#[test]
+fn rc_cqe_owner_bit_flips_after_wrap() {
+    let mut p = pair();
+    let n = 1usize << p.a.cq.log;
+    for i in 0..n + 5 {
+        p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
+        let c = p.a.poll_cq();
+        assert_eq!(c[63] & 1, ((i / n) & 1) as u8, "owner at {i}");
+    }
+}
