@@ -373,6 +373,35 @@ impl DmaMemory {
         }
     }
 
+    /// Data path: writes `words` as consecutive big-endian u64s from `offset` (8-byte aligned)
+    /// with one bounds check for the whole run. Panics on a contract violation (driver bug).
+    #[inline(always)]
+    pub fn write_u64s_be_at<const N: usize>(&self, offset: usize, words: &[u64; N]) {
+        if offset > self.len.wrapping_sub(8 * N) || offset & 7 != 0 || 8 * N > self.len {
+            access_violation(offset, 8 * N, self.len);
+        }
+        for (i, w) in words.iter().enumerate() {
+            // SAFETY: `offset + 8 * N <= len` and 8-byte alignment checked above; the mapping
+            // lives as long as self.
+            unsafe { self.ptr.as_ptr().add(offset + 8 * i).cast::<u64>().write_volatile(w.to_be()) }
+        }
+    }
+
+    /// Data path: reads `N` consecutive big-endian u64s from `offset` (8-byte aligned) with one
+    /// bounds check. Panics on a contract violation (driver bug).
+    #[inline(always)]
+    pub fn read_u64s_be_at<const N: usize>(&self, offset: usize) -> [u64; N] {
+        if offset > self.len.wrapping_sub(8 * N) || offset & 7 != 0 || 8 * N > self.len {
+            access_violation(offset, 8 * N, self.len);
+        }
+        let mut out = [0u64; N];
+        for (i, w) in out.iter_mut().enumerate() {
+            // SAFETY: in bounds and aligned (checked above); the mapping lives as long as self.
+            *w = u64::from_be(unsafe { self.ptr.as_ptr().add(offset + 8 * i).cast::<u64>().read_volatile() });
+        }
+        out
+    }
+
     /// Reads one byte.
     pub fn read_u8(&self, offset: usize) -> Result<u8> {
         self.check(offset, 1)?;
@@ -904,6 +933,164 @@ impl<B: Backend> Drop for DmaBuffer<B> {
 // ---------------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------------
+
+/// User memory (a heap buffer the caller hands over) pinned and mapped for device access: the
+/// pages covering it are locked and mapped at an IOVA whose offset within the page matches the
+/// buffer's. While registered, the buffer is reachable only through copies (no references), so
+/// the device's concurrent writes are never observed through a Rust reference; `into_inner`
+/// gives it back after unmapping.
+pub struct UserMemory<B: Backend> {
+    data: Option<Box<[u8]>>,
+    mapped: bool,
+    page_base: usize,
+    map_len: usize,
+    iova_base: u64,
+    space: Arc<DmaSpace<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for UserMemory<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserMemory").field("len", &self.len()).field("iova", &self.iova()).finish()
+    }
+}
+
+impl<B: Backend> UserMemory<B> {
+    /// Pins and maps `data` (at least one byte).
+    pub fn new(space: &Arc<DmaSpace<B>>, data: Box<[u8]>) -> Result<UserMemory<B>> {
+        if data.is_empty() {
+            return Err(Error::InvalidArgument("cannot register an empty buffer".into()));
+        }
+        let page = (space.iommu_page as usize).max(PAGE_4K);
+        let start = data.as_ptr() as usize;
+        let page_base = start & !(page - 1);
+        let end = start + data.len();
+        let map_len = (end - page_base).next_multiple_of(page);
+        MemlockState::current().check(map_len as u64)?;
+        // SAFETY: the range covers pages of our own heap allocation (and, at its edges, of
+        // neighbouring heap data in the same pages: mlock only pins them).
+        if unsafe { libc::mlock(page_base as *const libc::c_void, map_len) } != 0 {
+            return Err(Error::last_os(format!("mlock {map_len:#x} bytes of user memory")));
+        }
+        let iova_base = match space.allocator().alloc(map_len as u64, page as u64) {
+            Ok(i) => i,
+            Err(e) => {
+                // SAFETY: undoing the mlock above on the same range.
+                unsafe { libc::munlock(page_base as *const libc::c_void, map_len) };
+                return Err(e);
+            }
+        };
+        // SAFETY: `data` is owned by the UserMemory built below and is neither freed nor moved
+        // (a boxed slice's heap block never moves) until drop/into_inner unmapped the range.
+        if let Err(e) = unsafe { space.backend.dma_map(page_base as *mut u8, map_len, iova_base) } {
+            let _ = space.allocator().free(iova_base, map_len as u64);
+            // SAFETY: as above.
+            unsafe { libc::munlock(page_base as *const libc::c_void, map_len) };
+            return Err(e);
+        }
+        Ok(UserMemory { data: Some(data), mapped: true, page_base, map_len, iova_base, space: space.clone() })
+    }
+
+    /// Length of the buffer.
+    pub fn len(&self) -> usize {
+        self.data.as_ref().map_or(0, |d| d.len())
+    }
+
+    fn ptr(&self) -> *const u8 {
+        self.data.as_ref().map_or(std::ptr::null(), |d| d.as_ptr())
+    }
+
+    /// Whether the buffer is empty (never: registration needs a byte).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The buffer's virtual address (what work requests name).
+    pub fn addr(&self) -> u64 {
+        self.ptr() as u64
+    }
+
+    /// IOVA of the buffer's first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova_base + (self.ptr() as usize - self.page_base) as u64
+    }
+
+    /// IOVA of the page holding the first byte, and the page size: the MTT's view.
+    pub fn pages(&self) -> (u64, usize, usize) {
+        let page = (self.space.iommu_page as usize).max(PAGE_4K);
+        (self.iova_base, page, self.map_len / page)
+    }
+
+    /// Copies `out.len()` bytes from `offset`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(out.len()).filter(|&e| e <= self.len());
+        if end.is_none() {
+            return Err(Error::OutOfBounds {
+                object: "registered memory".into(),
+                offset: offset as u64,
+                len: out.len() as u64,
+                size: self.len() as u64,
+            });
+        }
+        // SAFETY: in bounds (checked); volatile-free byte copy from memory the device may write:
+        // a copy, never a reference handed out.
+        unsafe { copy_from_device(self.ptr().add(offset), out) };
+        Ok(())
+    }
+
+    /// Copies `data` to `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let end = offset.checked_add(data.len()).filter(|&e| e <= self.len());
+        if end.is_none() {
+            return Err(Error::OutOfBounds {
+                object: "registered memory".into(),
+                offset: offset as u64,
+                len: data.len() as u64,
+                size: self.len() as u64,
+            });
+        }
+        // SAFETY: in bounds (checked); the box is ours; writes go through a raw pointer.
+        unsafe { copy_to_device(self.ptr().add(offset).cast_mut(), data) };
+        Ok(())
+    }
+
+    fn unmap(&mut self) -> bool {
+        if !self.mapped {
+            return true;
+        }
+        match self.space.backend.dma_unmap(self.iova_base, self.map_len) {
+            Ok(()) => {
+                self.mapped = false;
+                let _ = self.space.allocator().free(self.iova_base, self.map_len as u64);
+                // SAFETY: the range was locked in `new`.
+                unsafe { libc::munlock(self.page_base as *const libc::c_void, self.map_len) };
+                true
+            }
+            Err(e) => {
+                eprintln!(
+                    "umlx: unmapping registered user memory at IOVA {:#x} failed: {e}; leaking it",
+                    self.iova_base
+                );
+                false
+            }
+        }
+    }
+
+    /// Unmaps and returns the buffer (None if the unmap failed: the memory is then leaked so
+    /// the device cannot reach reused memory).
+    pub fn into_inner(mut self) -> Option<Box<[u8]>> {
+        if self.unmap() { self.data.take() } else { None }
+    }
+}
+
+impl<B: Backend> Drop for UserMemory<B> {
+    fn drop(&mut self) {
+        if !self.unmap()
+            && let Some(d) = self.data.take()
+        {
+            std::mem::forget(d);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -737,7 +737,16 @@ impl<B: Backend> Hca<B> {
         let mut last_health = Instant::now();
         loop {
             if self.queue.done(slot) {
-                return self.queue.finish(slot);
+                let out = self.queue.finish(slot);
+                // The completion EQE (and anything else pending) is consumed now, so the EQ
+                // never fills up with completions of commands that finished before we waited.
+                if let Some(fd) = fd
+                    && crate::event::wait_readable(fd, Duration::ZERO)
+                {
+                    crate::event::drain(fd);
+                    self.process_events()?;
+                }
+                return out;
             }
             if let Some(fd) = fd {
                 if crate::event::wait_readable(fd, Duration::from_millis(2)) {

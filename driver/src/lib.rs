@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod cmd;
+pub mod datapath;
 pub mod dma;
 pub mod error;
 pub mod event;

@@ -505,6 +505,14 @@ impl<B: Backend> Cq<B> {
     pub fn hca(&self) -> &Arc<Hca<B>> {
         &self.hca
     }
+
+    /// QUERY_CQ: the device's producer counter (CQEs written, 24 bits).
+    pub fn producer_counter(&self) -> Result<u32> {
+        let out = self.hca.command(CmdOpcode::QUERY_CQ, 0, query_cq_in::SIZE_BYTES, query_cq_out::SIZE_BYTES, |b| {
+            query_cq_in::cqn.set(b, self.cqn as u64);
+        })?;
+        Ok(query_cq_out::cq_context.inner(cqc::producer_counter).get(&out) as u32)
+    }
 }
 
 impl<B: Backend> Drop for Cq<B> {

@@ -9,6 +9,7 @@ use crate::backend::{Backend, IovaRange};
 use crate::{Error, Result};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use umlx_sim::{SimConfig, SimDevice};
 
 /// A software ConnectX reached through the backend seam.
@@ -16,6 +17,8 @@ pub struct SimBackend {
     name: String,
     dev: SimDevice,
     irqs: Vec<OwnedFd>,
+    /// With plain doorbells: where data-path doorbell writes land instead of the device.
+    doorbell_sink: Option<Box<[AtomicU64; 512]>>,
 }
 
 impl std::fmt::Debug for SimBackend {
@@ -40,7 +43,23 @@ impl SimBackend {
                 .map_err(|e| Error::Os { op: format!("connecting MSI-X vector {v}"), source: e })?;
             irqs.push(fd);
         }
-        Ok(Arc::new(SimBackend { name: format!("sim:{name}"), dev, irqs }))
+        Ok(Arc::new(SimBackend { name: format!("sim:{name}"), dev, irqs, doorbell_sink: None }))
+    }
+
+    /// A backend whose data-path doorbells (SQ doorbells and BlueFlame writes at UAR offset
+    /// 0x800 and up) are plain stores to memory that the device never sees: for measuring the
+    /// driver's own data-path cost, as rdma-core's figures are measured with the doorbell
+    /// pointing at plain memory. Commands, EQ and CQ doorbells still reach the device.
+    pub fn with_plain_doorbells(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
+        let b = Self::new(name, cfg)?;
+        let mut b = Arc::try_unwrap(b).map_err(|_| Error::InvalidArgument("backend shared".into()))?;
+        b.doorbell_sink = Some(Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        Ok(Arc::new(b))
+    }
+
+    /// The last value stored to a plain doorbell at BAR0 `offset` (plain-doorbell mode).
+    pub fn plain_doorbell(&self, offset: usize) -> Option<u64> {
+        self.doorbell_sink.as_ref().map(|s| s[(offset / 8) & 511].load(Ordering::Relaxed))
     }
 
     /// The device model.
@@ -70,6 +89,12 @@ impl Backend for SimBackend {
 
     #[inline]
     fn write64(&self, offset: usize, value: u64) {
+        if let Some(sink) = &self.doorbell_sink
+            && offset & 0xfff >= 0x800
+        {
+            sink[(offset / 8) & 511].store(value, Ordering::Relaxed);
+            return;
+        }
         self.dev.bar0_write64(offset as u64, value)
     }
 
