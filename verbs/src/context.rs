@@ -1,0 +1,306 @@
+//! Devices and contexts: the device list, opening a device (bring-up through the driver),
+//! device/port/GID queries, async events, and the tables the data path shares.
+
+use crate::types::*;
+use crate::{Error, Result};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use umlx_driver::backend::Backend;
+use umlx_driver::datapath::QpTable;
+use umlx_driver::hca::PortInfo;
+use umlx_driver::objects::{Pd as DrvPd, Uar};
+use umlx_driver::vfio::VfioBackend;
+use umlx_driver::{Hca, HcaOptions, SimBackend};
+use umlx_hwdesc::ifc::{atomic_caps, cmd_hca_cap};
+use umlx_sim::{SimConfig, SimDevice};
+
+/// What kind of device an entry of the device list is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// A PCI function bound to vfio-pci (its address).
+    Pci(String),
+    /// A software ConnectX, embedded in this process.
+    Sim,
+}
+
+/// One entry of [`devices`] (`struct ibv_device`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceListEntry {
+    /// Name: `mlx5_<pci>` for adapters, `sim0` for the software ConnectX.
+    pub name: String,
+    /// Kind.
+    pub kind: DeviceKind,
+}
+
+/// `ibv_get_device_list`: PCI functions bound to vfio-pci with mlx5 IDs, then the software
+/// ConnectX.
+pub fn devices() -> Vec<DeviceListEntry> {
+    let mut v = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci") {
+        let mut pcis: Vec<String> = dir
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(':') && n.contains('.'))
+            .collect();
+        pcis.sort();
+        for pci in pcis {
+            let root = std::path::Path::new("/sys");
+            let is_mlx5 = umlx_driver::vfio::sysfs::read_ids(root, &pci)
+                .map(|(ven, dev)| umlx_driver::vfio::sysfs::mlx5_device_name(ven, dev).is_some())
+                .unwrap_or(false);
+            if is_mlx5 {
+                v.push(DeviceListEntry { name: format!("mlx5_{pci}"), kind: DeviceKind::Pci(pci) });
+            }
+        }
+    }
+    v.push(DeviceListEntry { name: "sim0".into(), kind: DeviceKind::Sim });
+    v
+}
+
+/// An asynchronous event (`struct ibv_async_event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The mlx5 event type (port change, CQ error, QP/SRQ events, SRQ limit...).
+    pub event_type: umlx_hwdesc::enums::EventType,
+    /// The object it names (port, CQN, QPN, SRQN).
+    pub object: u32,
+    /// Sub-type (port change: 1 DOWN, 4 ACTIVE).
+    pub sub_type: u8,
+}
+
+pub(crate) struct Shared<B: Backend> {
+    pub hca: Arc<Hca<B>>,
+    pub uar: Arc<Uar<B>>,
+    pub qps: QpTable,
+    pub srqs: QpTable,
+    pub port: PortInfo,
+    pub neighbors: Mutex<Vec<(IpAddr, [u8; 6])>>,
+    pub next_vector: Mutex<u32>,
+}
+
+/// An open device (`struct ibv_context`).
+pub struct Context<B: Backend> {
+    pub(crate) shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for Context<B> {
+    fn clone(&self) -> Self {
+        Context { shared: self.shared.clone() }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Context<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("device", &self.shared.hca.name()).finish()
+    }
+}
+
+impl Context<SimBackend> {
+    /// Opens a new software ConnectX (its IP addresses become GIDs 1..).
+    pub fn open_sim(cfg: SimConfig) -> Result<Context<SimBackend>> {
+        let ips = cfg.ips.clone();
+        let backend = SimBackend::new("0", cfg)?;
+        Context::open(backend, ips)
+    }
+
+    /// Opens an existing software ConnectX (for example one attached to a fabric).
+    pub fn attach_sim(dev: SimDevice, name: &str, ips: Vec<IpAddr>) -> Result<Context<SimBackend>> {
+        let backend = SimBackend::attach(name, dev)?;
+        Context::open(backend, ips)
+    }
+}
+
+impl Context<VfioBackend> {
+    /// Opens the adapter at PCI address `pci` (bound to vfio-pci); `ips` become GIDs 1...
+    pub fn open_pci(pci: &str, ips: Vec<IpAddr>) -> Result<Context<VfioBackend>> {
+        let backend = VfioBackend::open(pci)?;
+        Context::open(backend, ips)
+    }
+}
+
+impl<B: Backend> Context<B> {
+    /// Brings the device behind `backend` up and opens a context on it.
+    pub fn open(backend: Arc<B>, ips: Vec<IpAddr>) -> Result<Context<B>> {
+        let hca = Hca::open(backend, HcaOptions { ips, ..Default::default() })?;
+        let uar = Arc::new(Uar::new(&hca)?);
+        let port = hca.port();
+        Ok(Context {
+            shared: Arc::new(Shared {
+                hca,
+                uar,
+                qps: QpTable::default(),
+                srqs: QpTable::default(),
+                port,
+                neighbors: Mutex::new(Vec::new()),
+                next_vector: Mutex::new(1),
+            }),
+        })
+    }
+
+    /// The driver's HCA (bring-up trace, capabilities, commands).
+    pub fn hca(&self) -> &Arc<Hca<B>> {
+        &self.shared.hca
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        self.shared.hca.name()
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let caps = self.shared.hca.caps();
+        let g = |f| caps.general_cap(f);
+        let b = &self.shared.hca.backend();
+        let fw = (b.read32(0), b.read32(4));
+        let mut cfg = [0u8; 4];
+        b.config_read(0, &mut cfg)?;
+        let atomic = !caps.atomic.is_empty() && atomic_caps::atomic_operations.get(&caps.atomic) & 3 == 3;
+        Ok(DeviceAttr {
+            fw_ver: format!("{}.{}.{}", fw.0 & 0xffff, fw.0 >> 16, fw.1 & 0xffff),
+            node_guid: self.shared.port.node_guid,
+            sys_image_guid: self.shared.port.node_guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: !0xfff,
+            vendor_id: u16::from_le_bytes([cfg[0], cfg[1]]) as u32,
+            vendor_part_id: u16::from_le_bytes([cfg[2], cfg[3]]) as u32,
+            hw_ver: 0,
+            max_qp: 1 << g(cmd_hca_cap::log_max_qp),
+            max_qp_wr: 1 << g(cmd_hca_cap::log_max_qp_sz),
+            max_sge: ((g(cmd_hca_cap::max_wqe_sz_sq) as u32).saturating_sub(32)) / 16,
+            max_cq: 1 << g(cmd_hca_cap::log_max_cq),
+            max_cqe: (1 << g(cmd_hca_cap::log_max_cq_sz)) - 1,
+            max_mr: 1 << g(cmd_hca_cap::log_max_mkey),
+            max_pd: 1 << g(cmd_hca_cap::log_max_pd),
+            max_qp_rd_atom: 1 << g(cmd_hca_cap::log_max_ra_res_qp),
+            max_qp_init_rd_atom: 1 << g(cmd_hca_cap::log_max_ra_req_qp),
+            max_srq: 1 << g(cmd_hca_cap::log_max_srq),
+            max_srq_wr: (1 << g(cmd_hca_cap::log_max_srq_sz)) - 1,
+            max_srq_sge: (g(cmd_hca_cap::max_wqe_sz_rq) as u32 / 16).saturating_sub(1),
+            phys_port_cnt: g(cmd_hca_cap::num_ports) as u8,
+            atomic_cap: atomic as u32,
+            local_ca_ack_delay: g(cmd_hca_cap::local_ca_ack_delay) as u8,
+        })
+    }
+
+    /// `ibv_query_port` (port 1).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        if port != 1 {
+            return Err(Error::Invalid(format!("port {port}: the device has port 1")));
+        }
+        let out = self.shared.hca.command(
+            umlx_hwdesc::enums::CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
+            0,
+            umlx_hwdesc::ifc::query_hca_vport_context_in::SIZE_BYTES,
+            umlx_hwdesc::ifc::query_hca_vport_context_out::SIZE_BYTES,
+            |b| {
+                umlx_hwdesc::ifc::query_hca_vport_context_in::port_num.set(b, 1);
+            },
+        )?;
+        let ctx = umlx_hwdesc::ifc::query_hca_vport_context_out::hca_vport_context;
+        let st = ctx.inner(umlx_hwdesc::ifc::hca_vport_context::port_state).get(&out) as u32;
+        let phys = ctx.inner(umlx_hwdesc::ifc::hca_vport_context::port_physical_state).get(&out) as u8;
+        let active = self.active_mtu();
+        let caps = self.shared.hca.caps();
+        Ok(PortAttr {
+            state: PortState::from_value(st).unwrap_or(PortState::Down),
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: active,
+            gid_tbl_len: caps.general_cap(cmd_hca_cap::gid_table_size) as u32,
+            pkey_tbl_len: 1,
+            lid: 0,
+            link_layer: "Ethernet",
+            phys_state: phys,
+            max_msg_sz: 1 << caps.general_cap(cmd_hca_cap::log_max_msg),
+        })
+    }
+
+    /// The active MTU: the largest IB MTU that fits the Ethernet MTU with RoCEv2 headers.
+    pub fn active_mtu(&self) -> Mtu {
+        match self.shared.port.mtu.saturating_sub(80) {
+            4096.. => Mtu::Mtu4096,
+            2048.. => Mtu::Mtu2048,
+            1024.. => Mtu::Mtu1024,
+            512.. => Mtu::Mtu512,
+            _ => Mtu::Mtu256,
+        }
+    }
+
+    /// `ibv_query_gid`.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        if port != 1 {
+            return Err(Error::Invalid(format!("port {port}: the device has port 1")));
+        }
+        let out = self.shared.hca.command(
+            umlx_hwdesc::enums::CmdOpcode::QUERY_HCA_VPORT_GID,
+            0,
+            umlx_hwdesc::ifc::query_hca_vport_gid_in::SIZE_BYTES,
+            umlx_hwdesc::ifc::query_hca_vport_gid_out::SIZE_BYTES + 16,
+            |b| {
+                umlx_hwdesc::ifc::query_hca_vport_gid_in::port_num.set(b, 1);
+                umlx_hwdesc::ifc::query_hca_vport_gid_in::gid_index.set(b, index as u64);
+            },
+        )?;
+        let off = umlx_hwdesc::ifc::query_hca_vport_gid_out::SIZE_BYTES;
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&out[off..off + 16]);
+        Ok(Gid(g))
+    }
+
+    /// The GID table entries the driver programmed (index, GID).
+    pub fn gids(&self) -> Vec<(u32, Gid)> {
+        self.shared.port.gids.iter().map(|g| (g.index, Gid(g.gid))).collect()
+    }
+
+    /// The port's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.shared.port.mac
+    }
+
+    /// Adds a neighbour (IP → MAC) used to resolve address vectors; a VFIO function has no
+    /// kernel neighbour table.
+    pub fn add_neighbor(&self, ip: IpAddr, mac: [u8; 6]) {
+        let mut n = self.shared.neighbors.lock().unwrap_or_else(|e| e.into_inner());
+        n.retain(|(i, _)| *i != ip);
+        n.push((ip, mac));
+    }
+
+    /// Resolves the destination MAC of an address: explicit, link-local EUI-64, neighbour table.
+    pub fn resolve_dmac(&self, ah: &AhAttr) -> Result<[u8; 6]> {
+        if let Some(m) = ah.dmac {
+            return Ok(m);
+        }
+        let g = ah.grh.dgid.0;
+        if g[0] == 0xfe && g[1] == 0x80 && g[11] == 0xff && g[12] == 0xfe {
+            return Ok([g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]]);
+        }
+        let ip = ah.grh.dgid.to_ip();
+        if self.shared.port.gids.iter().any(|e| e.gid == g) {
+            return Ok(self.shared.port.mac);
+        }
+        let n = self.shared.neighbors.lock().unwrap_or_else(|e| e.into_inner());
+        n.iter().find(|(i, _)| *i == ip).map(|(_, m)| *m).ok_or_else(|| {
+            Error::Invalid(format!("no MAC known for {ip}: give ah_attr.dmac or call Context::add_neighbor"))
+        })
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<crate::qp::Pd<B>> {
+        Ok(crate::qp::Pd { ctx: self.clone(), pd: DrvPd::new(&self.shared.hca)? })
+    }
+
+    /// `ibv_get_async_event` (non-blocking): the next port, CQ, QP or SRQ event.
+    pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {
+        self.shared.hca.process_events()?;
+        Ok(self.shared.hca.next_event().map(|e| AsyncEvent {
+            event_type: e.event_type,
+            object: e.object,
+            sub_type: e.sub_type,
+        }))
+    }
+
+    /// The async event file descriptor (readable when events may be pending).
+    pub fn async_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.shared.hca.async_event_fd()
+    }
+}

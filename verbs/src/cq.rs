@@ -1,0 +1,266 @@
+//! Completion queues and completion channels: `ibv_create_cq`, `ibv_poll_cq`,
+//! `ibv_req_notify_cq`, `ibv_create_comp_channel`, `ibv_get_cq_event`, `ibv_ack_cq_events`,
+//! `ibv_resize_cq`.
+
+use crate::context::Context;
+use crate::types::*;
+use crate::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use umlx_driver::backend::Backend;
+use umlx_driver::datapath::{CqRing, Cqe, opcode};
+use umlx_driver::objects::{CompEq, Cq as DrvCq};
+
+/// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
+/// when an armed CQ bound to it gets a completion.
+pub struct CompChannel<B: Backend> {
+    pub(crate) eq: Arc<CompEq<B>>,
+    pending: Mutex<VecDeque<u32>>,
+    pub(crate) sns: Mutex<Vec<(u32, Arc<AtomicU32>)>>,
+}
+
+impl<B: Backend> std::fmt::Debug for CompChannel<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompChannel").field("eqn", &self.eq.eqn()).finish()
+    }
+}
+
+impl<B: Backend> Context<B> {
+    /// `ibv_create_comp_channel`: a completion EQ on its own interrupt vector.
+    pub fn create_comp_channel(&self) -> Result<Arc<CompChannel<B>>> {
+        let vector = {
+            let mut v = self.shared.next_vector.lock().unwrap_or_else(|e| e.into_inner());
+            let n = self.shared.hca.backend().irq_count();
+            if *v >= n {
+                return Err(Error::Invalid(format!("no free interrupt vector (the device has {n})")));
+            }
+            *v += 1;
+            *v - 1
+        };
+        Ok(Arc::new(CompChannel {
+            eq: CompEq::new(&self.shared.hca, vector, 10)?,
+            pending: Mutex::new(VecDeque::new()),
+            sns: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// `ibv_create_cq` with at least `cqe` entries, optionally bound to a completion channel.
+    pub fn create_cq(&self, cqe: u32, channel: Option<&Arc<CompChannel<B>>>) -> Result<Cq<B>> {
+        let log = (cqe.max(1) + 1).next_power_of_two().trailing_zeros().max(1);
+        let cq = Arc::new(DrvCq::new(&self.shared.hca, log, channel.map(|c| c.eq.clone()))?);
+        let sn = Arc::new(AtomicU32::new(0));
+        if let Some(c) = channel {
+            c.sns.lock().unwrap_or_else(|e| e.into_inner()).push((cq.cqn(), sn.clone()));
+        }
+        Ok(Cq { ctx: self.clone(), ring: CqRing::new(log), cq, sn, channel: channel.cloned(), events: 0 })
+    }
+}
+
+impl<B: Backend> CompChannel<B> {
+    /// The file descriptor to poll/epoll for readability.
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.eq.event_fd()
+    }
+
+    /// `ibv_get_cq_event`: waits up to `timeout` for a completion event; returns the CQ number
+    /// (compare with [`Cq::cqn`]) or `None` on timeout.
+    pub fn get_cq_event(&self, timeout: Duration) -> Result<Option<u32>> {
+        if let Some(c) = self.pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
+            return Ok(Some(c));
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(fd) = self.fd() {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if umlx_driver::event::wait_readable(fd, left.min(Duration::from_millis(10))) {
+                    umlx_driver::event::drain(fd);
+                }
+            }
+            let mut got = Vec::new();
+            self.eq.drain(|cqn| got.push(cqn))?;
+            if !got.is_empty() {
+                let sns = self.sns.lock().unwrap_or_else(|e| e.into_inner());
+                for cqn in &got {
+                    if let Some((_, sn)) = sns.iter().find(|(c, _)| c == cqn) {
+                        sn.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                p.extend(got);
+                return Ok(p.pop_front());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A completion queue (`struct ibv_cq`).
+pub struct Cq<B: Backend> {
+    pub(crate) ctx: Context<B>,
+    pub(crate) cq: Arc<DrvCq<B>>,
+    ring: CqRing,
+    sn: Arc<AtomicU32>,
+    channel: Option<Arc<CompChannel<B>>>,
+    events: u32,
+}
+
+impl<B: Backend> std::fmt::Debug for Cq<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq").field("cqn", &self.cq.cqn()).finish()
+    }
+}
+
+fn status_of(syndrome: u8) -> WcStatus {
+    match syndrome {
+        0x01 => WcStatus::LocLenErr,
+        0x02 => WcStatus::LocQpOpErr,
+        0x04 => WcStatus::LocProtErr,
+        0x05 => WcStatus::WrFlushErr,
+        0x06 => WcStatus::MwBindErr,
+        0x10 => WcStatus::BadRespErr,
+        0x11 => WcStatus::LocAccessErr,
+        0x12 => WcStatus::RemInvReqErr,
+        0x13 => WcStatus::RemAccessErr,
+        0x14 => WcStatus::RemOpErr,
+        0x15 => WcStatus::RetryExcErr,
+        0x16 => WcStatus::RnrRetryExcErr,
+        0x22 => WcStatus::RemAbortErr,
+        _ => WcStatus::GeneralErr,
+    }
+}
+
+fn send_opcode(wqe_opcode: u8) -> WcOpcode {
+    match wqe_opcode {
+        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
+        opcode::RDMA_READ => WcOpcode::RdmaRead,
+        opcode::ATOMIC_CS => WcOpcode::CompSwap,
+        opcode::ATOMIC_FA => WcOpcode::FetchAdd,
+        _ => WcOpcode::Send,
+    }
+}
+
+impl<B: Backend> Cq<B> {
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.cq.cqn()
+    }
+
+    /// Number of CQEs.
+    pub fn capacity(&self) -> u32 {
+        (1 << self.cq.log_size()) - 1
+    }
+
+    /// `ibv_poll_cq`: fills `wc` with up to `wc.len()` completions; returns how many.
+    #[inline]
+    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(cqe) = self.ring.next(&self.cq.mem.buf) else { break };
+            if let Some(w) = self.translate(&cqe) {
+                wc[n] = w;
+                n += 1;
+            }
+        }
+        if n > 0 || self.ring.ci() != 0 {
+            self.ring.update_ci(&self.cq.mem.dbr);
+        }
+        n
+    }
+
+    #[inline]
+    fn translate(&self, cqe: &Cqe) -> Option<Wc> {
+        let shared = &self.ctx.shared;
+        let mut w = Wc { qp_num: cqe.qpn, ..Wc::default() };
+        match cqe.opcode {
+            // Requester: success (0) or error (13).
+            0 | 13 => {
+                let ring = shared.qps.get(cqe.qpn)?;
+                let mask = ring.sq_wr_id.len() - 1;
+                let idx = cqe.wqe_counter as usize & mask;
+                w.wr_id = ring.sq_wr_id[idx].load(Ordering::Relaxed);
+                let head = ring.sq_head[idx].load(Ordering::Acquire) & 0x7fff_ffff;
+                ring.sq_tail.store(head, Ordering::Release);
+                if cqe.opcode == 13 {
+                    w.status = status_of(cqe.syndrome);
+                    w.vendor_err = cqe.vendor_syndrome as u32;
+                }
+                w.opcode = send_opcode(cqe.wqe_opcode);
+                w.byte_len = match w.opcode {
+                    WcOpcode::RdmaRead => cqe.byte_cnt,
+                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
+                    _ => 0,
+                };
+            }
+            // Responder: RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3), RESP_ERR (14).
+            1..=3 | 14 => {
+                let srq = if cqe.srqn != 0 { shared.srqs.get(cqe.srqn) } else { None };
+                let ring = match srq {
+                    Some(r) => r,
+                    None => shared.qps.get(cqe.qpn)?,
+                };
+                let mask = ring.rq_wr_id.len() - 1;
+                w.wr_id = ring.rq_wr_id[cqe.wqe_counter as usize & mask].load(Ordering::Acquire);
+                let tail = ring.rq_tail.load(Ordering::Relaxed);
+                ring.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
+                w.byte_len = cqe.byte_cnt;
+                w.src_qp = cqe.flags_rqpn & 0xff_ffff;
+                w.sl = ((cqe.flags_rqpn >> 24) & 0xf) as u8;
+                if (cqe.flags_rqpn >> 28) & 3 != 0 {
+                    w.wc_flags.0 |= WcFlags::GRH.0;
+                }
+                match cqe.opcode {
+                    1 => {
+                        w.opcode = WcOpcode::RecvRdmaWithImm;
+                        w.imm_data = cqe.imm;
+                        w.wc_flags.0 |= WcFlags::WITH_IMM.0;
+                    }
+                    3 => {
+                        w.opcode = WcOpcode::Recv;
+                        w.imm_data = cqe.imm;
+                        w.wc_flags.0 |= WcFlags::WITH_IMM.0;
+                    }
+                    14 => {
+                        w.opcode = WcOpcode::Recv;
+                        w.status = status_of(cqe.syndrome);
+                        w.vendor_err = cqe.vendor_syndrome as u32;
+                        w.byte_len = 0;
+                    }
+                    _ => w.opcode = WcOpcode::Recv,
+                }
+            }
+            _ => return None,
+        }
+        Some(w)
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or the next solicited one) raises an event on
+    /// the CQ's completion channel.
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
+        if self.channel.is_none() {
+            return Err(Error::Invalid(format!("CQ {:#x} has no completion channel", self.cqn())));
+        }
+        let sn = self.sn.load(Ordering::Relaxed);
+        let b = self.ctx.shared.hca.backend();
+        self.ring.arm(&**b, &self.cq.mem.dbr, self.ctx.shared.hca.uar(), self.cqn(), sn, solicited_only);
+        Ok(())
+    }
+
+    /// `ibv_ack_cq_events`.
+    pub fn ack_events(&mut self, n: u32) {
+        self.events = self.events.wrapping_add(n);
+    }
+
+    /// CQEs the device has written so far (QUERY_CQ producer counter; a control-path call).
+    pub fn device_produced(&self) -> Result<u32> {
+        Ok(self.cq.producer_counter()?)
+    }
+
+    /// Events acknowledged so far.
+    pub fn acked_events(&self) -> u32 {
+        self.events
+    }
+}

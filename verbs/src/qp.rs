@@ -1,0 +1,686 @@
+//! Protection domains, queue pairs, address handles and shared receive queues:
+//! `ibv_alloc_pd`, `ibv_reg_mr`, `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`,
+//! `ibv_post_send`, `ibv_post_recv`, `ibv_create_ah`, `ibv_create_srq`, `ibv_post_srq_recv`.
+
+use crate::context::Context;
+use crate::cq::Cq;
+use crate::mr::{Mr, access};
+use crate::types::*;
+use crate::{Error, Result};
+use std::sync::Arc;
+use umlx_driver::backend::Backend;
+use umlx_driver::datapath::{self, PostError, RecvQueue, SendQueue, SendWqe, SqGeometry, WrRing, opcode};
+use umlx_driver::dma::UserMemory;
+use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
+use umlx_hwdesc::enums::QpServiceType;
+use umlx_hwdesc::ifc::{ads, qpc};
+
+/// A protection domain (`struct ibv_pd`).
+pub struct Pd<B: Backend> {
+    pub(crate) ctx: Context<B>,
+    pub(crate) pd: Arc<DrvPd<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for Pd<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pd").field("pdn", &self.pd.pdn()).finish()
+    }
+}
+
+/// Largest inline data a send WQE carries.
+pub const MAX_INLINE: u32 = 512;
+
+impl<B: Backend> Pd<B> {
+    /// `ibv_reg_mr` over a buffer the region takes ownership of (given back by [`Mr::dereg`]).
+    pub fn reg_mr(&self, data: impl Into<Box<[u8]>>, flags: AccessFlags) -> Result<Mr<B>> {
+        let acc = access(flags)?;
+        let mem = UserMemory::new(self.ctx.shared.hca.dma_space(), data.into())?;
+        let (iova_base, page, _) = mem.pages();
+        let mkey = Mkey::create(&self.pd, mem.addr(), mem.len() as u64, page.trailing_zeros(), acc, |i| {
+            iova_base + (i * page) as u64
+        })?;
+        Ok(Mr::user(mkey, mem, flags))
+    }
+
+    /// Registers `len` bytes of new pinned memory (on 2 MiB pages when `len` is at least 2 MiB
+    /// and the system has them): the owned-buffer variant.
+    pub fn alloc_mr(&self, len: usize, flags: AccessFlags) -> Result<Mr<B>> {
+        let acc = access(flags)?;
+        let mr = MemoryRegion::new(&self.pd, len, len >= 2 << 20, acc)?;
+        Ok(Mr::owned(mr, flags))
+    }
+
+    /// `ibv_create_ah` (RoCE: always global).
+    pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
+        let dmac = self.ctx.resolve_dmac(attr)?;
+        let sgid = attr.grh.sgid_index as u32;
+        if !self.ctx.gids().iter().any(|(i, _)| *i == sgid) {
+            return Err(Error::Invalid(format!("source GID index {sgid} is not in the GID table")));
+        }
+        let mut av = [0u8; 48];
+        av[0x0c] = (attr.sl & 7) << 1;
+        av[0x14..0x1a].copy_from_slice(&dmac);
+        av[0x1a] = attr.grh.traffic_class;
+        av[0x1b] = if attr.grh.hop_limit == 0 { 64 } else { attr.grh.hop_limit };
+        let gid_fl = ((sgid & 0xff) << 20) | (attr.grh.flow_label & 0xf_ffff);
+        av[0x1c..0x20].copy_from_slice(&gid_fl.to_be_bytes());
+        av[0x20..0x30].copy_from_slice(&attr.grh.dgid.0);
+        Ok(Ah { attr: *attr, av })
+    }
+
+    /// `ibv_create_qp`: RC or UD, with its send and receive CQs (they may be the same CQ) and an
+    /// optional SRQ. The returned QP's [`Qp::cap`] holds the actual capabilities.
+    pub fn create_qp(
+        &self,
+        qp_type: QpType,
+        send_cq: &Cq<B>,
+        recv_cq: &Cq<B>,
+        srq: Option<&Srq<B>>,
+        init: QpInitCap,
+    ) -> Result<Qp<B>> {
+        let cap = init.cap;
+        let max_sge = cap.max_send_sge.max(1);
+        if cap.max_send_sge > 30 || cap.max_recv_sge > 31 {
+            return Err(Error::Invalid(format!(
+                "{} send / {} receive SGEs: at most 30 / 31",
+                cap.max_send_sge, cap.max_recv_sge
+            )));
+        }
+        if cap.max_inline_data > MAX_INLINE {
+            return Err(Error::Invalid(format!("max_inline_data {}: at most {MAX_INLINE}", cap.max_inline_data)));
+        }
+        let service = match qp_type {
+            QpType::Rc => QpServiceType::RC,
+            QpType::Ud => QpServiceType::UD,
+        };
+        // Largest WQE: ctrl + (UD: AV 48 | RC: raddr 16 + atomic 16) + data.
+        let fixed = 16 + if qp_type == QpType::Ud { 48 } else { 32 };
+        let data = (max_sge * 16).max((cap.max_inline_data + 4).div_ceil(16) * 16);
+        let wqe_bbs = (fixed + data).div_ceil(64);
+        let sq_bbs = (cap.max_send_wr.max(1) * wqe_bbs).next_power_of_two();
+        let log_sq = sq_bbs.trailing_zeros();
+        let recv_sge = cap.max_recv_sge.max(1);
+        let rq_stride = (recv_sge * 16).next_power_of_two().max(16);
+        let rq_wqes = cap.max_recv_wr.max(1).next_power_of_two();
+        let config = QpConfig {
+            service,
+            log_sq_size: log_sq,
+            log_rq_size: rq_wqes.trailing_zeros(),
+            rq_stride_shift: rq_stride.trailing_zeros(),
+        };
+        let shared = &self.ctx.shared;
+        let qp = DrvQp::new(&self.pd, &shared.uar, &send_cq.cq, &recv_cq.cq, srq.map(|s| &s.srq), config)?;
+        let ring = Arc::new(WrRing::new(qp.qpn(), sq_bbs as usize, if srq.is_some() { 1 } else { rq_wqes as usize }));
+        shared.qps.insert(ring.clone());
+        let max_inline = (wqe_bbs * 64 - fixed - 4).min(MAX_INLINE);
+        let geo = SqGeometry {
+            qpn: qp.qpn(),
+            sq_offset: qp.sq_offset,
+            log_bbs: log_sq,
+            uar_index: shared.uar.index(),
+            max_sge: (wqe_bbs * 64 - fixed) / 16,
+            max_inline,
+        };
+        let mut sq = SendQueue::new(shared.hca.backend().clone(), geo, ring.clone());
+        sq.sig_all = init.sq_sig_all;
+        let rq =
+            srq.is_none().then(|| RecvQueue::new(0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false));
+        let actual = QpCap {
+            max_send_wr: sq_bbs / wqe_bbs,
+            max_recv_wr: if srq.is_some() { 0 } else { rq_wqes },
+            max_send_sge: geo.max_sge,
+            max_recv_sge: if srq.is_some() { 0 } else { rq_stride / 16 },
+            max_inline_data: max_inline,
+        };
+        Ok(Qp { ctx: self.ctx.clone(), qp, sq, rq, state: QpState::Reset, qp_type, cap: actual, port: 1, dest_qpn: 0 })
+    }
+
+    /// `ibv_create_srq` with `max_wr` WQEs of `max_sge` SGEs, and a limit (0: not armed).
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq<B>> {
+        if max_sge == 0 || max_sge > 31 {
+            return Err(Error::Invalid(format!("SRQ max_sge {max_sge}: 1..=31")));
+        }
+        let wqes = (max_wr + 1).next_power_of_two();
+        let stride = ((max_sge + 1) * 16).next_power_of_two();
+        let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
+        let ring = Arc::new(WrRing::new(srq.srqn(), 1, wqes as usize));
+        self.ctx.shared.srqs.insert(ring.clone());
+        let rq = RecvQueue::new(0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true);
+        Ok(Srq { ctx: self.ctx.clone(), srq, rq })
+    }
+
+    /// PD number.
+    pub fn pdn(&self) -> u32 {
+        self.pd.pdn()
+    }
+}
+
+/// An address handle (`struct ibv_ah`): the prebuilt 48-byte UD address vector.
+#[derive(Clone, Copy, Debug)]
+pub struct Ah {
+    /// The attributes it was created with.
+    pub attr: AhAttr,
+    av: [u8; 48],
+}
+
+/// A shared receive queue (`struct ibv_srq`).
+pub struct Srq<B: Backend> {
+    ctx: Context<B>,
+    srq: Arc<DrvSrq<B>>,
+    rq: RecvQueue,
+}
+
+impl<B: Backend> Srq<B> {
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+        for (i, wr) in wrs.iter().enumerate() {
+            self.rq
+                .write_wqe(&self.srq.mem.buf, wr.wr_id, as_sges(wr.sg_list))
+                .map_err(|e| PostFailure::from_driver(i, e))?;
+        }
+        self.rq.ring_doorbell(&self.srq.mem.dbr);
+        Ok(())
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: raise the limit event when fewer than `limit` WQEs
+    /// remain.
+    pub fn arm(&self, limit: u32) -> Result<()> {
+        Ok(self.srq.arm(limit)?)
+    }
+
+    /// SRQ number.
+    pub fn srqn(&self) -> u32 {
+        self.srq.srqn()
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context<B> {
+        &self.ctx
+    }
+}
+
+/// A failed post: which work request (index into the slice, as ibverbs' `bad_wr`) and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostFailure {
+    /// Index of the first work request not posted.
+    pub index: usize,
+    /// Why.
+    pub kind: PostFailureKind,
+}
+
+/// Why a post failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostFailureKind {
+    /// The queue is full (ENOMEM).
+    QueueFull,
+    /// Too many SGEs (EINVAL).
+    TooManySges,
+    /// Inline data too large (EINVAL).
+    InlineTooLarge,
+    /// The QP is in a state that does not accept the post (EINVAL).
+    WrongState(QpState),
+    /// The opcode or its operands do not fit the QP type (EINVAL).
+    InvalidRequest,
+}
+
+impl PostFailure {
+    fn from_driver(index: usize, e: PostError) -> PostFailure {
+        let kind = match e {
+            PostError::QueueFull => PostFailureKind::QueueFull,
+            PostError::TooManySges => PostFailureKind::TooManySges,
+            PostError::InlineTooLarge | PostError::WqeTooLarge => PostFailureKind::InlineTooLarge,
+        };
+        PostFailure { index, kind }
+    }
+
+    /// The errno ibverbs returns.
+    pub fn errno(&self) -> i32 {
+        match self.kind {
+            PostFailureKind::QueueFull => 12,
+            _ => 22,
+        }
+    }
+}
+
+impl std::fmt::Display for PostFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            PostFailureKind::QueueFull => write!(f, "work request {}: queue full (ENOMEM)", self.index),
+            PostFailureKind::TooManySges => write!(f, "work request {}: too many SGEs (EINVAL)", self.index),
+            PostFailureKind::InlineTooLarge => write!(f, "work request {}: inline data too large (EINVAL)", self.index),
+            PostFailureKind::WrongState(s) => write!(f, "work request {}: QP in state {s} (EINVAL)", self.index),
+            PostFailureKind::InvalidRequest => {
+                write!(f, "work request {}: invalid for this QP type (EINVAL)", self.index)
+            }
+        }
+    }
+}
+
+impl std::error::Error for PostFailure {}
+
+#[inline]
+fn as_sges(s: &[Sge]) -> &[Sge] {
+    s
+}
+
+/// A queue pair (`struct ibv_qp`).
+pub struct Qp<B: Backend> {
+    ctx: Context<B>,
+    qp: DrvQp<B>,
+    sq: SendQueue<B>,
+    rq: Option<RecvQueue>,
+    state: QpState,
+    qp_type: QpType,
+    /// The capabilities the QP got.
+    pub cap: QpCap,
+    port: u8,
+    dest_qpn: u32,
+}
+
+impl<B: Backend> std::fmt::Debug for Qp<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp").field("qpn", &self.qp.qpn()).field("state", &self.state).finish()
+    }
+}
+
+/// The PRM optional-parameter mask for the attributes in `mask` (bits of `mlx5_qp_optpar`).
+fn opt_mask(mask: QpAttrMask, later: bool, rc: bool, av: bool) -> u32 {
+    use QpAttrMask as M;
+    let mut opt = 0;
+    if later && rc && mask.contains(M::ACCESS_FLAGS) {
+        opt |= (1 << 1) | (1 << 2) | (1 << 3);
+    }
+    if later && mask.contains(M::PKEY_INDEX) {
+        opt |= 1 << 4;
+    }
+    if later && mask.contains(M::QKEY) {
+        opt |= 1 << 5;
+    }
+    if later && av {
+        opt |= 1 << 7;
+    }
+    for (m, bit) in [
+        (M::MIN_RNR_TIMER, 6),
+        (M::MAX_QP_RD_ATOMIC, 8),
+        (M::MAX_DEST_RD_ATOMIC, 9),
+        (M::RETRY_CNT, 12),
+        (M::RNR_RETRY, 13),
+        (M::TIMEOUT, 14),
+    ] {
+        if mask.contains(m) {
+            opt |= 1 << bit;
+        }
+    }
+    opt
+}
+
+fn log2_ceil(n: u8) -> u64 {
+    if n <= 1 { 0 } else { (32 - ((n as u32) - 1).leading_zeros()) as u64 }
+}
+
+impl<B: Backend> Qp<B> {
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qpn()
+    }
+
+    /// Current state (as last set).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// QP type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// `ibv_modify_qp` with ibverbs attribute-mask semantics.
+    pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let target = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state.ok_or_else(|| Error::Invalid("IBV_QP_STATE set but qp_state is None".into()))?
+        } else {
+            self.state
+        };
+        use QpAttrMask as M;
+        let rc = self.qp_type == QpType::Rc;
+        let (t, required) = match (self.state, target) {
+            (_, QpState::Reset) => (Transition::ToRst, M(0)),
+            (_, QpState::Err) => (Transition::ToErr, M(0)),
+            (QpState::Reset, QpState::Init) => (
+                Transition::Rst2Init,
+                if rc { M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS } else { M::PKEY_INDEX | M::PORT | M::QKEY },
+            ),
+            (QpState::Init, QpState::Init) => (Transition::Init2Init, M(0)),
+            (QpState::Init, QpState::Rtr) => (
+                Transition::Init2Rtr,
+                if rc {
+                    M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
+                } else {
+                    M(0)
+                },
+            ),
+            (QpState::Rtr, QpState::Rts) => (
+                Transition::Rtr2Rts,
+                if rc { M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC } else { M::SQ_PSN },
+            ),
+            (QpState::Rts, QpState::Rts) => (Transition::Rts2Rts, M(0)),
+            (QpState::Sqe, QpState::Rts) => (Transition::SqErr2Rts, M(0)),
+            (QpState::Sqd, QpState::Rts) => (Transition::Sqd2Rts, M(0)),
+            (from, to) => {
+                return Err(Error::WrongState(format!("QP {:#x}: no transition from {from} to {to}", self.qp_num())));
+            }
+        };
+        if !mask.contains(required) {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} {} -> {}: attribute mask {:#x} lacks required {:#x}",
+                self.qp_num(),
+                self.state,
+                target,
+                mask.0,
+                required.0 & !mask.0
+            )));
+        }
+        let dmac = if mask.contains(M::AV) && rc { Some(self.ctx.resolve_dmac(&attr.ah_attr)?) } else { None };
+        if mask.contains(M::PATH_MTU)
+            && let Some(m) = attr.path_mtu
+            && m as u32 > self.ctx.active_mtu() as u32
+        {
+            return Err(Error::Invalid(format!(
+                "path MTU {m} exceeds the port's active MTU {}",
+                self.ctx.active_mtu()
+            )));
+        }
+        let port = if mask.contains(M::PORT) { attr.port_num } else { self.port };
+        let dest = if mask.contains(M::DEST_QPN) { attr.dest_qp_num } else { self.dest_qpn };
+        let lqpn = self.qp_num();
+        let later = !matches!(t, Transition::Rst2Init);
+        let opt = opt_mask(mask, later, rc, dmac.is_some());
+        let p = qpc::primary_address_path;
+        self.qp
+            .modify(t, opt, |c| {
+                p.inner(ads::vhca_port_num).set(c, port as u64);
+                if mask.contains(M::ACCESS_FLAGS) && rc {
+                    let f = attr.qp_access_flags;
+                    qpc::rwe.set(c, f.contains(AccessFlags::REMOTE_WRITE) as u64);
+                    qpc::rre.set(c, f.contains(AccessFlags::REMOTE_READ) as u64);
+                    qpc::rae.set(c, f.contains(AccessFlags::REMOTE_ATOMIC) as u64);
+                }
+                if mask.contains(M::PKEY_INDEX) {
+                    p.inner(ads::pkey_index).set(c, attr.pkey_index as u64);
+                }
+                if mask.contains(M::QKEY) {
+                    qpc::q_key.set(c, attr.qkey as u64);
+                }
+                if mask.contains(M::PATH_MTU)
+                    && let Some(m) = attr.path_mtu
+                {
+                    qpc::mtu.set(c, m as u64);
+                    qpc::log_msg_max.set(c, 30);
+                }
+                if let Some(mac) = dmac {
+                    let g = attr.ah_attr.grh;
+                    p.inner(ads::src_addr_index).set(c, g.sgid_index as u64);
+                    p.inner(ads::hop_limit).set(c, if g.hop_limit == 0 { 64 } else { g.hop_limit } as u64);
+                    p.inner(ads::tclass).set(c, g.traffic_class as u64);
+                    p.inner(ads::flow_label).set(c, g.flow_label as u64);
+                    p.inner(ads::dscp).set(c, (g.traffic_class >> 2) as u64);
+                    p.inner(ads::eth_prio).set(c, (attr.ah_attr.sl & 7) as u64);
+                    p.inner(ads::udp_sport).set(c, umlx_sim::wire::packet::udp_sport(g.flow_label, lqpn, dest) as u64);
+                    if let Some(d) = p.inner(ads::rgid_rip).bytes_mut(c) {
+                        d.copy_from_slice(&g.dgid.0);
+                    }
+                    p.inner(ads::rmac_47_32).set(c, u16::from_be_bytes([mac[0], mac[1]]) as u64);
+                    p.inner(ads::rmac_31_0).set(c, u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) as u64);
+                }
+                if mask.contains(M::DEST_QPN) {
+                    qpc::remote_qpn.set(c, attr.dest_qp_num as u64);
+                }
+                if mask.contains(M::RQ_PSN) {
+                    qpc::next_rcv_psn.set(c, (attr.rq_psn & 0xff_ffff) as u64);
+                }
+                if mask.contains(M::SQ_PSN) {
+                    qpc::next_send_psn.set(c, (attr.sq_psn & 0xff_ffff) as u64);
+                }
+                if mask.contains(M::MAX_DEST_RD_ATOMIC) {
+                    qpc::log_rra_max.set(c, log2_ceil(attr.max_dest_rd_atomic));
+                }
+                if mask.contains(M::MAX_QP_RD_ATOMIC) {
+                    qpc::log_sra_max.set(c, log2_ceil(attr.max_rd_atomic));
+                }
+                if mask.contains(M::MIN_RNR_TIMER) {
+                    qpc::min_rnr_nak.set(c, attr.min_rnr_timer as u64);
+                }
+                if mask.contains(M::TIMEOUT) {
+                    p.inner(ads::ack_timeout).set(c, attr.timeout as u64);
+                }
+                if mask.contains(M::RETRY_CNT) {
+                    qpc::retry_count.set(c, attr.retry_cnt as u64);
+                }
+                if mask.contains(M::RNR_RETRY) {
+                    qpc::rnr_retry.set(c, attr.rnr_retry as u64);
+                }
+            })
+            .map_err(Error::Driver)?;
+        self.port = port;
+        self.dest_qpn = dest;
+        if t == Transition::ToRst {
+            self.sq.reset();
+            if let Some(rq) = &mut self.rq {
+                rq.reset();
+            }
+        }
+        self.state = target;
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the attributes as the device holds them.
+    pub fn query(&self) -> Result<QpAttr> {
+        let c = self.qp.query()?;
+        let p = qpc::primary_address_path;
+        let state = match qpc::state.get(&c) {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqe,
+            5 => QpState::Sqd,
+            _ => QpState::Err,
+        };
+        let mut dgid = [0u8; 16];
+        if let Some(b) = p.inner(ads::rgid_rip).bytes(&c) {
+            dgid.copy_from_slice(b);
+        }
+        let hi = p.inner(ads::rmac_47_32).get(&c) as u16;
+        let lo = p.inner(ads::rmac_31_0).get(&c) as u32;
+        let mut mac = [0u8; 6];
+        mac[..2].copy_from_slice(&hi.to_be_bytes());
+        mac[2..].copy_from_slice(&lo.to_be_bytes());
+        let pow = |v: u64| if v == 0 { 0 } else { 1u8 << v };
+        Ok(QpAttr {
+            qp_state: Some(state),
+            path_mtu: Mtu::from_value(qpc::mtu.get(&c) as u32),
+            qkey: qpc::q_key.get(&c) as u32,
+            rq_psn: qpc::next_rcv_psn.get(&c) as u32,
+            sq_psn: qpc::next_send_psn.get(&c) as u32,
+            dest_qp_num: qpc::remote_qpn.get(&c) as u32,
+            qp_access_flags: AccessFlags(
+                ((qpc::rwe.get(&c) as u32) << 1) | ((qpc::rre.get(&c) as u32) << 2) | ((qpc::rae.get(&c) as u32) << 3),
+            ),
+            cap: self.cap,
+            ah_attr: AhAttr {
+                grh: GlobalRoute {
+                    dgid: Gid(dgid),
+                    flow_label: p.inner(ads::flow_label).get(&c) as u32,
+                    sgid_index: p.inner(ads::src_addr_index).get(&c) as u8,
+                    hop_limit: p.inner(ads::hop_limit).get(&c) as u8,
+                    traffic_class: p.inner(ads::tclass).get(&c) as u8,
+                },
+                sl: p.inner(ads::eth_prio).get(&c) as u8,
+                port_num: p.inner(ads::vhca_port_num).get(&c) as u8,
+                dmac: Some(mac),
+            },
+            pkey_index: p.inner(ads::pkey_index).get(&c) as u16,
+            max_rd_atomic: pow(qpc::log_sra_max.get(&c)),
+            max_dest_rd_atomic: pow(qpc::log_rra_max.get(&c)),
+            min_rnr_timer: qpc::min_rnr_nak.get(&c) as u8,
+            port_num: p.inner(ads::vhca_port_num).get(&c) as u8,
+            timeout: p.inner(ads::ack_timeout).get(&c) as u8,
+            retry_cnt: qpc::retry_count.get(&c) as u8,
+            rnr_retry: qpc::rnr_retry.get(&c) as u8,
+        })
+    }
+
+    /// `ibv_post_send`: posts a chain of work requests with one doorbell.
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
+        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
+            return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
+        }
+        let mut posted = 0;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = self.write_send(wr, i) {
+                result = Err(e);
+                break;
+            }
+            posted += 1;
+        }
+        if posted > 0 {
+            self.sq.ring_doorbell(&self.qp.mem.dbr);
+        }
+        result
+    }
+
+    /// The fast path's parameters when `wr` qualifies: RC, at most one SGE, no inline data, no
+    /// atomics.
+    #[inline(always)]
+    fn fast_params(&self, wr: &SendWr<'_>) -> Option<(u8, u32, Option<datapath::Remote>)> {
+        if self.qp_type != QpType::Rc || wr.send_flags.0 & SendFlags::INLINE.0 != 0 || wr.sg_list.len() > 1 {
+            return None;
+        }
+        match wr.op {
+            SendOp::Send => Some((opcode::SEND, 0, None)),
+            SendOp::SendWithImm(imm) => Some((opcode::SEND_IMM, imm, None)),
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                Some((opcode::RDMA_WRITE, 0, Some(datapath::Remote { addr: remote_addr, rkey })))
+            }
+            SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
+                Some((opcode::RDMA_WRITE_IMM, imm, Some(datapath::Remote { addr: remote_addr, rkey })))
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                Some((opcode::RDMA_READ, 0, Some(datapath::Remote { addr: remote_addr, rkey })))
+            }
+            _ => None,
+        }
+    }
+
+    #[inline(always)]
+    fn write_send(&mut self, wr: &SendWr<'_>, i: usize) -> std::result::Result<(), PostFailure> {
+        match self.fast_params(wr) {
+            Some((op, imm, remote)) => {
+                // IBV_SEND_FENCE 1, SIGNALED 2, SOLICITED 4 -> fm_ce_se FENCE, CQ_UPDATE, SOLICITED.
+                let f = wr.send_flags.0;
+                let fm_ce_se = (((f & 1) as u8) << 7) | (((f & 2) as u8) << 2) | (((f & 4) as u8) >> 1);
+                let sge = wr.sg_list.first().copied().unwrap_or_default();
+                self.sq
+                    .write_simple(
+                        &self.qp.mem.buf,
+                        datapath::SimpleWqe { wr_id: wr.wr_id, opcode: op, fm_ce_se, imm, remote, sge },
+                    )
+                    .map_err(|e| PostFailure::from_driver(i, e))
+            }
+            None => self.write_send_general(wr, i),
+        }
+    }
+
+    #[inline(never)]
+    fn write_send_general(&mut self, wr: &SendWr<'_>, i: usize) -> std::result::Result<(), PostFailure> {
+        let invalid = PostFailure { index: i, kind: PostFailureKind::InvalidRequest };
+        let (op, imm, remote, atomic) = match wr.op {
+            SendOp::Send => (opcode::SEND, 0, Default::default(), (0, 0)),
+            SendOp::SendWithImm(imm) => (opcode::SEND_IMM, imm, Default::default(), (0, 0)),
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                (opcode::RDMA_WRITE, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+            }
+            SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
+                (opcode::RDMA_WRITE_IMM, imm, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                (opcode::RDMA_READ, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+            }
+            SendOp::AtomicCmpAndSwp { remote_addr, rkey, compare_add, swap } => {
+                (opcode::ATOMIC_CS, 0, datapath::Remote { addr: remote_addr, rkey }, (swap, compare_add))
+            }
+            SendOp::AtomicFetchAndAdd { remote_addr, rkey, compare_add } => {
+                (opcode::ATOMIC_FA, 0, datapath::Remote { addr: remote_addr, rkey }, (compare_add, 0))
+            }
+        };
+        let ud = self.qp_type == QpType::Ud;
+        if ud && !matches!(op, opcode::SEND | opcode::SEND_IMM) {
+            return Err(invalid);
+        }
+        let mut av_buf;
+        let av = if ud {
+            let d = wr.ud.ok_or(invalid)?;
+            av_buf = d.ah.av;
+            av_buf[0..4].copy_from_slice(&d.remote_qkey.to_be_bytes());
+            av_buf[8..12].copy_from_slice(&(d.remote_qpn | 0x8000_0000).to_be_bytes());
+            Some(&av_buf)
+        } else {
+            None
+        };
+        let is_atomic = matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA);
+        if is_atomic && (wr.sg_list.len() != 1 || wr.sg_list[0].length != 8) {
+            return Err(invalid);
+        }
+        let inline = if wr.send_flags.contains(SendFlags::INLINE) {
+            if op == opcode::RDMA_READ || is_atomic {
+                return Err(invalid);
+            }
+            Some(wr.inline_data.ok_or(invalid)?)
+        } else {
+            None
+        };
+        let mut flags = 0u8;
+        if wr.send_flags.contains(SendFlags::SIGNALED) {
+            flags |= datapath::flags::CQ_UPDATE;
+        }
+        if wr.send_flags.contains(SendFlags::SOLICITED) {
+            flags |= datapath::flags::SOLICITED;
+        }
+        if wr.send_flags.contains(SendFlags::FENCE) {
+            flags |= datapath::flags::FENCE;
+        }
+        let w =
+            SendWqe { wr_id: wr.wr_id, opcode: op, flags, imm, remote, atomic, sges: as_sges(wr.sg_list), inline, av };
+        self.sq.write_wqe(&self.qp.mem.buf, &w).map_err(|e| PostFailure::from_driver(i, e))
+    }
+
+    /// `ibv_post_recv`.
+    #[inline]
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+        if self.state == QpState::Reset {
+            return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
+        }
+        let Some(rq) = &mut self.rq else {
+            return Err(PostFailure { index: 0, kind: PostFailureKind::InvalidRequest });
+        };
+        for (i, wr) in wrs.iter().enumerate() {
+            rq.write_wqe(&self.qp.mem.buf, wr.wr_id, as_sges(wr.sg_list))
+                .map_err(|e| PostFailure::from_driver(i, e))?;
+        }
+        rq.ring_doorbell(&self.qp.mem.dbr);
+        Ok(())
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context<B> {
+        &self.ctx
+    }
+}
+
+impl<B: Backend> Drop for Qp<B> {
+    fn drop(&mut self) {
+        self.ctx.shared.qps.remove(self.qp.qpn());
+    }
+}

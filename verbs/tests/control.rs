@@ -1,0 +1,113 @@
+//! Verbs control path on the software ConnectX: queries, objects, QP state rules, post errors.
+
+use umlx_verbs::*;
+
+fn ctx() -> Context<SimBackend> {
+    Context::open_sim(umlx_sim::SimConfig::numbered(3)).expect("open sim")
+}
+
+#[test]
+fn device_port_and_gid_queries() {
+    let c = ctx();
+    let d = c.query_device().unwrap();
+    assert_eq!(d.vendor_id, 0x15b3);
+    assert_eq!(d.vendor_part_id, 0x101d);
+    assert_eq!(d.fw_ver, "22.39.1002");
+    assert!(d.max_qp >= 1 << 16 && d.max_cqe > 0 && d.atomic_cap == 1);
+    let p = c.query_port(1).unwrap();
+    assert_eq!(p.state, PortState::Active);
+    assert_eq!(p.link_layer, "Ethernet");
+    assert_eq!(p.active_mtu, Mtu::Mtu1024, "1500-byte Ethernet MTU gives 1024");
+    assert_eq!(p.gid_tbl_len, 256);
+    let g1 = c.query_gid(1, 1).unwrap();
+    assert_eq!(g1.to_ip(), "10.77.0.4".parse::<std::net::IpAddr>().unwrap());
+    assert_eq!(&c.query_gid(1, 0).unwrap().0[..2], &[0xfe, 0x80]);
+    assert!(c.query_port(2).is_err());
+    assert_eq!(devices().last().unwrap().kind, DeviceKind::Sim);
+}
+
+#[test]
+fn qp_state_rules_and_post_errors() {
+    let c = ctx();
+    let pd = c.alloc_pd().unwrap();
+    let cq = c.create_cq(64, None).unwrap();
+    let mut qp = pd
+        .create_qp(
+            QpType::Rc,
+            &cq,
+            &cq,
+            None,
+            QpInitCap {
+                cap: QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64 },
+                sq_sig_all: false,
+            },
+        )
+        .unwrap();
+    assert!(qp.cap.max_send_wr >= 16 && qp.cap.max_inline_data >= 64);
+    let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let sge = [mr.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: 1,
+        sg_list: &sge,
+        op: SendOp::Send,
+        send_flags: SendFlags::SIGNALED,
+        inline_data: None,
+        ud: None,
+    };
+    let e = qp.post_send(&[wr]).unwrap_err();
+    assert_eq!(e.kind, PostFailureKind::WrongState(QpState::Reset));
+    assert_eq!(e.errno(), 22);
+    assert!(qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &sge }]).is_err(), "post_recv in RESET");
+    // RESET -> RTR is not a transition.
+    let e = qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, QpAttrMask::STATE).unwrap_err();
+    assert!(matches!(e, Error::WrongState(_)), "{e}");
+    // RESET -> INIT without the required attributes.
+    let e = qp.modify(&QpAttr { qp_state: Some(QpState::Init), ..Default::default() }, QpAttrMask::STATE).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    let attr = QpAttr {
+        qp_state: Some(QpState::Init),
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ..Default::default()
+    };
+    qp.modify(&attr, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS).unwrap();
+    let q = qp.query().unwrap();
+    assert_eq!(q.qp_state, Some(QpState::Init));
+    assert!(q.qp_access_flags.contains(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ));
+    // Receive queue: fill it, then one more is ENOMEM.
+    let cap = qp.cap.max_recv_wr as usize;
+    for i in 0..cap {
+        qp.post_recv(&[RecvWr { wr_id: i as u64, sg_list: &sge }]).unwrap();
+    }
+    let e = qp.post_recv(&[RecvWr { wr_id: 99, sg_list: &sge }]).unwrap_err();
+    assert_eq!((e.kind, e.errno()), (PostFailureKind::QueueFull, 12));
+    let too_many = [mr.sge(0, 8), mr.sge(8, 8), mr.sge(16, 8), mr.sge(24, 8)];
+    qp.modify(&QpAttr { qp_state: Some(QpState::Err), ..Default::default() }, QpAttrMask::STATE).unwrap();
+    let big = vec![0u8; 4096];
+    let e = qp
+        .post_send(&[SendWr {
+            wr_id: 3,
+            sg_list: &too_many,
+            op: SendOp::Send,
+            send_flags: SendFlags::INLINE,
+            inline_data: Some(&big),
+            ud: None,
+        }])
+        .unwrap_err();
+    assert_eq!(e.kind, PostFailureKind::InlineTooLarge);
+}
+
+#[test]
+fn memory_registration_access_rules() {
+    let c = ctx();
+    let pd = c.alloc_pd().unwrap();
+    assert!(matches!(pd.alloc_mr(64, AccessFlags::REMOTE_WRITE), Err(Error::Invalid(_))));
+    let data: Vec<u8> = (0..10000u32).map(|i| i as u8).collect();
+    let mr = pd.reg_mr(data.clone(), AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).unwrap();
+    assert_eq!(mr.len(), 10000);
+    assert_eq!(mr.to_vec(9990, 10).unwrap(), data[9990..].to_vec());
+    mr.write(0, b"umlx").unwrap();
+    assert!(mr.write(9998, b"xyz").is_err(), "out of bounds");
+    let back = mr.dereg().unwrap();
+    assert_eq!(&back[..4], b"umlx");
+}
