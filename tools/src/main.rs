@@ -3,6 +3,7 @@
 //! Subcommands: `layout` (the hardware-contract layouts, generated from hwdesc), `wire decode`
 //! (RoCEv2 pcap decoder, the sim's own codec).
 
+mod bench;
 mod layout;
 mod wire;
 
@@ -14,6 +15,7 @@ usage: umlx <command> [options]
 commands:
   layout [--json] [STRUCT]     print the mlx5 layouts declared in hwdesc (all, or one struct as a table)
   wire decode FILE.pcap        decode every RoCE frame of a pcap and verify its ICRC
+  bench datapath [--json]      data-path cost per operation (ns, and instructions with valgrind)
   help                         this text
 ";
 
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     let result = match cmd {
         "layout" => layout::run(rest),
         "wire" => wire::run(rest),
+        "bench" => bench::run(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

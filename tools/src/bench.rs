@@ -1,0 +1,382 @@
+//! `umlx bench datapath [--json] [--instructions]`: the driver's own data-path cost per
+//! operation on the software ConnectX, in ns (median of repeated runs) and, where valgrind is
+//! installed, in instructions (callgrind, counting only inside the measured kernel).
+//!
+//! Doorbells are plain stores (`SimBackend::with_plain_doorbells`), as rdma-core's figures are
+//! measured with the doorbell pointing at plain memory. Completions for the poll benchmark are
+//! real CQEs written by the device model: signaled RDMA WRITEs on a QP connected to itself.
+
+use std::process::Command;
+use std::result::Result;
+use std::time::Instant;
+use umlx_verbs::*;
+
+/// Operations per measured run.
+const OPS: usize = 2048;
+/// Runs per figure (median taken).
+const RUNS: usize = 15;
+
+struct Bench {
+    ctx: Context<SimBackend>,
+    _pd: Pd<SimBackend>,
+    cq: Cq<SimBackend>,
+    qp: Qp<SimBackend>,
+    mr: Mr<SimBackend>,
+}
+
+fn loopback_qp(
+    ctx: &Context<SimBackend>,
+    pd: &Pd<SimBackend>,
+    cq: &Cq<SimBackend>,
+    depth: u32,
+) -> Result<Qp<SimBackend>, String> {
+    let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let mut qp =
+        pd.create_qp(QpType::Rc, cq, cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
+    connect_to(ctx, &mut qp, None)?;
+    Ok(qp)
+}
+
+/// Moves an RC QP to RTS connected to `dest` (itself when None) on GID index 1.
+pub fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>, dest: Option<(u32, Gid)>) -> Result<(), String> {
+    let (dqpn, dgid) = dest.unwrap_or((qp.qp_num(), ctx.query_gid(1, 1).map_err(|e| e.to_string())?));
+    let m = QpAttrMask::STATE;
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        port_num: 1,
+        qp_access_flags: AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+        ..Default::default()
+    };
+    qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
+        .map_err(|e| e.to_string())?;
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(ctx.active_mtu()),
+        dest_qp_num: dqpn,
+        rq_psn: 0,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
+            port_num: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let rtr_mask = m
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    qp.modify(&rtr, rtr_mask).map_err(|e| e.to_string())?;
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        sq_psn: 0,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 16,
+        ..Default::default()
+    };
+    qp.modify(
+        &rts,
+        m | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn reset(b: &mut Bench) -> Result<(), String> {
+    b.qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }, QpAttrMask::STATE)
+        .map_err(|e| e.to_string())?;
+    connect_to(&b.ctx, &mut b.qp, None)
+}
+
+fn setup(plain: bool) -> Result<Bench, String> {
+    let cfg = umlx_sim::SimConfig::numbered(9);
+    let ips = cfg.ips.clone();
+    let backend = if plain { SimBackend::with_plain_doorbells("bench", cfg) } else { SimBackend::new("bench", cfg) }
+        .map_err(|e| e.to_string())?;
+    let ctx = Context::open(backend, ips).map_err(|e| e.to_string())?;
+    let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(4 * OPS as u32, None).map_err(|e| e.to_string())?;
+    let qp = loopback_qp(&ctx, &pd, &cq, OPS as u32)?;
+    let mr = pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).map_err(|e| e.to_string())?;
+    Ok(Bench { ctx, _pd: pd, cq, qp, mr })
+}
+
+#[inline(never)]
+fn kernel_post_send_single(qp: &mut Qp<SimBackend>, wr: &SendWr<'_>, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += qp.post_send(std::slice::from_ref(wr)).is_ok() as usize;
+    }
+    ok
+}
+
+#[inline(never)]
+fn kernel_post_send_chain32(qp: &mut Qp<SimBackend>, chain: &[SendWr<'_>], n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n / 32 {
+        ok += qp.post_send(chain).is_ok() as usize * 32;
+    }
+    ok
+}
+
+#[inline(never)]
+fn kernel_post_recv(qp: &mut Qp<SimBackend>, wr: &RecvWr<'_>, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += qp.post_recv(std::slice::from_ref(wr)).is_ok() as usize;
+    }
+    ok
+}
+
+#[inline(never)]
+fn kernel_poll_cq(cq: &mut Cq<SimBackend>, batch: usize, n: usize) -> usize {
+    let mut wc = [Wc::default(); 16];
+    let mut got = 0;
+    let mut spins = 0;
+    while got < n && spins < 100_000_000 {
+        got += cq.poll(&mut wc[..batch]);
+        spins += 1;
+    }
+    got
+}
+
+/// What one kernel measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    PostSend1,
+    PostSend32,
+    PostRecv,
+    Poll1,
+    Poll16,
+}
+
+impl Kernel {
+    const ALL: [Kernel; 5] = [Kernel::PostSend1, Kernel::PostSend32, Kernel::PostRecv, Kernel::Poll1, Kernel::Poll16];
+
+    fn key(self) -> &'static str {
+        match self {
+            Kernel::PostSend1 => "post_send_1",
+            Kernel::PostSend32 => "post_send_chain32",
+            Kernel::PostRecv => "post_recv_1",
+            Kernel::Poll1 => "poll_cq_batch1",
+            Kernel::Poll16 => "poll_cq_batch16",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kernel::PostSend1 => "post_send, 1 RDMA WRITE (1 SGE)",
+            Kernel::PostSend32 => "post_send, chain of 32, per WR",
+            Kernel::PostRecv => "post_recv, 1 SGE",
+            Kernel::Poll1 => "poll_cq per CQE, batch 1",
+            Kernel::Poll16 => "poll_cq per CQE, batch 16",
+        }
+    }
+
+    fn function(self) -> &'static str {
+        match self {
+            Kernel::PostSend1 => "kernel_post_send_single",
+            Kernel::PostSend32 => "kernel_post_send_chain32",
+            Kernel::PostRecv => "kernel_post_recv",
+            Kernel::Poll1 | Kernel::Poll16 => "kernel_poll_cq",
+        }
+    }
+
+    /// rdma-core 65 mlx5 baseline (instructions) and our target.
+    fn baseline(self) -> (u32, u32) {
+        match self {
+            Kernel::PostSend1 => (308, 100),
+            Kernel::PostSend32 => (188, 60),
+            Kernel::PostRecv => (120, 40),
+            Kernel::Poll1 => (110, 40),
+            Kernel::Poll16 => (110, 40),
+        }
+    }
+}
+
+/// Runs one kernel `runs` times over `OPS` operations; returns ns per op of each run.
+fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
+    let plain = !matches!(k, Kernel::Poll1 | Kernel::Poll16);
+    let mut b = setup(plain)?;
+    let sge = [b.mr.sge(0, 64)];
+    let remote = b.mr.addr() + 4096;
+    let rkey = b.mr.rkey();
+    let write = |signaled: bool| SendWr {
+        wr_id: 7,
+        sg_list: &sge,
+        op: SendOp::RdmaWrite { remote_addr: remote, rkey },
+        send_flags: if signaled { SendFlags::SIGNALED } else { SendFlags(0) },
+        inline_data: None,
+        ud: None,
+    };
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let ns = match k {
+            Kernel::PostSend1 => {
+                let wr = write(false);
+                let t = Instant::now();
+                let ok = kernel_post_send_single(&mut b.qp, &wr, OPS);
+                let e = t.elapsed();
+                check(ok, OPS, k)?;
+                e
+            }
+            Kernel::PostSend32 => {
+                let chain = [write(false); 32];
+                let t = Instant::now();
+                let ok = kernel_post_send_chain32(&mut b.qp, &chain, OPS);
+                let e = t.elapsed();
+                check(ok, OPS, k)?;
+                e
+            }
+            Kernel::PostRecv => {
+                let wr = RecvWr { wr_id: 9, sg_list: &sge };
+                let t = Instant::now();
+                let ok = kernel_post_recv(&mut b.qp, &wr, OPS);
+                let e = t.elapsed();
+                check(ok, OPS, k)?;
+                e
+            }
+            Kernel::Poll1 | Kernel::Poll16 => {
+                // Let the device complete OPS signaled WRITEs first (untimed).
+                let wr = write(true);
+                let base = b.cq.device_produced().map_err(|e| e.to_string())?;
+                for i in 1..=OPS / 32 {
+                    let chain = [wr; 32];
+                    b.qp.post_send(&chain).map_err(|e| e.to_string())?;
+                    wait_produced(&b.cq, base.wrapping_add((i * 32) as u32))?;
+                }
+                let batch = if k == Kernel::Poll1 { 1 } else { 16 };
+                let t = Instant::now();
+                let got = kernel_poll_cq(&mut b.cq, batch, OPS);
+                let e = t.elapsed();
+                check(got, OPS, k)?;
+                e
+            }
+        };
+        out.push(ns.as_nanos() as f64 / OPS as f64);
+        reset(&mut b)?;
+    }
+    Ok(out)
+}
+
+/// Waits until the device has written CQEs up to producer counter `target`.
+fn wait_produced(cq: &Cq<SimBackend>, target: u32) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let p = cq.device_produced().map_err(|e| e.to_string())?;
+        if p.wrapping_sub(target) & 0x80_0000 == 0 {
+            return Ok(());
+        }
+        if start.elapsed().as_secs() > 20 {
+            return Err(format!("the device completed only up to CQE {p} of {target}"));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+fn check(ok: usize, want: usize, k: Kernel) -> Result<(), String> {
+    if ok != want {
+        return Err(format!("{}: only {ok} of {want} operations succeeded", k.key()));
+    }
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Instructions per op under callgrind, counting only inside the kernel function.
+fn instructions(k: Kernel) -> Option<f64> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::env::temp_dir().join(format!("umlx-callgrind-{}-{}.out", std::process::id(), k.key()));
+    let status = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(format!("--toggle-collect=*{}*", k.function()))
+        .arg("--quiet")
+        .arg(&exe)
+        .args(["bench", "datapath", "--kernel", k.key()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    let text = std::fs::read_to_string(&out).ok();
+    let _ = std::fs::remove_file(&out);
+    if !status.success() {
+        return None;
+    }
+    let total: f64 = text?
+        .lines()
+        .find_map(|l| l.strip_prefix("totals: ").or_else(|| l.strip_prefix("summary: ")))?
+        .trim()
+        .parse()
+        .ok()?;
+    // The child ran the kernel once over OPS operations.
+    Some(total / OPS as f64)
+}
+
+/// Runs `umlx bench datapath`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
+        Some("datapath") => {}
+        _ => return Err("usage: umlx bench datapath [--json] [--instructions|--no-instructions]".into()),
+    }
+    let json = args.iter().any(|a| a == "--json");
+    if let Some(i) = args.iter().position(|a| a == "--kernel") {
+        // Child mode for callgrind: run one kernel once.
+        let key = args.get(i + 1).ok_or("--kernel needs a name")?;
+        let k = Kernel::ALL.into_iter().find(|k| k.key() == key).ok_or("unknown kernel")?;
+        run_kernel(k, 1)?;
+        return Ok(());
+    }
+    let want_instr = !args.iter().any(|a| a == "--no-instructions")
+        && Command::new("valgrind").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let mut rows = Vec::new();
+    for k in Kernel::ALL {
+        let ns = median(run_kernel(k, RUNS)?);
+        let instr = if want_instr { instructions(k) } else { None };
+        rows.push((k, ns, instr));
+    }
+    if json {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|(k, ns, i)| {
+                let (base, target) = k.baseline();
+                format!(
+                    "\"{}\": {{\"ns\": {:.1}, \"instructions\": {}, \"rdma_core_instructions\": {base}, \"target_instructions\": {target}}}",
+                    k.key(),
+                    ns,
+                    i.map(|v| format!("{v:.1}")).unwrap_or_else(|| "null".into())
+                )
+            })
+            .collect();
+        println!("{{{}}}", items.join(", "));
+    } else {
+        println!(
+            "{:<36} {:>9} {:>13} {:>17} {:>8}",
+            "operation", "ns/op", "instructions", "rdma-core 65 mlx5", "target"
+        );
+        for (k, ns, i) in &rows {
+            let (base, target) = k.baseline();
+            let i = i.map(|v| format!("{v:.0}")).unwrap_or_else(|| "n/a".into());
+            println!("{:<36} {:>9.1} {:>13} {:>17} {:>8}", k.label(), ns, i, base, format!("<= {target}"));
+        }
+        if !want_instr {
+            println!("(instructions: install valgrind to count them with callgrind)");
+        }
+    }
+    Ok(())
+}
