@@ -40,6 +40,8 @@ pub(crate) struct PortInner {
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
     waker: Mutex<Option<Thread>>,
+    /// Neighbours learnt from ARP replies and neighbour advertisements.
+    neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
 }
 
 /// A device's Ethernet port. Cloning gives another handle to the same port.
@@ -73,8 +75,34 @@ impl Port {
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
                 waker: Mutex::new(None),
+                neighbors: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// Resolves `ip` to a MAC the way a host stack does: from the neighbours already learnt,
+    /// else by sending an ARP request (IPv4) or neighbour solicitation (IPv6) from `my_ip` and
+    /// waiting up to `timeout` for the answer. This is the host's job, not the adapter's; the
+    /// port offers it because an embedded device has no kernel beside it.
+    pub fn resolve(&self, my_ip: IpAddr, ip: IpAddr, timeout: Duration) -> Option<MacAddr> {
+        let known = |p: &Port| lock(&p.inner.neighbors).iter().find(|(i, _)| *i == ip).map(|(_, m)| *m);
+        if let Some(m) = known(self) {
+            return Some(m);
+        }
+        let req = arp::request(self.inner.mac, my_ip, ip)?;
+        let start = Instant::now();
+        let mut next_send = start;
+        while start.elapsed() < timeout {
+            if Instant::now() >= next_send {
+                self.transmit(vec![req.clone()]);
+                next_send = Instant::now() + Duration::from_millis(200);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            if let Some(m) = known(self) {
+                return Some(m);
+            }
+        }
+        None
     }
 
     /// The port's MAC address.
@@ -187,6 +215,11 @@ impl Port {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
                 lock(&self.inner.stats).record_rx_frame(f.len());
+                if let Some((ip, mac)) = arp::learn(f) {
+                    let mut n = lock(&self.inner.neighbors);
+                    n.retain(|(i, _)| *i != ip);
+                    n.push((ip, mac));
+                }
                 if let Some(r) = arp::reply(f, self.inner.mac, &ips) {
                     hca.objects.xport.outbox.push(r);
                 }

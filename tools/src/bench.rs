@@ -37,61 +37,11 @@ fn loopback_qp(
     Ok(qp)
 }
 
-/// Moves an RC QP to RTS connected to `dest` (itself when None) on GID index 1.
-pub fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>, dest: Option<(u32, Gid)>) -> Result<(), String> {
-    let (dqpn, dgid) = dest.unwrap_or((qp.qp_num(), ctx.query_gid(1, 1).map_err(|e| e.to_string())?));
-    let m = QpAttrMask::STATE;
-    let init = QpAttr {
-        qp_state: Some(QpState::Init),
-        port_num: 1,
-        qp_access_flags: AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
-        ..Default::default()
-    };
-    qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
-        .map_err(|e| e.to_string())?;
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(ctx.active_mtu()),
-        dest_qp_num: dqpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: 16,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr {
-            grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
-            port_num: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let rtr_mask = m
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
-    qp.modify(&rtr, rtr_mask).map_err(|e| e.to_string())?;
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: 0,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 16,
-        ..Default::default()
-    };
-    qp.modify(
-        &rts,
-        m | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .map_err(|e| e.to_string())
+/// Moves an RC QP to RTS connected to itself on GID index 1.
+fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>, _dest: Option<(u32, Gid)>) -> Result<(), String> {
+    let gid = ctx.query_gid(1, 1).map_err(|e| e.to_string())?;
+    let n = qp.qp_num();
+    crate::common::connect_rc(ctx, qp, n, gid, 1, 0, 0)
 }
 
 fn reset(b: &mut Bench) -> Result<(), String> {

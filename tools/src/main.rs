@@ -4,6 +4,10 @@
 //! (RoCEv2 pcap decoder, the sim's own codec).
 
 mod bench;
+mod common;
+mod demo;
+mod device;
+mod devinfo;
 mod layout;
 mod wire;
 
@@ -13,6 +17,8 @@ const USAGE: &str = "\
 usage: umlx <command> [options]
 
 commands:
+  demo [--quick]               two software ConnectX adapters: RC/UD ping-pong, bandwidth and latency sweep
+  devinfo [-v] [-d DEV]        devices, firmware, port state, MTU, GID table (like ibv_devinfo)
   layout [--json] [STRUCT]     print the mlx5 layouts declared in hwdesc (all, or one struct as a table)
   wire decode FILE.pcap        decode every RoCE frame of a pcap and verify its ICRC
   bench datapath [--json]      data-path cost per operation (ns, and instructions with valgrind)
@@ -32,6 +38,8 @@ fn main() -> ExitCode {
         "layout" => layout::run(rest),
         "wire" => wire::run(rest),
         "bench" => bench::run(rest),
+        "demo" => demo::run(rest),
+        "devinfo" => devinfo::run(rest),
         "help" | "-h" | "--help" => {
             print!("{USAGE}");
             Ok(())

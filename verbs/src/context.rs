@@ -68,6 +68,9 @@ pub struct AsyncEvent {
     pub sub_type: u8,
 }
 
+/// A neighbour resolver: IP address to MAC (see [`Context::set_resolver`]).
+pub type Resolver = Arc<dyn Fn(IpAddr) -> Option<[u8; 6]> + Send + Sync>;
+
 pub(crate) struct Shared<B: Backend> {
     pub hca: Arc<Hca<B>>,
     pub uar: Arc<Uar<B>>,
@@ -75,6 +78,7 @@ pub(crate) struct Shared<B: Backend> {
     pub srqs: QpTable,
     pub port: PortInfo,
     pub neighbors: Mutex<Vec<(IpAddr, [u8; 6])>>,
+    pub resolver: Mutex<Option<Resolver>>,
     pub next_vector: Mutex<u32>,
 }
 
@@ -110,6 +114,18 @@ impl Context<SimBackend> {
     }
 }
 
+impl Context<SimBackend> {
+    /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
+    pub fn use_sim_arp(&self) {
+        let port = self.shared.hca.backend().device().port();
+        let mine: Vec<IpAddr> = self.gids().iter().skip(1).map(|(_, g)| g.to_ip()).collect();
+        self.set_resolver(Arc::new(move |ip: IpAddr| {
+            let me = mine.iter().find(|m| m.is_ipv4() == ip.is_ipv4())?;
+            port.resolve(*me, ip, std::time::Duration::from_secs(2))
+        }));
+    }
+}
+
 impl Context<VfioBackend> {
     /// Opens the adapter at PCI address `pci` (bound to vfio-pci); `ips` become GIDs 1...
     pub fn open_pci(pci: &str, ips: Vec<IpAddr>) -> Result<Context<VfioBackend>> {
@@ -132,6 +148,7 @@ impl<B: Backend> Context<B> {
                 srqs: QpTable::default(),
                 port,
                 neighbors: Mutex::new(Vec::new()),
+                resolver: Mutex::new(None),
                 next_vector: Mutex::new(1),
             }),
         })
@@ -265,6 +282,12 @@ impl<B: Backend> Context<B> {
         n.push((ip, mac));
     }
 
+    /// Installs a neighbour resolver, asked when the neighbour table has no entry (for a
+    /// software ConnectX: ARP on its wire, see [`Context::use_sim_arp`]).
+    pub fn set_resolver(&self, r: Resolver) {
+        *self.shared.resolver.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    }
+
     /// Resolves the destination MAC of an address: explicit, link-local EUI-64, neighbour table.
     pub fn resolve_dmac(&self, ah: &AhAttr) -> Result<[u8; 6]> {
         if let Some(m) = ah.dmac {
@@ -278,10 +301,25 @@ impl<B: Backend> Context<B> {
         if self.shared.port.gids.iter().any(|e| e.gid == g) {
             return Ok(self.shared.port.mac);
         }
-        let n = self.shared.neighbors.lock().unwrap_or_else(|e| e.into_inner());
-        n.iter().find(|(i, _)| *i == ip).map(|(_, m)| *m).ok_or_else(|| {
-            Error::Invalid(format!("no MAC known for {ip}: give ah_attr.dmac or call Context::add_neighbor"))
-        })
+        let known = self
+            .shared
+            .neighbors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(i, _)| *i == ip)
+            .map(|(_, m)| *m);
+        if let Some(m) = known {
+            return Ok(m);
+        }
+        let resolver = self.shared.resolver.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(m) = resolver.and_then(|r| r(ip)) {
+            self.add_neighbor(ip, m);
+            return Ok(m);
+        }
+        Err(Error::Invalid(format!(
+            "no MAC known for {ip}: give ah_attr.dmac, call Context::add_neighbor or set a resolver"
+        )))
     }
 
     /// `ibv_alloc_pd`.
