@@ -896,6 +896,27 @@ impl<B: Backend> DmaBuffer<B> {
     pub fn backend(&self) -> &Arc<B> {
         &self.space.backend
     }
+
+    /// Removes the IOMMU mapping (and frees the IOVA) but keeps the memory: the device can no
+    /// longer reach it, the CPU still can. If the unmap fails, the memory is leaked exactly as
+    /// on drop (the device may still reach it) and the error is returned.
+    pub fn unmap(self) -> Result<DmaMemory> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped (ManuallyDrop), so each field is moved out exactly
+        // once, here, and not used through `this` afterwards.
+        let (mem, space) = unsafe { (ManuallyDrop::take(&mut this.mem), std::ptr::read(&this.space)) };
+        let len = mem.len();
+        match space.backend.dma_unmap(this.iova, len) {
+            Ok(()) => {
+                let _ = space.allocator().free(this.iova, len as u64);
+                Ok(mem)
+            }
+            Err(e) => {
+                std::mem::forget(mem);
+                Err(e)
+            }
+        }
+    }
 }
 
 impl<B: Backend> std::ops::Deref for DmaBuffer<B> {

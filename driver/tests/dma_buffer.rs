@@ -103,6 +103,32 @@ fn buffer_is_mapped_and_unmapped() {
 }
 
 #[test]
+fn unmap_keeps_the_memory_and_frees_the_iova() {
+    let be = fake(vec![IovaRange { start: 0, end: (1 << 40) - 1 }], 0x1000);
+    let space = DmaSpace::new(be.clone());
+    let before = space.free_iova_bytes();
+    let buf = DmaBuffer::new(&space, 2 * PAGE_4K, false).unwrap();
+    buf.write_bytes(5, b"still here").unwrap();
+    let (iova, ptr) = (buf.iova(), buf.as_ptr());
+    let mem = buf.unmap().unwrap();
+    assert!(be.maps.lock().unwrap().is_empty());
+    assert_eq!(*be.unmaps.lock().unwrap(), vec![(iova, 2 * PAGE_4K)]);
+    assert_eq!(space.free_iova_bytes(), before);
+    // The memory is the same, still readable and writable by the CPU.
+    assert_eq!(mem.as_ptr(), ptr);
+    let mut b = [0u8; 10];
+    mem.read_bytes(5, &mut b).unwrap();
+    assert_eq!(&b, b"still here");
+    mem.fill(0, PAGE_4K, 0xaa).unwrap();
+    // A failed unmap reports the error and keeps the IOVA (the memory is leaked).
+    let buf = DmaBuffer::new(&space, PAGE_4K, false).unwrap();
+    be.fail_unmap.store(true, Ordering::Relaxed);
+    assert!(buf.unmap().is_err());
+    assert_eq!(space.free_iova_bytes(), before - PAGE_4K as u64);
+    be.fail_unmap.store(false, Ordering::Relaxed);
+}
+
+#[test]
 fn large_buffers_get_2m_aligned_iovas() {
     let be = fake(vec![IovaRange { start: 0, end: (1 << 40) - 1 }], 0x1000);
     let space = DmaSpace::new(be.clone());

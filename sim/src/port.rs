@@ -169,6 +169,16 @@ impl Port {
             }
         }
         self.inner.record(&frames);
+        // Frames to our own MAC never reach the wire: the adapter loops them back inside, as a
+        // ConnectX does for RoCE traffic between its own QPs.
+        let (looped, frames): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+            frames.into_iter().partition(|f| f.get(0..6) == Some(&self.inner.mac[..]));
+        for f in looped {
+            self.inner.inject(f);
+        }
+        if frames.is_empty() {
+            return;
+        }
         let link = match &*lock(&self.inner.link) {
             Link::Down => return,
             Link::Fabric(f) => Some(Ok(f.clone())),

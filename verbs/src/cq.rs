@@ -54,7 +54,9 @@ impl<B: Backend> Context<B> {
         if let Some(c) = channel {
             c.sns.lock().unwrap_or_else(|e| e.into_inner()).push((cq.cqn(), sn.clone()));
         }
-        Ok(Cq { ctx: self.clone(), ring: CqRing::new(log), cq, sn, channel: channel.cloned(), events: 0 })
+        let ring =
+            CqRing::new(&cq.mem.buf, log).ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
+        Ok(Cq { ctx: self.clone(), ring, cq, sn, channel: channel.cloned(), events: 0 })
     }
 }
 
@@ -133,6 +135,17 @@ fn status_of(syndrome: u8) -> WcStatus {
     }
 }
 
+/// Requester completion opcode and byte_len by send WQE opcode (u32::MAX: the CQE's byte count).
+const SEND_WC: [(WcOpcode, u32); 32] = {
+    let mut t = [(WcOpcode::Send, 0u32); 32];
+    t[opcode::RDMA_WRITE as usize] = (WcOpcode::RdmaWrite, 0);
+    t[opcode::RDMA_WRITE_IMM as usize] = (WcOpcode::RdmaWrite, 0);
+    t[opcode::RDMA_READ as usize] = (WcOpcode::RdmaRead, u32::MAX);
+    t[opcode::ATOMIC_CS as usize] = (WcOpcode::CompSwap, 8);
+    t[opcode::ATOMIC_FA as usize] = (WcOpcode::FetchAdd, 8);
+    t
+};
+
 fn send_opcode(wqe_opcode: u8) -> WcOpcode {
     match wqe_opcode {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
@@ -160,8 +173,7 @@ impl<B: Backend> Cq<B> {
         let mut n = 0;
         while n < wc.len() {
             let Some(cqe) = self.ring.next(&self.cq.mem.buf) else { break };
-            if let Some(w) = self.translate(&cqe) {
-                wc[n] = w;
+            if self.translate(&cqe, &mut wc[n]) {
                 n += 1;
             }
         }
@@ -171,70 +183,70 @@ impl<B: Backend> Cq<B> {
         n
     }
 
-    #[inline]
-    fn translate(&self, cqe: &Cqe) -> Option<Wc> {
+    /// Fills `w` from `cqe`; false for a CQE that is not a work completion.
+    #[inline(always)]
+    fn translate(&self, cqe: &Cqe, w: &mut Wc) -> bool {
         let shared = &self.ctx.shared;
-        let mut w = Wc { qp_num: cqe.qpn, ..Wc::default() };
-        match cqe.opcode {
-            // Requester: success (0) or error (13).
-            0 | 13 => {
-                let ring = shared.qps.get(cqe.qpn)?;
-                let mask = ring.sq_wr_id.len() - 1;
-                let idx = cqe.wqe_counter as usize & mask;
-                w.wr_id = ring.sq_wr_id[idx].load(Ordering::Relaxed);
-                let head = ring.sq_head[idx].load(Ordering::Acquire) & 0x7fff_ffff;
-                ring.sq_tail.store(head, Ordering::Release);
-                if cqe.opcode == 13 {
-                    w.status = status_of(cqe.syndrome);
-                    w.vendor_err = cqe.vendor_syndrome as u32;
-                }
-                w.opcode = send_opcode(cqe.wqe_opcode);
-                w.byte_len = match w.opcode {
-                    WcOpcode::RdmaRead => cqe.byte_cnt,
-                    WcOpcode::CompSwap | WcOpcode::FetchAdd => 8,
-                    _ => 0,
+        match cqe.opcode() {
+            // Requester success: the common case, kept short.
+            0 => {
+                let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
+                let (opcode, byte_len) = SEND_WC[(cqe.wqe_opcode() & 0x1f) as usize];
+                *w = Wc {
+                    wr_id: ring.complete_send(cqe.wqe_counter()),
+                    opcode,
+                    byte_len: if byte_len == u32::MAX { cqe.byte_cnt() } else { byte_len },
+                    qp_num: cqe.qpn(),
+                    ..Wc::default()
                 };
+                true
             }
-            // Responder: RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3), RESP_ERR (14).
-            1..=3 | 14 => {
-                let srq = if cqe.srqn != 0 { shared.srqs.get(cqe.srqn) } else { None };
-                let ring = match srq {
-                    Some(r) => r,
-                    None => shared.qps.get(cqe.qpn)?,
+            // Responder: RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3).
+            1..=3 => {
+                let srq = if cqe.srqn() != 0 { shared.srqs.get(cqe.srqn()) } else { None };
+                let Some(ring) = srq.or_else(|| shared.qps.get(cqe.qpn())) else { return false };
+                let with_imm = cqe.opcode() != 2;
+                let grh = (cqe.flags_rqpn() >> 28) & 3 != 0;
+                *w = Wc {
+                    wr_id: ring.complete_recv(cqe.wqe_counter()),
+                    opcode: if cqe.opcode() == 1 { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv },
+                    byte_len: cqe.byte_cnt(),
+                    imm_data: if with_imm { cqe.imm() } else { 0 },
+                    qp_num: cqe.qpn(),
+                    src_qp: cqe.flags_rqpn() & 0xff_ffff,
+                    wc_flags: WcFlags(((with_imm as u32) << 1) | grh as u32),
+                    sl: ((cqe.flags_rqpn() >> 24) & 0xf) as u8,
+                    ..Wc::default()
                 };
-                let mask = ring.rq_wr_id.len() - 1;
-                w.wr_id = ring.rq_wr_id[cqe.wqe_counter as usize & mask].load(Ordering::Acquire);
-                let tail = ring.rq_tail.load(Ordering::Relaxed);
-                ring.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
-                w.byte_len = cqe.byte_cnt;
-                w.src_qp = cqe.flags_rqpn & 0xff_ffff;
-                w.sl = ((cqe.flags_rqpn >> 24) & 0xf) as u8;
-                if (cqe.flags_rqpn >> 28) & 3 != 0 {
-                    w.wc_flags.0 |= WcFlags::GRH.0;
-                }
-                match cqe.opcode {
-                    1 => {
-                        w.opcode = WcOpcode::RecvRdmaWithImm;
-                        w.imm_data = cqe.imm;
-                        w.wc_flags.0 |= WcFlags::WITH_IMM.0;
-                    }
-                    3 => {
-                        w.opcode = WcOpcode::Recv;
-                        w.imm_data = cqe.imm;
-                        w.wc_flags.0 |= WcFlags::WITH_IMM.0;
-                    }
-                    14 => {
-                        w.opcode = WcOpcode::Recv;
-                        w.status = status_of(cqe.syndrome);
-                        w.vendor_err = cqe.vendor_syndrome as u32;
-                        w.byte_len = 0;
-                    }
-                    _ => w.opcode = WcOpcode::Recv,
-                }
+                true
             }
-            _ => return None,
+            13 | 14 => self.translate_error(cqe, w),
+            _ => false,
         }
-        Some(w)
+    }
+
+    /// Error CQEs (requester 13, responder 14): off the fast path.
+    #[cold]
+    #[inline(never)]
+    fn translate_error(&self, cqe: &Cqe, w: &mut Wc) -> bool {
+        let shared = &self.ctx.shared;
+        let (wr_id, opcode) = if cqe.opcode() == 13 {
+            let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
+            (ring.complete_send(cqe.wqe_counter()), send_opcode(cqe.wqe_opcode()))
+        } else {
+            let srq = if cqe.srqn() != 0 { shared.srqs.get(cqe.srqn()) } else { None };
+            let Some(ring) = srq.or_else(|| shared.qps.get(cqe.qpn())) else { return false };
+            (ring.complete_recv(cqe.wqe_counter()), WcOpcode::Recv)
+        };
+        *w = Wc {
+            wr_id,
+            status: status_of(cqe.syndrome()),
+            opcode,
+            vendor_err: cqe.vendor_syndrome() as u32,
+            qp_num: cqe.qpn(),
+            ..Wc::default()
+        };
+        true
     }
 
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one) raises an event on

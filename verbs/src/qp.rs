@@ -121,10 +121,16 @@ impl<B: Backend> Pd<B> {
             max_sge: (wqe_bbs * 64 - fixed) / 16,
             max_inline,
         };
-        let mut sq = SendQueue::new(shared.hca.backend().clone(), geo, ring.clone());
+        let mut sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, geo, ring.clone())
+            .map_err(|e| Error::Invalid(format!("SQ does not fit its buffer: {e:?}")))?;
         sq.sig_all = init.sq_sig_all;
-        let rq =
-            srq.is_none().then(|| RecvQueue::new(0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false));
+        let rq = match srq {
+            Some(_) => None,
+            None => Some(
+                RecvQueue::new(&qp.mem.buf, 0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false)
+                    .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
+            ),
+        };
         let actual = QpCap {
             max_send_wr: sq_bbs / wqe_bbs,
             max_recv_wr: if srq.is_some() { 0 } else { rq_wqes },
@@ -145,7 +151,8 @@ impl<B: Backend> Pd<B> {
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new(srq.srqn(), 1, wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
-        let rq = RecvQueue::new(0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true);
+        let rq = RecvQueue::new(&srq.mem.buf, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
+            .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 

@@ -129,6 +129,37 @@ fn map_vfio_error(pci: &str, group: u32, e: VfioError) -> Error {
     device_error(pci, problem, hint)
 }
 
+/// What the kernel says about an IOMMU group (`VFIO_GROUP_GET_STATUS`), independently of the
+/// sysfs checks: see [`kernel_group_status`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The raw `VFIO_GROUP_FLAGS_*` bits.
+    pub flags: u32,
+    /// The group is viable: no device of it is used by a kernel driver doing DMA.
+    pub viable: bool,
+    /// The group is attached to a container.
+    pub container_set: bool,
+}
+
+/// Opens `/dev/vfio/<group>`, asks the kernel for the group's status and closes it again: the
+/// kernel's own verdict on viability, to compare with [`sysfs::check_group_viable`]. Fails with
+/// EBUSY while the group is open (in this process or another).
+pub fn kernel_group_status(group: u32) -> Result<GroupStatus> {
+    let node = format!("/dev/vfio/{group}");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&node)
+        .map_err(|source| Error::Os { op: format!("opening {node}"), source })?;
+    let flags = sys::group_status(file.as_raw_fd())
+        .map_err(|source| Error::Os { op: format!("{node}: VFIO_GROUP_GET_STATUS"), source })?;
+    Ok(GroupStatus {
+        flags,
+        viable: flags & sys::GROUP_FLAGS_VIABLE != 0,
+        container_set: flags & sys::GROUP_FLAGS_CONTAINER_SET != 0,
+    })
+}
+
 impl VfioBackend {
     /// Opens the ConnectX at `pci` (`0000:3b:00.0`) through VFIO. Checks sysfs first (see
     /// [`sysfs`]); a non-mlx5 device is refused (see [`VfioBackend::open_any`]).
@@ -218,6 +249,14 @@ impl VfioBackend {
     /// What `VFIO_IOMMU_GET_INFO` reported (page sizes, IOVA ranges, DMA mappings left).
     pub fn iommu_info(&self) -> &IommuInfo {
         &self.iommu
+    }
+
+    /// Asks the container's IOMMU again (`VFIO_IOMMU_GET_INFO`): unlike
+    /// [`VfioBackend::iommu_info`], which is what it said at open, `dma_avail` here counts the
+    /// mappings made since (each `VFIO_IOMMU_MAP_DMA` takes one, each unmap gives it back).
+    pub fn query_iommu_info(&self) -> Result<IommuInfo> {
+        sys::iommu_info(self.container.as_raw_fd())
+            .map_err(|source| Error::Os { op: format!("{}: VFIO_IOMMU_GET_INFO", self.name), source })
     }
 
     /// The VFIO device fd (for diagnostics).

@@ -1,5 +1,6 @@
 //! Raw VFIO ioctls and file-descriptor calls that vfio-ioctls does not offer in a usable form.
 //!
+//! - `VFIO_GROUP_GET_STATUS` (the kernel's own viability verdict, for diagnostics);
 //! - `VFIO_IOMMU_GET_INFO` with the capability chain (IOVA ranges, DMA mappings available);
 //! - `VFIO_DEVICE_GET_INFO`, `VFIO_DEVICE_GET_REGION_INFO`, `VFIO_DEVICE_GET_IRQ_INFO`;
 //! - `VFIO_DEVICE_SET_IRQS` with eventfds, and disabling an IRQ index;
@@ -29,6 +30,7 @@ const fn vfio_io(nr: u32) -> libc::Ioctl {
     ((VFIO_TYPE << 8) | (VFIO_BASE + nr)) as libc::Ioctl
 }
 
+const VFIO_GROUP_GET_STATUS: libc::Ioctl = vfio_io(3);
 const VFIO_DEVICE_GET_INFO: libc::Ioctl = vfio_io(7);
 const VFIO_DEVICE_GET_REGION_INFO: libc::Ioctl = vfio_io(8);
 const VFIO_DEVICE_GET_IRQ_INFO: libc::Ioctl = vfio_io(9);
@@ -177,6 +179,19 @@ fn ioctl_ptr<T>(fd: RawFd, req: libc::Ioctl, arg: *mut T) -> io::Result<libc::c_
     // `argsz` field, set to the buffer's length, bounds what the kernel touches).
     let rc = unsafe { libc::ioctl(fd, req, arg) };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// `VFIO_GROUP_FLAGS_VIABLE`: every device of the group is bound to a VFIO driver or to none.
+pub const GROUP_FLAGS_VIABLE: u32 = 1 << 0;
+/// `VFIO_GROUP_FLAGS_CONTAINER_SET`: the group is attached to a container.
+pub const GROUP_FLAGS_CONTAINER_SET: u32 = 1 << 1;
+
+/// `VFIO_GROUP_GET_STATUS` on an open group fd: the `VFIO_GROUP_FLAGS_*` bits.
+pub fn group_status(group: RawFd) -> io::Result<u32> {
+    // struct vfio_group_status: argsz u32, flags u32.
+    let mut buf: [u32; 2] = [8, 0];
+    ioctl_ptr(group, VFIO_GROUP_GET_STATUS, buf.as_mut_ptr())?;
+    Ok(buf[1])
 }
 
 /// `VFIO_DEVICE_GET_INFO`.
@@ -375,6 +390,7 @@ mod tests {
 
     #[test]
     fn ioctl_numbers() {
+        assert_eq!(VFIO_GROUP_GET_STATUS, 0x3b67);
         assert_eq!(VFIO_DEVICE_GET_INFO, 0x3b6b);
         assert_eq!(VFIO_DEVICE_SET_IRQS, 0x3b6e);
         assert_eq!(VFIO_DEVICE_RESET, 0x3b6f);

@@ -293,8 +293,11 @@ pub fn check_group_node(dev: &Path, group: u32, pci: &str) -> Result<PathBuf> {
         Ok(_) => Ok(node),
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(device_error(
             pci,
-            format!("{} is busy: another process holds the IOMMU group", node.display()),
-            "stop the other user of the device (another umlx, QEMU, DPDK); `fuser -v` on the node names it",
+            format!(
+                "{} is busy: the IOMMU group is already open (another process, or this one, holds it)",
+                node.display()
+            ),
+            "stop the other user of the device (another umlx, QEMU, DPDK) or close its first VfioBackend; `fuser -v` on the node names it",
         )),
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Err(device_error(
             pci,
