@@ -471,10 +471,14 @@ impl<B: Backend> Qp<B> {
         self.port = port;
         self.dest_qpn = dest;
         if t == Transition::ToRst {
+            // As rdma-core does on RESET: the producer counters and the doorbell record start
+            // from zero again, so the device never sees the old incarnation's counters.
             self.sq.reset();
             if let Some(rq) = &mut self.rq {
                 rq.reset();
             }
+            self.qp.mem.dbr.write_u32_be(0, 0)?;
+            self.qp.mem.dbr.write_u32_be(4, 0)?;
         }
         self.state = target;
         Ok(())
