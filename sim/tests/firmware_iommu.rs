@@ -131,3 +131,21 @@ fn accepted_pages_are_used_and_never_taken_twice() {
     expect_fail(r, CmdOpcode::MANAGE_PAGES, umlx_hwdesc::enums::CmdStatus::BAD_PARAM_ERR, sy::DUPLICATE_PAGE);
     assert_eq!(dev.page_accounting().iommu_faults, 0);
 }
+
+#[test]
+fn a_held_page_unmapped_behind_the_firmware_is_fatal() {
+    let mut env = Env::new();
+    let mut page = env.host.alloc(4096);
+    env.host.give_page_list(&[page.iova()]).expect("the firmware takes the page");
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(env.dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "healthy while the page is mapped");
+    page.unmap().unwrap();
+    let start = std::time::Instant::now();
+    while env.dev.bar0_read32(0x23c) >> 16 & 0xff == 0 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The firmware keeps reading its pages: the unmapped one faults and the device goes fatal
+    // with "ICM fetch PCI error" (0xa).
+    assert_eq!(env.dev.bar0_read32(0x23c) >> 16 & 0xff, 0xa);
+    assert_eq!(env.dev.last_iommu_fault().expect("a fault").iova, page.iova());
+}

@@ -148,6 +148,8 @@ pub struct Hca {
     /// Commands executed since the last reset (what the hostile knobs count; `stats` survive
     /// a reset).
     pub(crate) commands_since_reset: u64,
+    pub(crate) last_page_touch: Instant,
+    pub(crate) page_cursor: u64,
 }
 
 impl Hca {
@@ -175,6 +177,8 @@ impl Hca {
             stats: SimStats::default(),
             host_endianness: 0,
             driver_version: Vec::new(),
+            last_page_touch: Instant::now(),
+            page_cursor: 0,
             commands_since_reset: 0,
             cfg,
         };
@@ -361,6 +365,7 @@ impl Hca {
 
     /// Time-driven work: delayed command completions.
     pub fn tick(&mut self, now: Instant) {
+        self.touch_pages(now);
         if !self.objects.xport.timed.is_empty() {
             self.transport_tick(now);
         }
@@ -381,6 +386,29 @@ impl Hca {
         }
         if done != 0 {
             self.post_cmd_completion(done);
+        }
+    }
+
+    /// The firmware uses the pages it holds (ICM): every few milliseconds it reads one of them,
+    /// round robin. A page the host unmapped while the firmware still holds it is an IOMMU fault,
+    /// and on a ConnectX that is fatal: health syndrome "ICM fetch PCI error".
+    fn touch_pages(&mut self, now: Instant) {
+        const PERIOD: Duration = Duration::from_millis(5);
+        if self.pages.held.is_empty()
+            || self.is_fatal()
+            || now.duration_since(self.last_page_touch) < PERIOD
+            || !self.bus_master()
+        {
+            return;
+        }
+        self.last_page_touch = now;
+        let next = self.pages.held.range(self.page_cursor..).next().or_else(|| self.pages.held.iter().next()).copied();
+        if let Some(page) = next {
+            self.page_cursor = page + 1;
+            let mut b = [0u8; 8];
+            if self.iommu.read(page, &mut b).is_err() {
+                self.inject_fatal(HealthSyndrome::FETCH_PCI_ERR);
+            }
         }
     }
 

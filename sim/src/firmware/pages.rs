@@ -2,9 +2,9 @@
 //! PAGE_REQUEST events in both directions, and reclaim after TEARDOWN_HCA.
 //!
 //! Every page given must be 4 KiB aligned, non-zero, not already held, and mapped for device
-//! read and write in the IOMMU; the firmware writes a marker into each page it accepts (it uses
-//! them), so a page unmapped while the firmware still holds it shows up as an IOMMU fault the
-//! next time the firmware touches its pages.
+//! read and write in the IOMMU; the firmware writes a marker into each page it accepts and keeps
+//! reading the pages it holds (round robin, every few milliseconds, see `Hca::tick`), so a page
+//! unmapped while the firmware still holds it is an IOMMU fault, and a fatal health error.
 
 use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{Hca, syndrome as sy};
