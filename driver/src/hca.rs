@@ -145,6 +145,8 @@ pub struct Hca<B: Backend> {
     events: Mutex<VecDeque<AsyncEvent>>,
     event_mode: AtomicBool,
     fatal: Mutex<Option<String>>,
+    /// Set with `fatal`, for a cheap check on the data path (a plain load).
+    fatal_flag: AtomicBool,
     health: Mutex<Health>,
     trace: Mutex<Vec<TraceStep>>,
     opts: HcaOptions,
@@ -202,6 +204,7 @@ impl<B: Backend> Hca<B> {
             events: Mutex::new(VecDeque::new()),
             event_mode: AtomicBool::new(false),
             fatal: Mutex::new(None),
+            fatal_flag: AtomicBool::new(false),
             health: Mutex::new(Health {
                 last_counter: backend.read32(0x1010) & 0xff_ffff,
                 last_change: Instant::now(),
@@ -696,9 +699,17 @@ impl<B: Backend> Hca<B> {
         };
         if let Some(r) = reason {
             *self.fatal.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+            self.fatal_flag.store(true, Ordering::Release);
             return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
         }
         Ok(())
+    }
+
+    /// Whether the device is in its fatal error state.
+    /// Whether the device is in its fatal error state, as one atomic load (for the data path).
+    #[inline]
+    pub fn fatal_flag(&self) -> bool {
+        self.fatal_flag.load(Ordering::Relaxed)
     }
 
     /// Whether the device is in its fatal error state.

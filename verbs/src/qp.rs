@@ -180,13 +180,16 @@ pub struct Srq<B: Backend> {
 impl<B: Backend> Srq<B> {
     /// `ibv_post_srq_recv`.
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+        // As ibverbs: everything before the failing request is posted.
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            self.rq
-                .write_wqe(&self.srq.mem.buf, wr.wr_id, as_sges(wr.sg_list))
-                .map_err(|e| PostFailure::from_driver(i, e))?;
+            if let Err(e) = self.rq.write_wqe(&self.srq.mem.buf, wr.wr_id, as_sges(wr.sg_list)) {
+                result = Err(PostFailure::from_driver(i, e));
+                break;
+            }
         }
         self.rq.ring_doorbell(&self.srq.mem.dbr);
-        Ok(())
+        result
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: raise the limit event when fewer than `limit` WQEs
@@ -228,6 +231,8 @@ pub enum PostFailureKind {
     WrongState(QpState),
     /// The opcode or its operands do not fit the QP type (EINVAL).
     InvalidRequest,
+    /// The device is in its fatal error state (EIO): nothing is posted.
+    DeviceFatal,
 }
 
 impl PostFailure {
@@ -244,6 +249,7 @@ impl PostFailure {
     pub fn errno(&self) -> i32 {
         match self.kind {
             PostFailureKind::QueueFull => 12,
+            PostFailureKind::DeviceFatal => 5,
             _ => 22,
         }
     }
@@ -258,6 +264,9 @@ impl std::fmt::Display for PostFailure {
             PostFailureKind::WrongState(s) => write!(f, "work request {}: QP in state {s} (EINVAL)", self.index),
             PostFailureKind::InvalidRequest => {
                 write!(f, "work request {}: invalid for this QP type (EINVAL)", self.index)
+            }
+            PostFailureKind::DeviceFatal => {
+                write!(f, "work request {}: the device is in its fatal error state (EIO)", self.index)
             }
         }
     }
@@ -547,6 +556,9 @@ impl<B: Backend> Qp<B> {
         if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
             return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
         }
+        if self.ctx.shared.hca.fatal_flag() {
+            return Err(PostFailure { index: 0, kind: PostFailureKind::DeviceFatal });
+        }
         let mut posted = 0;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
@@ -673,15 +685,22 @@ impl<B: Backend> Qp<B> {
         if self.state == QpState::Reset {
             return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
         }
+        if self.ctx.shared.hca.fatal_flag() {
+            return Err(PostFailure { index: 0, kind: PostFailureKind::DeviceFatal });
+        }
         let Some(rq) = &mut self.rq else {
             return Err(PostFailure { index: 0, kind: PostFailureKind::InvalidRequest });
         };
+        // As ibverbs: everything before the failing request is posted.
+        let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            rq.write_wqe(&self.qp.mem.buf, wr.wr_id, as_sges(wr.sg_list))
-                .map_err(|e| PostFailure::from_driver(i, e))?;
+            if let Err(e) = rq.write_wqe(&self.qp.mem.buf, wr.wr_id, as_sges(wr.sg_list)) {
+                result = Err(PostFailure::from_driver(i, e));
+                break;
+            }
         }
         rq.ring_doorbell(&self.qp.mem.dbr);
-        Ok(())
+        result
     }
 
     /// The context.

@@ -75,12 +75,14 @@ fn qp_state_rules_and_post_errors() {
     assert_eq!(q.qp_state, Some(QpState::Init));
     assert!(q.qp_access_flags.contains(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ));
     // Receive queue: fill it, then one more is ENOMEM.
+    // Fill it in one call with one too many: all but the last are posted, the last is ENOMEM,
+    // the rest are on the queue.
     let cap = qp.cap.max_recv_wr as usize;
-    for i in 0..cap {
-        qp.post_recv(&[RecvWr { wr_id: i as u64, sg_list: &sge }]).unwrap();
-    }
+    let wrs: Vec<RecvWr> = (0..=cap).map(|i| RecvWr { wr_id: i as u64, sg_list: &sge }).collect();
+    let e = qp.post_recv(&wrs).unwrap_err();
+    assert_eq!((e.index, e.kind, e.errno()), (cap, PostFailureKind::QueueFull, 12));
     let e = qp.post_recv(&[RecvWr { wr_id: 99, sg_list: &sge }]).unwrap_err();
-    assert_eq!((e.kind, e.errno()), (PostFailureKind::QueueFull, 12));
+    assert_eq!((e.index, e.kind), (0, PostFailureKind::QueueFull));
     let too_many = [mr.sge(0, 8), mr.sge(8, 8), mr.sge(16, 8), mr.sge(24, 8)];
     qp.modify(&QpAttr { qp_state: Some(QpState::Err), ..Default::default() }, QpAttrMask::STATE).unwrap();
     let big = vec![0u8; 4096];

@@ -505,11 +505,27 @@ impl Backend for VfioBackend {
 
     fn reset(&self) -> Result<()> {
         if !self.supports_reset() {
-            return Err(device_error(
-                &self.info.pci,
-                "the device offers no reset through VFIO (no FLR or PM reset)",
-                "reset it from the host: `echo 1 > /sys/bus/pci/devices/<pci>/reset`, or power-cycle",
-            ));
+            let pci = &self.info.pci;
+            let methods = std::fs::read_to_string(sysfs::device_dir(Path::new("/sys"), pci).join("reset_method"))
+                .map(|m| m.trim().to_string())
+                .unwrap_or_default();
+            return Err(if methods.is_empty() {
+                device_error(
+                    pci,
+                    "the device offers no reset through VFIO: the kernel has no reset method for it (no FLR, no PM reset, and no bus reset since it is not alone below a bridge)",
+                    "a function alone below a PCIe port gets a secondary bus reset; otherwise power-cycle the slot or reboot",
+                )
+            } else {
+                device_error(
+                    pci,
+                    format!(
+                        "the device offers no reset through VFIO: the kernel lists reset methods `{methods}`, but the reset vfio-pci tried when the device was opened failed"
+                    ),
+                    format!(
+                        "see `dmesg`; `echo 1 > /sys/bus/pci/devices/{pci}/reset` shows the error; /sys/bus/pci/devices/{pci}/reset_method selects the methods"
+                    ),
+                )
+            });
         }
         sys::device_reset(self.device_fd())
             .map_err(|source| Error::Os { op: format!("{}: VFIO_DEVICE_RESET", self.name), source })

@@ -1,0 +1,200 @@
+//! Device failures while traffic flows: firmware page requests in both directions during
+//! RDMA traffic, a fatal health error during traffic, a failed page delivery at bring-up. Each
+//! returns the documented error and leaves nothing mapped.
+
+use std::time::{Duration, Instant};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome};
+use umlx_sim::fabric::Fabric;
+use umlx_sim::{FailCommand, SimConfig, SimDevice};
+use umlx_verbs::*;
+
+type B = SimBackend;
+
+struct Pair {
+    ctx: Context<B>,
+    dev: SimDevice,
+    cq: Cq<B>,
+    qp: Qp<B>,
+    mr: Mr<B>,
+    _pd: Pd<B>,
+}
+
+fn connect(ctx: &Context<B>, qp: &mut Qp<B>, dest: u32, dgid: Gid) {
+    let m = QpAttrMask::STATE;
+    let init = QpAttr {
+        qp_state: Some(QpState::Init),
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        ..Default::default()
+    };
+    qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS).unwrap();
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(Mtu::Mtu1024),
+        dest_qp_num: dest,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 1,
+        ah_attr: AhAttr {
+            grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
+            port_num: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    qp.modify(
+        &rtr,
+        m | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        timeout: 10,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..Default::default()
+    };
+    qp.modify(
+        &rts,
+        m | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC,
+    )
+    .unwrap();
+    let _ = ctx;
+}
+
+fn endpoint(fabric: &Fabric, n: u8) -> Pair {
+    let cfg = SimConfig::numbered(n);
+    let ips = cfg.ips.clone();
+    let dev = SimDevice::new(cfg);
+    fabric.attach(&dev.port());
+    let ctx = Context::attach_sim(dev.clone(), &format!("f{n}"), ips).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    let cap = QpCap { max_send_wr: 64, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp = pd.create_qp(QpType::Rc, &cq, &cq, None, QpInitCap { cap, sq_sig_all: true }).unwrap();
+    let mr = pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    Pair { ctx, dev, cq, qp, mr, _pd: pd }
+}
+
+fn pair(n: u8) -> (Fabric, Pair, Pair) {
+    let fabric = Fabric::perfect();
+    let mut a = endpoint(&fabric, n);
+    let mut b = endpoint(&fabric, n + 1);
+    let (ga, gb) = (a.ctx.query_gid(1, 1).unwrap(), b.ctx.query_gid(1, 1).unwrap());
+    a.ctx.add_neighbor(gb.to_ip(), b.ctx.mac());
+    b.ctx.add_neighbor(ga.to_ip(), a.ctx.mac());
+    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
+    connect(&a.ctx, &mut a.qp, qb, gb);
+    connect(&b.ctx, &mut b.qp, qa, ga);
+    (fabric, a, b)
+}
+
+/// Sends `n` 1 KiB WRITEs from `a` to `b` and checks every byte; `during` runs after half.
+fn traffic(a: &mut Pair, b: &Pair, n: u64, mut during: impl FnMut(&mut Pair)) {
+    let mut wc = [Wc::default(); 16];
+    for i in 0..n {
+        let data: Vec<u8> = (0..1024u32).map(|k| (k as u64 ^ i) as u8).collect();
+        a.mr.write(0, &data).unwrap();
+        let s = [a.mr.sge(0, 1024)];
+        a.qp.post_send(&[SendWr {
+            wr_id: i,
+            sg_list: &s,
+            op: SendOp::RdmaWrite { remote_addr: b.mr.addr() + 4096, rkey: b.mr.rkey() },
+            send_flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+        .unwrap();
+        let start = Instant::now();
+        loop {
+            let k = a.cq.poll(&mut wc);
+            if k > 0 {
+                assert_eq!((wc[0].status, wc[0].wr_id), (WcStatus::Success, i));
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "WRITE {i} never completed");
+        }
+        assert_eq!(b.mr.to_vec(4096, 1024).unwrap(), data, "WRITE {i}");
+        if i == n / 2 {
+            during(a);
+        }
+    }
+}
+
+#[test]
+fn page_requests_during_traffic_are_served_both_ways() {
+    let (_f, mut a, b) = pair(70);
+    let before = a.dev.page_accounting().held;
+    traffic(&mut a, &b, 40, |a| {
+        // The firmware asks for 300 more pages in the middle of the traffic.
+        a.dev.request_extra_pages(300);
+        a.ctx.get_async_event().unwrap();
+    });
+    assert_eq!(a.dev.page_accounting().held, before + 300, "the driver gave them");
+    assert_eq!(a.ctx.hca().pages_given() as u64, before + 300);
+    traffic(&mut a, &b, 20, |a| {
+        // ...and then wants them back.
+        a.dev.request_extra_pages(0);
+        a.ctx.get_async_event().unwrap();
+    });
+    assert_eq!(a.dev.page_accounting().held, before);
+    assert_eq!(a.ctx.hca().pages_given() as u64, before);
+}
+
+#[test]
+fn a_health_failure_during_traffic_fails_every_object_and_leaves_nothing_mapped() {
+    let (_f, mut a, b) = pair(72);
+    traffic(&mut a, &b, 10, |_| {});
+    a.dev.inject_fatal(HealthSyndrome::HW_FTL_ERR);
+    // The next control operation reports the fatal state, naming the syndrome.
+    let e = a.ctx.alloc_pd().unwrap_err();
+    assert!(e.to_string().contains("fatal") && e.to_string().contains("HW_FTL_ERR"), "{e}");
+    assert!(matches!(a.ctx.get_async_event(), Err(Error::Driver(umlx_driver::Error::DeviceFatal { .. }))));
+    assert!(a.ctx.hca().is_fatal());
+    // The data path refuses work from now on instead of posting into a dead device.
+    let sge = [a.mr.sge(0, 8)];
+    let e =
+        a.qp.post_send(&[SendWr {
+            wr_id: 1,
+            sg_list: &sge,
+            op: SendOp::Send,
+            send_flags: SendFlags::SIGNALED,
+            inline_data: None,
+            ud: None,
+        }])
+        .unwrap_err();
+    assert_eq!((e.kind, e.errno()), (PostFailureKind::DeviceFatal, 5));
+    let dev = a.dev.clone();
+    drop(a);
+    assert_eq!(dev.page_accounting().mappings, 0, "every DMA mapping is gone after the fatal device is closed");
+}
+
+#[test]
+fn a_failed_page_delivery_at_bring_up_is_reported_and_leaves_nothing_mapped() {
+    let mut cfg = SimConfig::numbered(74);
+    // ENABLE_HCA, QUERY_ISSI, SET_ISSI, QUERY_PAGES (boot), then the 5th: MANAGE_PAGES give.
+    cfg.hostile.fail_command = Some(FailCommand {
+        nth: 5,
+        opcode: Some(CmdOpcode::MANAGE_PAGES.0),
+        status: CmdStatus::NO_RES_ERR.0,
+        syndrome: 0x1234,
+    });
+    let ips = cfg.ips.clone();
+    let dev = SimDevice::new(cfg);
+    match Context::attach_sim(dev.clone(), "p", ips) {
+        Err(Error::Driver(umlx_driver::Error::Command { opcode, status, syndrome, .. })) => {
+            assert_eq!((opcode, status, syndrome), (CmdOpcode::MANAGE_PAGES, CmdStatus::NO_RES_ERR, 0x1234));
+        }
+        other => panic!("expected the MANAGE_PAGES failure, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(dev.page_accounting().mappings, 0);
+}
