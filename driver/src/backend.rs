@@ -67,6 +67,12 @@ pub trait Backend: Send + Sync + 'static {
     /// The eventfd signalled when `vector` fires, once interrupts are enabled.
     fn irq_eventfd(&self, vector: u32) -> Option<RawFd>;
 
+    /// Enables every MSI-X vector with an eventfd (done at bring-up, before the EQs exist).
+    /// Backends whose vectors are always connected need not do anything.
+    fn enable_interrupts(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Reads PCI configuration space.
     fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
 

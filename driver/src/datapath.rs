@@ -529,12 +529,15 @@ impl RecvQueue {
         unsafe {
             let mut p =
                 self.base.add(((idx as usize) << self.stride_shift) + if self.srq { 16 } else { 0 }).cast::<u64>();
-            for s in sges {
+            // Zero-length SGEs are skipped (a zero byte count would end the scatter list).
+            let mut written = 0usize;
+            for s in sges.iter().filter(|s| s.length != 0) {
                 p.write_volatile((((s.length as u64) << 32) | s.lkey as u64).to_be());
                 p.add(1).write_volatile(s.addr.to_be());
                 p = p.add(2);
+                written += 1;
             }
-            if sges.len() < self.max_sge as usize {
+            if written < self.max_sge as usize {
                 // Terminator: byte_count 0, invalid lkey.
                 p.write_volatile(0x100u64.to_be());
                 p.add(1).write_volatile(0);

@@ -269,6 +269,10 @@ impl<B: Backend> Hca<B> {
         self.step("enable bus mastering", t, format!("PCI COMMAND {v:#06x}"));
 
         let t = Instant::now();
+        self.backend.enable_interrupts()?;
+        self.step("enable MSI-X vectors", t, format!("{} vectors", self.backend.irq_count()));
+
+        let t = Instant::now();
         self.exec_simple(CmdOpcode::ENABLE_HCA, 0, enable_hca_in::SIZE_BYTES, enable_hca_out::SIZE_BYTES)?;
         self.step("ENABLE_HCA", t, String::new());
 

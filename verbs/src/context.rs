@@ -79,7 +79,8 @@ pub(crate) struct Shared<B: Backend> {
     pub port: PortInfo,
     pub neighbors: Mutex<Vec<(IpAddr, [u8; 6])>>,
     pub resolver: Mutex<Option<Resolver>>,
-    pub next_vector: Mutex<u32>,
+    /// Completion vectors in use (vector 0 is the async EQ's).
+    pub vectors: Mutex<Vec<u32>>,
 }
 
 /// An open device (`struct ibv_context`).
@@ -149,7 +150,7 @@ impl<B: Backend> Context<B> {
                 port,
                 neighbors: Mutex::new(Vec::new()),
                 resolver: Mutex::new(None),
-                next_vector: Mutex::new(1),
+                vectors: Mutex::new(Vec::new()),
             }),
         })
     }

@@ -16,6 +16,8 @@ use umlx_driver::objects::{CompEq, Cq as DrvCq};
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed CQ bound to it gets a completion.
 pub struct CompChannel<B: Backend> {
+    ctx: Context<B>,
+    vector: u32,
     pub(crate) eq: Arc<CompEq<B>>,
     pending: Mutex<VecDeque<u32>>,
     pub(crate) sns: Mutex<Vec<(u32, Arc<AtomicU32>)>>,
@@ -31,16 +33,27 @@ impl<B: Backend> Context<B> {
     /// `ibv_create_comp_channel`: a completion EQ on its own interrupt vector.
     pub fn create_comp_channel(&self) -> Result<Arc<CompChannel<B>>> {
         let vector = {
-            let mut v = self.shared.next_vector.lock().unwrap_or_else(|e| e.into_inner());
+            let mut used = self.shared.vectors.lock().unwrap_or_else(|e| e.into_inner());
             let n = self.shared.hca.backend().irq_count();
-            if *v >= n {
-                return Err(Error::Invalid(format!("no free interrupt vector (the device has {n})")));
+            let v = (1..n).find(|v| !used.contains(v)).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "no free interrupt vector: the device has {n}, all in use by completion channels"
+                ))
+            })?;
+            used.push(v);
+            v
+        };
+        let eq = match CompEq::new(&self.shared.hca, vector, 10) {
+            Ok(eq) => eq,
+            Err(e) => {
+                self.shared.vectors.lock().unwrap_or_else(|e| e.into_inner()).retain(|&x| x != vector);
+                return Err(e.into());
             }
-            *v += 1;
-            *v - 1
         };
         Ok(Arc::new(CompChannel {
-            eq: CompEq::new(&self.shared.hca, vector, 10)?,
+            ctx: self.clone(),
+            vector,
+            eq,
             pending: Mutex::new(VecDeque::new()),
             sns: Mutex::new(Vec::new()),
         }))
@@ -57,6 +70,14 @@ impl<B: Backend> Context<B> {
         let ring =
             CqRing::new(&cq.mem.buf, log).ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
         Ok(Cq { ctx: self.clone(), ring, cq, sn, channel: channel.cloned(), events: 0 })
+    }
+}
+
+impl<B: Backend> Drop for CompChannel<B> {
+    fn drop(&mut self) {
+        // Every CQ bound to the channel holds it, so no CQ reports here any more: the vector
+        // can serve a new channel.
+        self.ctx.shared.vectors.lock().unwrap_or_else(|e| e.into_inner()).retain(|&x| x != self.vector);
     }
 }
 

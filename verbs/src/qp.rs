@@ -147,6 +147,9 @@ impl<B: Backend> Pd<B> {
             return Err(Error::Invalid(format!("SRQ max_sge {max_sge}: 1..=31")));
         }
         let wqes = (max_wr + 1).next_power_of_two();
+        if limit >= wqes {
+            return Err(Error::Invalid(format!("SRQ limit {limit} must be below its size {wqes}")));
+        }
         let stride = ((max_sge + 1) * 16).next_power_of_two();
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new(srq.srqn(), 1, wqes as usize));
@@ -195,6 +198,10 @@ impl<B: Backend> Srq<B> {
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: raise the limit event when fewer than `limit` WQEs
     /// remain.
     pub fn arm(&self, limit: u32) -> Result<()> {
+        let size = 1u32 << self.srq.log_size;
+        if limit >= size {
+            return Err(Error::Invalid(format!("SRQ limit {limit} must be below its size {size}")));
+        }
         Ok(self.srq.arm(limit)?)
     }
 

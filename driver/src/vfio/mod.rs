@@ -409,6 +409,18 @@ impl Backend for VfioBackend {
         &self.name
     }
 
+    fn enable_interrupts(&self) -> Result<()> {
+        let n = self.msi_count();
+        if n == 0 {
+            return Err(Error::Device {
+                device: self.name.clone(),
+                problem: "the function offers no MSI-X vectors".into(),
+                hint: "check that the adapter's MSI-X capability is enabled in its firmware configuration".into(),
+            });
+        }
+        self.enable_msix(n)
+    }
+
     fn bar0_len(&self) -> usize {
         self.bar0.len()
     }

@@ -1198,6 +1198,9 @@ impl Hca {
         if log_size as u64 > limits::LOG_MAX_SRQ_SZ || (1u64 << stride_shift) > limits::MAX_WQE_SZ_RQ {
             return Err(bad_param(op, sy::EXCEEDS_LIMIT));
         }
+        if g(srqc::lwm) >= (1u64 << log_size) {
+            return Err(bad_param(op, sy::EXCEEDS_LIMIT));
+        }
         let pd = g(srqc::pd) as u32;
         if !self.objects.pds.contains(&pd) {
             return Err(bad_param(op, sy::BAD_REFERENCE));
