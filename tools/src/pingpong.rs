@@ -1,0 +1,1058 @@
+//! `umlx rc-pingpong` and `umlx ud-pingpong`: rdma-core's `ibv_rc_pingpong` and
+//! `ibv_ud_pingpong` on the umlx driver, so that either side of a run can be rdma-core's tool.
+//!
+//! What matches rdma-core (libibverbs/examples/{rc,ud}_pingpong.c, pingpong.c):
+//!
+//! * Options, short and long, with getopt_long's forms (`-p 1`, `-p1`, `--port=1`, `--port 1`,
+//!   clustered flags, unambiguous long prefixes, numbers in C's base-0 syntax), their defaults
+//!   (TCP port 18515, IB port 1, size 4096 for RC and 1024 for UD — the UD usage text says 2048,
+//!   its code uses 1024 —, path MTU 1024, rx depth 500, 1000 iterations, SL 0, no GID index).
+//!   Without a host argument the tool is the server; `umlx rc-pingpong [opts] HOST` is the client.
+//! * The TCP exchange: the client connects and sends its address first, the server reads it,
+//!   connects its QP, answers with its own address, and the client ends with `done`. An address is
+//!   the C string `LID:QPN:PSN:GID` (`%04x:%06x:%06x:` and the GID as 32 hex digits, the GID's
+//!   bytes in order, which is what `gid_to_wire_gid` produces) sent with its terminating NUL:
+//!   52 bytes; `done` is sent as 5 bytes with its NUL.
+//! * The PSN (random, 24 bits), the QP attributes (RC: access 0, max_dest_rd_atomic 1,
+//!   min_rnr_timer 12, hop limit 1, timeout 14, retry 7, RNR retry 7, max_rd_atomic 1; UD: Q_Key
+//!   0x11111111 and an AH with hop limit 64), one buffer filled with 0x7b used for both sending
+//!   and receiving (UD: 40 bytes of GRH room in front), IBV_SEND_INLINE when the QP's inline size
+//!   covers the message, a CQ of rx_depth + 1 entries, rx_depth receives posted up front and
+//!   topped up again when one or fewer remain, work request ids 1 (receive) and 2 (send), the
+//!   next send posted when both the previous send and a receive completed, and the run ending
+//!   when `iters` sends and `iters` receives completed.
+//! * `-e`: the CQ is bound to a completion channel, armed before the exchange, and each event is
+//!   followed by re-arming and one poll of up to two completions; the events are acknowledged
+//!   at the end.
+//! * `-c`: the client sets byte 0 of every page of its buffer to 0 before the first send; the
+//!   server checks its buffer after the run and prints `invalid data in page N`.
+//! * Output: the `local address` and `remote address` lines (UD's local line has its `: GID`
+//!   quirk), the GID printed as `inet_ntop(AF_INET6)` prints it, and the two result lines.
+//! * Without `-g` the address carries a zero GID and the peer builds a non-global address, as
+//!   rdma-core does; on RoCE that fails (RC: modify to RTR, UD: create AH), so run both sides
+//!   with `-g` (on the sim, `-g 1` is the IPv4 GID 10.77.0.N, `-g 0` the link-local IPv6 GID).
+//!
+//! Deviations, each for a reason: `-o`, `-O`, `-P` (on-demand paging), `-t` (completion time
+//! stamps) and `-j` (device memory) are refused with rdma-core's message for a device without the
+//! feature; `-N` (the new post-send API) and `-U` (CoCo unprotected memory) are accepted and change
+//! nothing (same wire behaviour, plain memory). `-c` compares every byte of the buffer with what
+//! the peer sends (0x7b, 0 at page starts) instead of only the page starts, and a mismatch makes
+//! the exit status 1 (rdma-core exits 0). `-g` naming an empty GID table entry is an error
+//! (rdma-core would send a zero GID). The server binds its TCP port before printing its local
+//! address (so a script can start the client once that line appears). Unknown numbers are errors
+//! instead of 0. A peer that stops answering ends the run with an error after `--timeout` seconds
+//! (default 30; 0 waits forever like rdma-core), and so does a TCP peer that connects and stays
+//! silent. `-r` must be at least 1 and `-l` at most 15. umlx options: `-d sim|pci:ADDR`, `--wire`,
+//! `--pcap`, `--ip`, `--index` (see [`crate::device`]) and `--timeout`.
+
+use crate::device::{self, DeviceOpts, WireArg};
+use crate::with_ctx;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
+use std::result::Result;
+use std::time::{Duration, Instant};
+use umlx_verbs::*;
+
+/// Work request id of receives.
+const RECV_WRID: u64 = 1;
+/// Work request id of sends.
+const SEND_WRID: u64 = 2;
+/// The UD Q_Key both sides use.
+pub const QKEY: u32 = 0x1111_1111;
+/// Room for the GRH in front of every UD receive.
+const GRH_LEN: usize = 40;
+/// Bytes of an address message: `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
+pub const MSG_LEN: usize = 52;
+/// The client's last message: `sizeof "done"` bytes.
+pub const DONE: &[u8; 5] = b"done\0";
+/// The byte the buffer is filled with.
+const FILL: u8 = 0x7b;
+
+/// Which tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `ibv_rc_pingpong`.
+    Rc,
+    /// `ibv_ud_pingpong`.
+    Ud,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Rc => "rc-pingpong",
+            Kind::Ud => "ud-pingpong",
+        }
+    }
+}
+
+/// Runs `umlx rc-pingpong`.
+pub fn run_rc(args: &[String]) -> Result<(), String> {
+    run(Kind::Rc, args)
+}
+
+/// Runs `umlx ud-pingpong`.
+pub fn run_ud(args: &[String]) -> Result<(), String> {
+    run(Kind::Ud, args)
+}
+
+fn run(kind: Kind, args: &[String]) -> Result<(), String> {
+    let o = match Opts::parse(kind, args)? {
+        Some(o) => o,
+        None => {
+            print!("{}", usage(kind));
+            return Ok(());
+        }
+    };
+    let any = device::open(&o.dev)?;
+    with_ctx!(any, ctx => pingpong(&ctx, &o))
+}
+
+fn usage(kind: Kind) -> String {
+    let name = format!("umlx {}", kind.name());
+    let mut s = format!(
+        "Usage:\n  {name}            start a server and wait for connection\n  \
+         {name} <host>     connect to server at <host>\n\nOptions:\n  \
+         -p, --port=<port>      listen on/connect to port <port> (default 18515)\n  \
+         -d, --ib-dev=<dev>     use IB device <dev>: sim (default) or pci:<address>\n  \
+         -i, --ib-port=<port>   use port <port> of IB device (default 1)\n"
+    );
+    match kind {
+        Kind::Rc => s.push_str(
+            "  -s, --size=<size>      size of message to exchange (default 4096)\n  \
+             -m, --mtu=<size>       path MTU (default 1024)\n",
+        ),
+        Kind::Ud => s.push_str("  -s, --size=<size>      size of message to exchange (default 1024)\n"),
+    }
+    s.push_str(
+        "  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)\n  \
+         -n, --iters=<iters>    number of exchanges (default 1000)\n  \
+         -l, --sl=<sl>          service level value\n  \
+         -e, --events           sleep on CQ events (default poll)\n  \
+         -g, --gid-idx=<gid index> local port gid index (RoCE needs one: -g 1 is the sim's IPv4 GID)\n  \
+         -c, --chk              validate received buffer\n",
+    );
+    if kind == Kind::Rc {
+        s.push_str(
+            "  -o, --odp / -O, --iodp / -P, --prefetch / -t, --ts / -j, --dm   refused (not supported)\n  \
+             -N, --new_send / -U, --allow-cc-unprotected                    accepted, no effect\n",
+        );
+    }
+    s.push_str(
+        "\numlx options:\n  \
+         --wire udp:LOCAL,PEER  the sim's UDP wire (default: automatic loopback pair)\n  \
+         --pcap FILE            record the sim's frames\n  \
+         --ip ADDR              the port's IP address (repeatable)\n  \
+         --index N              the sim's number (MAC 02:00:5e:10:00:N, IP 10.77.0.N+1)\n  \
+         --timeout SECS         give up when the peer is silent this long (default 30, 0: never)\n",
+    );
+    s
+}
+
+/// The parsed command line.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    /// Which tool.
+    pub kind: Kind,
+    /// TCP port of the exchange.
+    pub port: u16,
+    /// The device.
+    pub dev: DeviceOpts,
+    /// Port of the device.
+    pub ib_port: u8,
+    /// Message size.
+    pub size: u32,
+    /// Path MTU (RC).
+    pub mtu: Mtu,
+    /// Receives kept posted.
+    pub rx_depth: u32,
+    /// Exchanges.
+    pub iters: u32,
+    /// Service level.
+    pub sl: u8,
+    /// Sleep on completion events.
+    pub events: bool,
+    /// Local GID index (negative: none).
+    pub gidx: i32,
+    /// Validate the received buffer.
+    pub validate: bool,
+    /// The server to connect to (client mode).
+    pub servername: Option<String>,
+    /// Give up after this long without progress (`None`: never).
+    pub timeout: Option<Duration>,
+}
+
+struct Spec {
+    short: Option<char>,
+    long: &'static str,
+    arg: bool,
+    kinds: &'static [Kind],
+}
+
+const BOTH: &[Kind] = &[Kind::Rc, Kind::Ud];
+const RC: &[Kind] = &[Kind::Rc];
+
+const SPECS: &[Spec] = &[
+    Spec { short: Some('p'), long: "port", arg: true, kinds: BOTH },
+    Spec { short: Some('d'), long: "ib-dev", arg: true, kinds: BOTH },
+    Spec { short: Some('i'), long: "ib-port", arg: true, kinds: BOTH },
+    Spec { short: Some('s'), long: "size", arg: true, kinds: BOTH },
+    Spec { short: Some('m'), long: "mtu", arg: true, kinds: RC },
+    Spec { short: Some('r'), long: "rx-depth", arg: true, kinds: BOTH },
+    Spec { short: Some('n'), long: "iters", arg: true, kinds: BOTH },
+    Spec { short: Some('l'), long: "sl", arg: true, kinds: BOTH },
+    Spec { short: Some('e'), long: "events", arg: false, kinds: BOTH },
+    Spec { short: Some('g'), long: "gid-idx", arg: true, kinds: BOTH },
+    Spec { short: Some('o'), long: "odp", arg: false, kinds: RC },
+    Spec { short: Some('O'), long: "iodp", arg: false, kinds: RC },
+    Spec { short: Some('P'), long: "prefetch", arg: false, kinds: RC },
+    Spec { short: Some('t'), long: "ts", arg: false, kinds: RC },
+    Spec { short: Some('c'), long: "chk", arg: false, kinds: BOTH },
+    Spec { short: Some('j'), long: "dm", arg: false, kinds: RC },
+    Spec { short: Some('N'), long: "new_send", arg: false, kinds: RC },
+    Spec { short: Some('U'), long: "allow-cc-unprotected", arg: false, kinds: RC },
+    Spec { short: None, long: "wire", arg: true, kinds: BOTH },
+    Spec { short: None, long: "pcap", arg: true, kinds: BOTH },
+    Spec { short: None, long: "ip", arg: true, kinds: BOTH },
+    Spec { short: None, long: "index", arg: true, kinds: BOTH },
+    Spec { short: None, long: "timeout", arg: true, kinds: BOTH },
+    Spec { short: Some('h'), long: "help", arg: false, kinds: BOTH },
+];
+
+/// getopt_long over `args`: the options found (by long name, with their values) and the
+/// operands, in order.
+/// Options found (by long name, with their values) and operands.
+type Parsed = (Vec<(&'static str, Option<String>)>, Vec<String>);
+
+fn getopt(kind: Kind, args: &[String]) -> Result<Parsed, String> {
+    let specs: Vec<&Spec> = SPECS.iter().filter(|s| s.kinds.contains(&kind)).collect();
+    let mut found = Vec::new();
+    let mut operands = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        i += 1;
+        if a == "--" {
+            operands.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(body) = a.strip_prefix("--") {
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            let spec = match specs.iter().find(|s| s.long == name) {
+                Some(s) => *s,
+                None => {
+                    let m: Vec<&&Spec> = specs.iter().filter(|s| s.long.starts_with(name)).collect();
+                    match m.as_slice() {
+                        [one] => **one,
+                        [] => return Err(format!("unrecognized option '--{name}'")),
+                        _ => return Err(format!("option '--{name}' is ambiguous")),
+                    }
+                }
+            };
+            let val = if spec.arg {
+                match inline {
+                    Some(v) => Some(v),
+                    None => {
+                        let v = args
+                            .get(i)
+                            .cloned()
+                            .ok_or_else(|| format!("option '--{}' requires an argument", spec.long))?;
+                        i += 1;
+                        Some(v)
+                    }
+                }
+            } else if inline.is_some() {
+                return Err(format!("option '--{}' doesn't allow an argument", spec.long));
+            } else {
+                None
+            };
+            found.push((spec.long, val));
+        } else if a.len() > 1 && a.starts_with('-') {
+            let chars: Vec<char> = a[1..].chars().collect();
+            let mut k = 0;
+            while k < chars.len() {
+                let c = chars[k];
+                k += 1;
+                let spec =
+                    specs.iter().find(|s| s.short == Some(c)).ok_or_else(|| format!("invalid option -- '{c}'"))?;
+                if spec.arg {
+                    let rest: String = chars[k..].iter().collect();
+                    let v = if !rest.is_empty() {
+                        rest
+                    } else {
+                        let v = args.get(i).cloned().ok_or_else(|| format!("option requires an argument -- '{c}'"))?;
+                        i += 1;
+                        v
+                    };
+                    found.push((spec.long, Some(v)));
+                    break;
+                }
+                found.push((spec.long, None));
+            }
+        } else {
+            operands.push(a.clone());
+        }
+    }
+    Ok((found, operands))
+}
+
+/// A number in C's `strtol(s, NULL, 0)` syntax (decimal, 0x hexadecimal, 0 octal), strictly.
+fn parse_c_number(what: &str, s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        i64::from_str_radix(h, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        i64::from_str_radix(&t[1..], 8)
+    } else {
+        t.parse::<i64>()
+    };
+    let v = v.map_err(|_| format!("{what}: `{s}` is not a number"))?;
+    Ok(if neg { -v } else { v })
+}
+
+fn parse_ranged(what: &str, s: &str, lo: i64, hi: i64) -> Result<i64, String> {
+    let v = parse_c_number(what, s)?;
+    if v < lo || v > hi {
+        return Err(format!("{what}: {v} is out of range ({lo}..={hi})"));
+    }
+    Ok(v)
+}
+
+/// `pp_mtu_to_enum`.
+fn mtu_from_bytes(n: i64) -> Option<Mtu> {
+    match n {
+        256 => Some(Mtu::Mtu256),
+        512 => Some(Mtu::Mtu512),
+        1024 => Some(Mtu::Mtu1024),
+        2048 => Some(Mtu::Mtu2048),
+        4096 => Some(Mtu::Mtu4096),
+        _ => None,
+    }
+}
+
+impl Opts {
+    /// Parses the command line; `Ok(None)` for `--help`.
+    pub fn parse(kind: Kind, args: &[String]) -> Result<Option<Opts>, String> {
+        let bad = |e: String| format!("{e}\n{}", usage(kind));
+        let (found, operands) = getopt(kind, args).map_err(bad)?;
+        let mut o = Opts {
+            kind,
+            port: 18515,
+            dev: DeviceOpts::default(),
+            ib_port: 1,
+            size: if kind == Kind::Rc { 4096 } else { 1024 },
+            mtu: Mtu::Mtu1024,
+            rx_depth: 500,
+            iters: 1000,
+            sl: 0,
+            events: false,
+            gidx: -1,
+            validate: false,
+            servername: None,
+            timeout: Some(Duration::from_secs(30)),
+        };
+        let (mut odp, mut iodp, mut prefetch, mut ts, mut dm, mut cc) = (false, false, false, false, false, false);
+        for (name, val) in found {
+            let v = val.unwrap_or_default();
+            match name {
+                "port" => o.port = parse_ranged("-p", &v, 0, 65535).map_err(bad)? as u16,
+                "ib-dev" => {
+                    o.dev.device = device::parse_device(&v).map_err(|e| format!("IB device {v} not found: {e}"))?
+                }
+                "ib-port" => o.ib_port = parse_ranged("-i", &v, 1, 255).map_err(bad)? as u8,
+                "size" => o.size = parse_ranged("-s", &v, 0, u32::MAX as i64 - GRH_LEN as i64).map_err(bad)? as u32,
+                "mtu" => {
+                    o.mtu = mtu_from_bytes(parse_c_number("-m", &v).map_err(bad)?)
+                        .ok_or_else(|| bad(format!("-m {v}: the MTU is 256, 512, 1024, 2048 or 4096")))?
+                }
+                "rx-depth" => o.rx_depth = parse_ranged("-r", &v, 1, 1 << 20).map_err(bad)? as u32,
+                "iters" => o.iters = parse_ranged("-n", &v, 0, u32::MAX as i64).map_err(bad)? as u32,
+                "sl" => o.sl = parse_ranged("-l", &v, 0, 15).map_err(bad)? as u8,
+                "events" => o.events = true,
+                "gid-idx" => o.gidx = parse_ranged("-g", &v, i32::MIN as i64, i32::MAX as i64).map_err(bad)? as i32,
+                "chk" => o.validate = true,
+                "odp" => odp = true,
+                "iodp" => (odp, iodp) = (true, true),
+                "prefetch" => prefetch = true,
+                "ts" => ts = true,
+                "dm" => dm = true,
+                "new_send" => {}
+                "allow-cc-unprotected" => cc = true,
+                "wire" => o.dev.wire = device::parse_wire(&v)?,
+                "pcap" => o.dev.pcap = Some(v),
+                "ip" => o.dev.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?),
+                "index" => o.dev.sim_index = Some(parse_ranged("--index", &v, 0, 255)? as u8),
+                "timeout" => {
+                    let s = parse_ranged("--timeout", &v, 0, 1 << 31)? as u64;
+                    o.timeout = (s > 0).then(|| Duration::from_secs(s));
+                }
+                "help" => return Ok(None),
+                _ => {}
+            }
+        }
+        match operands.as_slice() {
+            [] => {}
+            [host] => o.servername = Some(host.clone()),
+            _ => return Err(bad(format!("one server name at most, got {operands:?}"))),
+        }
+        if odp && dm {
+            return Err("DM memory region can't be on demand".into());
+        }
+        if cc && odp {
+            return Err("CoCo unprotected memory cannot be used with ODP".into());
+        }
+        if cc && dm {
+            return Err("CoCo unprotected memory cannot be used with device memory".into());
+        }
+        if !odp && prefetch {
+            return Err("prefetch is valid only with on-demand memory region".into());
+        }
+        if odp {
+            return Err(if iodp {
+                "The device doesn't support implicit ODP (umlx has no on-demand paging)".into()
+            } else {
+                "The device isn't ODP capable or does not support RC send and receive with ODP \
+                 (umlx has no on-demand paging)"
+                    .into()
+            });
+        }
+        if ts {
+            return Err("The device isn't completion timestamp capable (umlx completions carry no time stamp)".into());
+        }
+        if dm {
+            return Err("Device doesn't support dm allocation (umlx has no device memory)".into());
+        }
+        if o.dev.wire != WireArg::Auto && o.dev.device != device::DeviceArg::Sim {
+            return Err("--wire is for -d sim".into());
+        }
+        Ok(Some(o))
+    }
+}
+
+/// One side's address, as the exchange carries it (`struct pingpong_dest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    /// LID (0 on Ethernet).
+    pub lid: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN.
+    pub psn: u32,
+    /// GID (zero when no GID index was given).
+    pub gid: Gid,
+}
+
+/// `gid_to_wire_gid`: the GID as 32 hex digits, its bytes in order.
+pub fn gid_to_wire(gid: &Gid) -> String {
+    gid.0.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `wire_gid_to_gid`: 32 hex digits to a GID.
+pub fn wire_to_gid(s: &str) -> Result<Gid, String> {
+    if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("the GID `{s}` is not 32 hex digits"));
+    }
+    let mut g = [0u8; 16];
+    for (i, b) in g.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+    }
+    Ok(Gid(g))
+}
+
+/// The GID as `inet_ntop(AF_INET6)` writes it (`::`, `::ffff:10.77.0.1`, `fe80::...`).
+pub fn gid_text(gid: &Gid) -> String {
+    Ipv6Addr::from(gid.0).to_string()
+}
+
+impl Dest {
+    /// The 52 bytes sent: `"%04x:%06x:%06x:%s"` and its NUL.
+    pub fn to_wire(self) -> [u8; MSG_LEN] {
+        let s = format!("{:04x}:{:06x}:{:06x}:{}", self.lid, self.qpn, self.psn, gid_to_wire(&self.gid));
+        let mut m = [0u8; MSG_LEN];
+        let n = s.len().min(MSG_LEN - 1);
+        m[..n].copy_from_slice(&s.as_bytes()[..n]);
+        m
+    }
+
+    /// Parses an address message (what `sscanf("%x:%x:%x:%s")` and `wire_gid_to_gid` accept,
+    /// with the GID required to be 32 hex digits).
+    pub fn from_wire(m: &[u8]) -> Result<Dest, String> {
+        let end = m.iter().position(|&b| b == 0).unwrap_or(m.len());
+        let text =
+            std::str::from_utf8(&m[..end]).map_err(|_| format!("bad exchange string {:?}: not text", &m[..end]))?;
+        let bad = |why: &str| format!("bad exchange string {text:?} (expected LID:QPN:PSN:GID): {why}");
+        let parts: Vec<&str> = text.split(':').collect();
+        let [lid, qpn, psn, gid] = parts.as_slice() else {
+            return Err(bad("not four fields"));
+        };
+        let hex = |what: &str, s: &str, max: u32| -> Result<u32, String> {
+            match u32::from_str_radix(s, 16) {
+                Ok(v) if v <= max && !s.is_empty() => Ok(v),
+                _ => Err(bad(&format!("the {what} `{s}` is not a hex number up to {max:#x}"))),
+            }
+        };
+        Ok(Dest {
+            lid: hex("LID", lid, 0xffff)?,
+            qpn: hex("QPN", qpn, 0xff_ffff)?,
+            psn: hex("PSN", psn, 0xff_ffff)?,
+            gid: wire_to_gid(gid).map_err(|e| bad(&e))?,
+        })
+    }
+
+    /// The `  local address:` / `  remote address:` line.
+    pub fn line(&self, local: bool, kind: Kind) -> String {
+        let (label, sep) = match (local, kind) {
+            (true, Kind::Ud) => ("  local address: ", ":"),
+            (true, Kind::Rc) => ("  local address: ", ","),
+            (false, _) => ("  remote address:", ","),
+        };
+        format!(
+            "{label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
+            self.lid,
+            self.qpn,
+            self.psn,
+            gid_text(&self.gid)
+        )
+    }
+}
+
+/// Whether a GID has a non-zero interface id (`gid.global.interface_id`, its last 8 bytes):
+/// rdma-core's test for building a global address.
+fn has_interface_id(g: &Gid) -> bool {
+    g.0[8..].iter().any(|&b| b != 0)
+}
+
+/// `lrand48() & 0xffffff`, seeded from the process and the clock.
+fn random_psn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    (h.finish() & 0xff_ffff) as u32
+}
+
+/// The system page size (AT_PAGESZ from the auxiliary vector; 4096 if unreadable).
+fn page_size() -> usize {
+    let Ok(aux) = std::fs::read("/proc/self/auxv") else { return 4096 };
+    for e in aux.chunks_exact(16) {
+        let key = u64::from_ne_bytes(e[..8].try_into().unwrap_or_default());
+        let val = u64::from_ne_bytes(e[8..].try_into().unwrap_or_default());
+        if key == 6 && val.is_power_of_two() {
+            return val as usize;
+        }
+    }
+    4096
+}
+
+fn io_text(e: &std::io::Error, t: Option<Duration>) -> String {
+    match e.kind() {
+        ErrorKind::UnexpectedEof => "the peer closed the connection".into(),
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe => {
+            format!("the peer closed the connection ({e})")
+        }
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            format!("no answer within {} s", t.map(|d| d.as_secs()).unwrap_or(0))
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Binds the server's TCP port (dual-stack `[::]`, else `0.0.0.0`; SO_REUSEADDR like rdma-core).
+fn listen(port: u16) -> Result<TcpListener, String> {
+    TcpListener::bind(("::", port))
+        .or_else(|_| TcpListener::bind(("0.0.0.0", port)))
+        .map_err(|e| format!("Couldn't listen to port {port}: {e}"))
+}
+
+/// `pp_client_exch_dest`.
+fn client_exchange(host: &str, port: u16, my: &Dest, timeout: Option<Duration>) -> Result<Dest, String> {
+    let addrs: Vec<_> = (host, port).to_socket_addrs().map_err(|e| format!("{e} for {host}:{port}"))?.collect();
+    let mut s = addrs
+        .iter()
+        .find_map(|a| TcpStream::connect(a).ok())
+        .ok_or_else(|| format!("Couldn't connect to {host}:{port}"))?;
+    s.set_read_timeout(timeout).map_err(|e| e.to_string())?;
+    s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send local address: {}", io_text(&e, timeout)))?;
+    let mut msg = [0u8; MSG_LEN];
+    s.read_exact(&mut msg).map_err(|e| {
+        format!("Couldn't read/write remote address: {} (did the server fail to connect its QP?)", io_text(&e, timeout))
+    })?;
+    s.write_all(DONE).map_err(|e| format!("Couldn't read/write remote address: {}", io_text(&e, timeout)))?;
+    Dest::from_wire(&msg)
+}
+
+/// `pp_server_exch_dest`: accepts one client, reads its address, connects the QP (`connect`),
+/// answers and waits for `done`.
+fn server_exchange(
+    listener: TcpListener,
+    my: &Dest,
+    timeout: Option<Duration>,
+    connect: impl FnOnce(&Dest) -> Result<(), String>,
+) -> Result<Dest, String> {
+    let (mut s, _) = listener.accept().map_err(|e| format!("accept() failed: {e}"))?;
+    drop(listener);
+    s.set_read_timeout(timeout).map_err(|e| e.to_string())?;
+    let mut msg = [0u8; MSG_LEN];
+    s.read_exact(&mut msg).map_err(|e| format!("Couldn't read remote address: {}", io_text(&e, timeout)))?;
+    let rem = Dest::from_wire(&msg)?;
+    connect(&rem).map_err(|e| format!("{e}\nCouldn't connect to remote QP"))?;
+    s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
+    let mut done = [0u8; DONE.len()];
+    s.read_exact(&mut done).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
+    if &done != DONE {
+        return Err(format!("Couldn't send/recv local address: expected \"done\", got {done:?}"));
+    }
+    Ok(rem)
+}
+
+const NO_GID_HINT: &str = "the remote address carries no GID (the peer ran without -g) and RoCE needs a global \
+                           address: run both sides with -g (on the sim, -g 1 is its IPv4 GID)";
+const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: run both sides \
+                            with -g (on the sim, -g 1 is its IPv4 GID)";
+
+/// The address rdma-core builds for `dest`: global when its GID has an interface id.
+fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
+    if !has_interface_id(&dest.gid) {
+        return Err(NO_GID_HINT.into());
+    }
+    if o.gidx < 0 || o.gidx > 255 {
+        return Err(NO_SGID_HINT.into());
+    }
+    Ok(AhAttr {
+        grh: GlobalRoute { dgid: dest.gid, sgid_index: o.gidx as u8, hop_limit, ..Default::default() },
+        sl: o.sl,
+        port_num: o.ib_port,
+        dmac: None,
+    })
+}
+
+/// `pp_connect_ctx` of rc_pingpong: RTR then RTS.
+fn connect_rc<B: Backend>(qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) -> Result<(), String> {
+    let rtr_fail = |e: String| format!("Failed to modify QP to RTR: {e}");
+    let ah_attr = address_to(o, dest, 1).map_err(rtr_fail)?;
+    let rtr = QpAttr {
+        qp_state: Some(QpState::Rtr),
+        path_mtu: Some(o.mtu),
+        dest_qp_num: dest.qpn,
+        rq_psn: dest.psn,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+        ah_attr,
+        ..Default::default()
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN
+        | QpAttrMask::MAX_DEST_RD_ATOMIC
+        | QpAttrMask::MIN_RNR_TIMER;
+    qp.modify(&rtr, m).map_err(|e| rtr_fail(e.to_string()))?;
+    let rts = QpAttr {
+        qp_state: Some(QpState::Rts),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        sq_psn: my_psn,
+        max_rd_atomic: 1,
+        ..rtr
+    };
+    let m = QpAttrMask::STATE
+        | QpAttrMask::TIMEOUT
+        | QpAttrMask::RETRY_CNT
+        | QpAttrMask::RNR_RETRY
+        | QpAttrMask::SQ_PSN
+        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    qp.modify(&rts, m).map_err(|e| format!("Failed to modify QP to RTS: {e}"))
+}
+
+/// `pp_connect_ctx` of ud_pingpong: RTR, RTS, then the address handle.
+fn connect_ud<B: Backend>(pd: &Pd<B>, qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) -> Result<Ah, String> {
+    qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, QpAttrMask::STATE)
+        .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+    qp.modify(
+        &QpAttr { qp_state: Some(QpState::Rts), sq_psn: my_psn, ..Default::default() },
+        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+    )
+    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+    let attr = address_to(o, dest, 64).map_err(|e| format!("Failed to create AH: {e}"))?;
+    pd.create_ah(&attr).map_err(|e| format!("Failed to create AH: {e}"))
+}
+
+/// The resources of one side (`struct pingpong_context`).
+struct Pp<B: Backend> {
+    kind: Kind,
+    qp: Qp<B>,
+    cq: Cq<B>,
+    mr: Mr<B>,
+    size: u32,
+    rx_depth: u32,
+    inline: bool,
+    ah: Option<Ah>,
+    remote_qpn: u32,
+    pending: u64,
+}
+
+impl<B: Backend> Pp<B> {
+    /// `pp_post_recv`: posts `n` receives, returns how many were posted.
+    fn post_recv(&mut self, n: u32) -> u32 {
+        let len = match self.kind {
+            Kind::Rc => self.size,
+            Kind::Ud => self.size + GRH_LEN as u32,
+        };
+        let sge = [self.mr.sge(0, len)];
+        let sg: &[Sge] = if len == 0 { &[] } else { &sge };
+        let wrs = vec![RecvWr { wr_id: RECV_WRID, sg_list: sg }; n as usize];
+        match self.qp.post_recv(&wrs) {
+            Ok(()) => n,
+            Err(f) => f.index as u32,
+        }
+    }
+
+    /// `pp_post_send`.
+    fn post_send(&mut self) -> Result<(), String> {
+        let off = match self.kind {
+            Kind::Rc => 0,
+            Kind::Ud => GRH_LEN,
+        };
+        let sge = [self.mr.sge(off, self.size)];
+        let data;
+        let (sg, inline_data): (&[Sge], Option<&[u8]>) = if self.inline {
+            data = self.mr.to_vec(off, self.size as usize).map_err(|e| e.to_string())?;
+            (&[], Some(&data))
+        } else if self.size == 0 {
+            (&[], None)
+        } else {
+            (&sge, None)
+        };
+        let mut flags = SendFlags::SIGNALED;
+        if self.inline {
+            flags = flags | SendFlags::INLINE;
+        }
+        let ud = self.ah.as_ref().map(|ah| UdDest { ah, remote_qpn: self.remote_qpn, remote_qkey: QKEY });
+        let wr = SendWr { wr_id: SEND_WRID, sg_list: sg, op: SendOp::Send, send_flags: flags, inline_data, ud };
+        self.qp.post_send(&[wr]).map_err(|e| format!("Couldn't post send: {e}"))
+    }
+}
+
+/// Counters of the completion loop.
+struct Counts {
+    scnt: u32,
+    rcnt: u32,
+    routs: u32,
+}
+
+/// `parse_single_wc`: counts one completion, tops the receives up, posts the next send.
+fn handle_wc<B: Backend>(pp: &mut Pp<B>, c: &mut Counts, iters: u32, wc: &Wc) -> Result<(), String> {
+    if wc.status != WcStatus::Success {
+        return Err(format!("Failed status {} ({}) for wr_id {}", wc.status, wc.status as u32, wc.wr_id as i32));
+    }
+    match wc.wr_id {
+        SEND_WRID => c.scnt += 1,
+        RECV_WRID => {
+            c.routs = c.routs.saturating_sub(1);
+            if c.routs <= 1 {
+                c.routs += pp.post_recv(pp.rx_depth - c.routs);
+                if c.routs < pp.rx_depth {
+                    return Err(format!("Couldn't post receive ({})", c.routs));
+                }
+            }
+            c.rcnt += 1;
+        }
+        other => return Err(format!("Completion for unknown wr_id {}", other as i32)),
+    }
+    pp.pending &= !wc.wr_id;
+    if c.scnt < iters && pp.pending == 0 {
+        pp.post_send()?;
+        pp.pending = RECV_WRID | SEND_WRID;
+    }
+    Ok(())
+}
+
+fn stalled(c: &Counts, iters: u32, t: Option<Duration>) -> String {
+    format!(
+        "no completion within {} s ({} of {iters} sends and {} of {iters} receives completed): \
+         is the peer still running?",
+        t.map(|d| d.as_secs()).unwrap_or(0),
+        c.scnt,
+        c.rcnt
+    )
+}
+
+/// The pages of `buf` that differ from what a `-c` client sends: byte 0 of each page 0, the
+/// rest 0x7b.
+fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
+    let page_ok = |chunk: &[u8]| chunk.iter().enumerate().all(|(i, &b)| b == if i == 0 { 0 } else { FILL });
+    buf.chunks(page).enumerate().filter(|(_, c)| !page_ok(c)).map(|(n, _)| n).collect()
+}
+
+fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
+    let kind = o.kind;
+    let port = ctx.query_port(o.ib_port).map_err(|e| format!("Couldn't get port info: {e}"))?;
+    if kind == Kind::Ud && o.size > port.active_mtu.bytes() {
+        return Err(format!("Requested size larger than port MTU ({})", port.active_mtu.bytes()));
+    }
+    // pp_init_ctx.
+    let channel = if o.events {
+        Some(ctx.create_comp_channel().map_err(|e| format!("Couldn't create completion channel: {e}"))?)
+    } else {
+        None
+    };
+    let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
+    let buf_len = o.size as usize + if kind == Kind::Ud { GRH_LEN } else { 0 };
+    let mr = pd.alloc_mr(buf_len.max(1), AccessFlags::LOCAL_WRITE).map_err(|e| format!("Couldn't register MR: {e}"))?;
+    mr.fill(0, buf_len, FILL).map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(o.rx_depth + 1, channel.as_ref()).map_err(|e| format!("Couldn't create CQ: {e}"))?;
+    let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+    let qp_type = if kind == Kind::Rc { QpType::Rc } else { QpType::Ud };
+    let mut qp = pd
+        .create_qp(qp_type, &cq, &cq, None, QpInitCap { cap, sq_sig_all: false })
+        .map_err(|e| format!("Couldn't create QP: {e}"))?;
+    let inline = qp.cap.max_inline_data >= o.size;
+    let init =
+        QpAttr { qp_state: Some(QpState::Init), pkey_index: 0, port_num: o.ib_port, qkey: QKEY, ..Default::default() };
+    let init_mask = match kind {
+        Kind::Rc => QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
+        Kind::Ud => QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+    };
+    qp.modify(&init, init_mask).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    let mut pp =
+        Pp { kind, qp, cq, mr, size: o.size, rx_depth: o.rx_depth, inline, ah: None, remote_qpn: 0, pending: 0 };
+
+    let routs = pp.post_recv(o.rx_depth);
+    if routs < o.rx_depth {
+        return Err(format!("Couldn't post receive ({routs})"));
+    }
+    if o.events {
+        pp.cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+    }
+    if port.link_layer != "Ethernet" && port.lid == 0 {
+        return Err("Couldn't get local LID".into());
+    }
+    let gid = if o.gidx >= 0 {
+        let fail = |e: String| match kind {
+            Kind::Rc => format!("can't read sgid of index {}: {e}", o.gidx),
+            Kind::Ud => format!("Could not get local gid for gid index {}: {e}", o.gidx),
+        };
+        let g = ctx.query_gid(o.ib_port, o.gidx as u32).map_err(|e| fail(e.to_string()))?;
+        let table = ctx.gids();
+        if g == Gid::default() && !table.iter().any(|(i, _)| *i == o.gidx as u32) {
+            let have: Vec<String> = table.iter().map(|(i, g)| format!("{i} ({})", g.to_ip())).collect();
+            return Err(fail(format!("the entry is empty; the GID table holds {}", have.join(", "))));
+        }
+        g
+    } else {
+        Gid::default()
+    };
+    let my = Dest { lid: port.lid as u32, qpn: pp.qp.qp_num(), psn: random_psn(), gid };
+    let listener = match &o.servername {
+        None => Some(listen(o.port)?),
+        Some(_) => None,
+    };
+    println!("{}", my.line(true, kind));
+
+    let rem = match (&o.servername, listener) {
+        (Some(host), _) => client_exchange(host, o.port, &my, o.timeout)?,
+        (None, Some(l)) => server_exchange(l, &my, o.timeout, |rem| match kind {
+            Kind::Rc => connect_rc(&mut pp.qp, o, my.psn, rem),
+            Kind::Ud => {
+                pp.ah = Some(connect_ud(&pd, &mut pp.qp, o, my.psn, rem)?);
+                Ok(())
+            }
+        })?,
+        (None, None) => unreachable!("a server always has its listener"),
+    };
+    println!("{}", rem.line(false, kind));
+    pp.remote_qpn = rem.qpn;
+    if o.servername.is_some() {
+        match kind {
+            Kind::Rc => connect_rc(&mut pp.qp, o, my.psn, &rem)?,
+            Kind::Ud => pp.ah = Some(connect_ud(&pd, &mut pp.qp, o, my.psn, &rem)?),
+        }
+    }
+
+    let page = page_size();
+    let data_off = if kind == Kind::Ud { GRH_LEN } else { 0 };
+    pp.pending = RECV_WRID;
+    if o.servername.is_some() {
+        if o.validate {
+            for i in (0..o.size as usize).step_by(page) {
+                pp.mr.write(data_off + i, &[0]).map_err(|e| e.to_string())?;
+            }
+        }
+        pp.post_send()?;
+        pp.pending |= SEND_WRID;
+    }
+
+    let start = Instant::now();
+    let mut c = Counts { scnt: 0, rcnt: 0, routs };
+    let mut num_cq_events = 0u32;
+    let mut wc = [Wc::default(); 2];
+    while c.rcnt < o.iters || c.scnt < o.iters {
+        let ne = if let Some(ch) = &channel {
+            let waited = Instant::now();
+            let cqn = loop {
+                let slice = o.timeout.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+                match ch.get_cq_event(slice).map_err(|e| format!("Failed to get cq_event: {e}"))? {
+                    Some(n) => break n,
+                    None if o.timeout.is_some_and(|t| waited.elapsed() >= t) => {
+                        return Err(stalled(&c, o.iters, o.timeout));
+                    }
+                    None => {}
+                }
+            };
+            num_cq_events += 1;
+            if cqn != pp.cq.cqn() {
+                return Err(format!("CQ event for unknown CQ {cqn:#x}"));
+            }
+            pp.cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+            pp.cq.poll(&mut wc)
+        } else {
+            let waited = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                let n = pp.cq.poll(&mut wc);
+                if n > 0 {
+                    break n;
+                }
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(256) {
+                    if o.timeout.is_some_and(|t| waited.elapsed() >= t) {
+                        return Err(stalled(&c, o.iters, o.timeout));
+                    }
+                    std::thread::yield_now();
+                }
+                std::hint::spin_loop();
+            }
+        };
+        for w in &wc[..ne] {
+            handle_wc(&mut pp, &mut c, o.iters, w).map_err(|e| format!("{e}\nparse WC failed {ne}"))?;
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = o.size as u64 * o.iters as u64 * 2;
+    println!("{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec", usec / 1e6, bytes as f64 * 8.0 / usec);
+    println!("{} iters in {:.2} seconds = {:.2} usec/iter", o.iters, usec / 1e6, usec / o.iters as f64);
+
+    let mut invalid = 0;
+    if o.servername.is_none() && o.validate {
+        let got = pp.mr.to_vec(data_off, o.size as usize).map_err(|e| e.to_string())?;
+        for n in invalid_pages(&got, page) {
+            println!("invalid data in page {n}");
+            invalid += 1;
+        }
+    }
+    pp.cq.ack_events(num_cq_events);
+    drop(pp);
+    drop(channel);
+    if invalid > 0 {
+        return Err(format!("{invalid} page(s) of the received buffer hold unexpected data"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_address_message_is_byte_exact() {
+        // sprintf(msg, "%04x:%06x:%06x:%s", lid, qpn, psn, gid) for GID ::ffff:10.77.0.2, then
+        // write(sockfd, msg, sizeof msg): 51 characters and the NUL.
+        let gid = Gid::from_ip("10.77.0.2".parse().unwrap());
+        let d = Dest { lid: 0, qpn: 0x108, psn: 0xabcdef, gid };
+        let mut want = b"0000:000108:abcdef:00000000000000000000ffff0a4d0002".to_vec();
+        want.push(0);
+        assert_eq!(want.len(), MSG_LEN);
+        assert_eq!(d.to_wire().to_vec(), want);
+        assert_eq!(Dest::from_wire(&want).unwrap(), d);
+        // A link-local GID: every byte in order.
+        let g = Gid([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0x5e, 0xff, 0xfe, 0x10, 0, 1]);
+        assert_eq!(gid_to_wire(&g), "fe8000000000000000005efffe100001");
+        assert_eq!(wire_to_gid("fe8000000000000000005efffe100001").unwrap(), g);
+        // Zero GID (no -g).
+        let z = Dest { lid: 0x12, qpn: 0xffffff, psn: 0, gid: Gid::default() };
+        assert_eq!(&z.to_wire()[..51], b"0012:ffffff:000000:00000000000000000000000000000000");
+        assert_eq!(DONE, b"done\0");
+    }
+
+    #[test]
+    fn bad_messages_are_clear_errors() {
+        for m in
+            [&b"garbage"[..], b"0000:000108:abcdef:xyz", b"0000:1000000:000000:00000000000000000000000000000000", b""]
+        {
+            let e = Dest::from_wire(m).unwrap_err();
+            assert!(e.contains("bad exchange string"), "{e}");
+        }
+        assert!(Dest::from_wire(&[0xff; 52]).unwrap_err().contains("bad exchange string"));
+    }
+
+    #[test]
+    fn lines_match_rdma_core() {
+        let d = Dest { lid: 0, qpn: 0x100, psn: 0x1234, gid: Gid::from_ip("10.77.0.1".parse().unwrap()) };
+        assert_eq!(
+            d.line(true, Kind::Rc),
+            "  local address:  LID 0x0000, QPN 0x000100, PSN 0x001234, GID ::ffff:10.77.0.1"
+        );
+        assert_eq!(
+            d.line(true, Kind::Ud),
+            "  local address:  LID 0x0000, QPN 0x000100, PSN 0x001234: GID ::ffff:10.77.0.1"
+        );
+        assert_eq!(
+            d.line(false, Kind::Ud),
+            "  remote address: LID 0x0000, QPN 0x000100, PSN 0x001234, GID ::ffff:10.77.0.1"
+        );
+        let z = Dest { gid: Gid::default(), ..d };
+        assert!(z.line(false, Kind::Rc).ends_with("GID ::"));
+    }
+
+    #[test]
+    fn validation_finds_the_bad_pages() {
+        let mut b = vec![FILL; 10000];
+        for i in (0..b.len()).step_by(4096) {
+            b[i] = 0;
+        }
+        assert!(invalid_pages(&b, 4096).is_empty());
+        b[4097] = 1;
+        b[8192] = FILL;
+        assert_eq!(invalid_pages(&b, 4096), vec![1, 2]);
+        assert!(page_size().is_power_of_two());
+    }
+
+    #[test]
+    fn options_follow_getopt_long() {
+        let o = Opts::parse(Kind::Rc, &args("")).unwrap().unwrap();
+        assert_eq!((o.port, o.size, o.mtu, o.rx_depth, o.iters, o.gidx), (18515, 4096, Mtu::Mtu1024, 500, 1000, -1));
+        assert!(o.servername.is_none());
+        let o = Opts::parse(Kind::Ud, &args("")).unwrap().unwrap();
+        assert_eq!(o.size, 1024);
+        let o = Opts::parse(Kind::Rc, &args("-p0x4000 host -ec --size=10000 --it 5 -g 1 -m 2048 --ib-dev=sim"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.port, o.size, o.iters, o.gidx, o.mtu), (0x4000, 10000, 5, 1, Mtu::Mtu2048));
+        assert!(o.events && o.validate);
+        assert_eq!(o.servername.as_deref(), Some("host"));
+        assert!(Opts::parse(Kind::Rc, &args("-m 1000")).is_err());
+        assert!(Opts::parse(Kind::Ud, &args("-m 1024")).is_err(), "ud has no -m");
+        assert!(Opts::parse(Kind::Rc, &args("-o")).unwrap_err().contains("ODP"));
+        assert!(Opts::parse(Kind::Rc, &args("-t")).unwrap_err().contains("timestamp"));
+        assert!(Opts::parse(Kind::Rc, &args("-P")).unwrap_err().contains("prefetch"));
+        assert!(Opts::parse(Kind::Rc, &args("-N -U")).is_ok());
+        assert!(Opts::parse(Kind::Rc, &args("a b")).is_err());
+        assert!(Opts::parse(Kind::Rc, &args("-s ten")).unwrap_err().contains("not a number"));
+        assert_eq!(parse_c_number("x", "010").unwrap(), 8);
+        assert!(Opts::parse(Kind::Rc, &args("--help")).unwrap().is_none());
+    }
+}

@@ -1,0 +1,230 @@
+//! `umlx sim --wire udp:LOCAL,PEER [--pcap FILE] [--ip ADDR]... [--index N] [--seconds S]`: a
+//! software ConnectX on its own, brought up by the driver (so its port is active and its GID
+//! table programmed) and attached to a UDP wire that carries one Ethernet frame per datagram.
+//!
+//! It is a peer for a VM's NIC (QEMU `-netdev socket,id=n0,udp=LOCAL,localaddr=PEER`: QEMU sends
+//! to our LOCAL from its PEER) or for another process. It prints its identity (MAC, GIDs, UDP
+//! endpoints), answers ARP and IPv6 neighbour solicitation for its addresses, and prints its
+//! port's counters every second (frames and bytes each way, RoCEv2 frames accepted, frames that
+//! are not RoCE, drops by reason, and the transport's counters) until SIGINT/SIGTERM or until
+//! `--seconds` pass; then it flushes the `--pcap` capture and prints the totals.
+
+use crate::common::fmt_mac;
+use crate::device::{WireArg, parse_wire, sim_device};
+use std::net::IpAddr;
+use std::result::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use umlx_sim::transport::TransportStats;
+use umlx_sim::wire::WireStats;
+use umlx_verbs::{Context, Gid};
+
+const USAGE: &str = "usage: umlx sim --wire udp:LOCAL,PEER [--pcap FILE] [--ip ADDR]... [--index N] [--seconds S]";
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// The options of `umlx sim`.
+#[derive(Debug, Default)]
+struct Opts {
+    wire: Option<WireArg>,
+    pcap: Option<String>,
+    ips: Vec<IpAddr>,
+    index: u8,
+    seconds: Option<f64>,
+}
+
+fn parse(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts::default();
+    let mut i = 0;
+    while i < args.len() {
+        let (name, inline) = match args[i].split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (args[i].clone(), None),
+        };
+        i += 1;
+        if name == "-h" || name == "--help" {
+            return Err(USAGE.into());
+        }
+        let mut val = || -> Result<String, String> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            let v = args.get(i).cloned().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?;
+            i += 1;
+            Ok(v)
+        };
+        match name.as_str() {
+            "--wire" => o.wire = Some(parse_wire(&val()?)?),
+            "--pcap" => o.pcap = Some(val()?),
+            "--ip" => {
+                let v = val()?;
+                o.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?);
+            }
+            "--index" => {
+                let v = val()?;
+                o.index = v.parse().map_err(|e| format!("--index {v}: {e} (0..=255)"))?;
+            }
+            "--seconds" => {
+                let v = val()?;
+                let s: f64 = v.parse().map_err(|e| format!("--seconds {v}: {e}"))?;
+                if !(s.is_finite() && s > 0.0) {
+                    return Err(format!("--seconds {v}: a positive number of seconds"));
+                }
+                o.seconds = Some(s);
+            }
+            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+fn drops(w: &WireStats) -> String {
+    let reasons = [
+        ("truncated", w.drop_truncated),
+        ("bad IP", w.drop_bad_ip),
+        ("bad length", w.drop_bad_length),
+        ("bad TVer", w.drop_bad_tver),
+        ("unknown opcode", w.drop_unknown_opcode),
+        ("bad header", w.drop_bad_header),
+        ("bad checksum", w.drop_bad_checksum),
+        ("bad ICRC", w.drop_bad_icrc),
+    ];
+    let named: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+    if named.is_empty() { "dropped 0".into() } else { format!("dropped {} ({})", w.dropped(), named.join(", ")) }
+}
+
+fn transport(t: &TransportStats) -> String {
+    let mut s = format!("transport: tx {} rx {} dropped {}", t.tx_packets, t.rx_packets, t.rx_dropped);
+    for (name, n) in [
+        ("retransmits", t.retransmits),
+        ("timeouts", t.timeouts),
+        ("seq NAKs sent", t.seq_naks_sent),
+        ("RNR NAKs sent", t.rnr_naks_sent),
+        ("error NAKs sent", t.err_naks_sent),
+        ("duplicates", t.duplicates),
+        ("no GID", t.no_gid),
+        ("bad WQEs", t.bad_wqes),
+        ("UD too long", t.ud_too_long),
+    ] {
+        if n > 0 {
+            s.push_str(&format!(" {name} {n}"));
+        }
+    }
+    s
+}
+
+fn counters(elapsed: Duration, w: &WireStats, t: &TransportStats) -> String {
+    format!(
+        "[{:>6.1}s] rx {} frames {} B (RoCEv2 {}, ARP/ND {}, not RoCE {}), tx {} frames {} B, {}; {}",
+        elapsed.as_secs_f64(),
+        w.rx_frames,
+        w.rx_bytes,
+        w.rx_roce_v2 + w.rx_roce_v1,
+        w.rx_frames.saturating_sub(w.rx_roce_v2 + w.rx_roce_v1 + w.rx_not_roce + w.dropped()),
+        w.rx_not_roce,
+        w.tx_frames,
+        w.tx_bytes,
+        drops(w),
+        transport(t)
+    )
+}
+
+fn gid_kind(g: &Gid) -> String {
+    match g.to_ip() {
+        IpAddr::V4(a) => format!("RoCE v2, IPv4 {a}"),
+        IpAddr::V6(a) => format!("RoCE v2, IPv6 {a}"),
+    }
+}
+
+/// Runs `umlx sim`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let o = parse(args)?;
+    let Some(WireArg::Udp(local, peer)) = o.wire else {
+        return Err(format!("--wire udp:LOCAL,PEER is required\n{USAGE}"));
+    };
+    let (dev, ips) = sim_device(o.index, &o.ips);
+    let port = dev.port();
+    let bound = port.connect_udp(local, peer).map_err(|e| format!("--wire: binding {local}: {e}"))?;
+    if let Some(p) = &o.pcap {
+        port.set_pcap(p).map_err(|e| format!("--pcap {p}: {e}"))?;
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        vmm_sys_util::signal::register_signal_handler(sig, on_signal)
+            .map_err(|e| format!("installing the handler of signal {sig}: {e}"))?;
+    }
+    let t = Instant::now();
+    let ctx = Context::attach_sim(dev.clone(), "0", ips).map_err(|e| format!("bringing the sim up: {e}"))?;
+    let up = t.elapsed();
+    let pa = ctx.query_port(1).map_err(|e| e.to_string())?;
+    println!(
+        "umlx sim: software ConnectX {} (index {}), brought up by the driver in {:.1} ms ({} steps)",
+        ctx.name(),
+        o.index,
+        up.as_secs_f64() * 1e3,
+        ctx.hca().trace().len()
+    );
+    println!("  MAC        {}", fmt_mac(ctx.mac()));
+    let guid = ctx.query_device().map_err(|e| e.to_string())?.node_guid.to_be_bytes();
+    let g = |i: usize| u16::from_be_bytes([guid[2 * i], guid[2 * i + 1]]);
+    println!("  node GUID  {:04x}:{:04x}:{:04x}:{:04x}", g(0), g(1), g(2), g(3));
+    println!("  port       {}, active MTU {}, link layer {}", pa.state, pa.active_mtu, pa.link_layer);
+    for (i, gid) in ctx.gids() {
+        println!("  GID[{i:>3}]   {gid}, {}", gid_kind(&gid));
+    }
+    println!("  wire       UDP {bound} -> {peer} (QEMU: -netdev socket,id=n0,udp={bound},localaddr={peer})");
+    if let Some(p) = &o.pcap {
+        println!("  pcap       {p}");
+    }
+    let answered: Vec<String> = ctx.gids().iter().map(|(_, g)| g.to_ip().to_string()).collect();
+    println!("answering ARP / neighbour solicitation for {}", answered.join(", "));
+    match o.seconds {
+        Some(s) => println!("running for {s} s (or until interrupted)"),
+        None => println!("running until interrupted (Ctrl-C)"),
+    }
+
+    let deadline = o.seconds.map(|s| t + up + Duration::from_secs_f64(s));
+    let start = Instant::now();
+    let mut next = start + Duration::from_secs(1);
+    loop {
+        let now = Instant::now();
+        let over = deadline.is_some_and(|d| now >= d);
+        if STOP.load(Ordering::SeqCst) || over {
+            break;
+        }
+        if now >= next {
+            println!("{}", counters(now - start, &port.stats(), &dev.transport_stats()));
+            next += Duration::from_secs(1);
+        }
+        let mut wake = next.min(now + Duration::from_millis(100));
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        std::thread::sleep(wake.saturating_duration_since(now));
+    }
+    port.stop_pcap().map_err(|e| format!("--pcap: flushing: {e}"))?;
+    println!("total {}", counters(start.elapsed(), &port.stats(), &dev.transport_stats()));
+    port.disconnect();
+    drop(ctx);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+        let o = parse(&a("--wire udp:127.0.0.1:1,127.0.0.1:2 --ip 10.0.0.1 --index=3 --seconds 1.5")).unwrap();
+        assert_eq!(o.index, 3);
+        assert_eq!(o.seconds, Some(1.5));
+        assert_eq!(o.ips.len(), 1);
+        assert!(parse(&a("--seconds 0")).is_err());
+        assert!(parse(&a("--bogus")).unwrap_err().contains("unknown option"));
+        assert!(run(&a("")).unwrap_err().contains("--wire"));
+    }
+}
