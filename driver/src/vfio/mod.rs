@@ -410,7 +410,9 @@ impl Backend for VfioBackend {
     }
 
     fn enable_interrupts(&self) -> Result<()> {
-        let n = self.msi_count();
+        // MSI-X, so the MSI-X count (not the MSI count: a ConnectX has no MSI capability, and
+        // where a function has both, MSI offers one vector).
+        let n = self.msix_count;
         if n == 0 {
             return Err(Error::Device {
                 device: self.name.clone(),
