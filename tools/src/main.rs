@@ -13,6 +13,7 @@ mod layout;
 mod perf;
 mod pingpong;
 mod sim;
+mod vfio_selftest;
 mod wire;
 
 use std::process::ExitCode;
@@ -32,6 +33,7 @@ commands:
   rc-pingpong [opts] [HOST]    ibv_rc_pingpong: RC SEND ping-pong with its options and TCP exchange (-g 1 on RoCE)
   ud-pingpong [opts] [HOST]    ibv_ud_pingpong: UD SEND ping-pong with its options and TCP exchange (-g 1 on RoCE)
   sim --wire udp:LOCAL,PEER    run a software ConnectX on a UDP wire (a peer for a VM or a process)
+  vfio-selftest PCI [--device edu|e1000e|auto] [--rebind]
                                the VFIO backend against vfio-pci + IOMMU with QEMU's edu/e1000e (in a VM)
   help                         this text
 ";
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         "demo" => demo::run(rest),
         "devinfo" => devinfo::run(rest),
         "perf" => perf::run(rest),
+        "vfio-selftest" => vfio_selftest::run(rest),
         "rc-pingpong" => pingpong::run_rc(rest),
         "ud-pingpong" => pingpong::run_ud(rest),
         "sim" => sim::run(rest),
