@@ -31,12 +31,10 @@ pub fn connect_rc_mtu<B: Backend>(
     rq_psn: u32,
     mtu: Mtu,
 ) -> Result<(), String> {
-    let m = QpAttrMask::STATE;
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let init = QpAttr { qp_state: Some(QpState::Init), port_num: 1, qp_access_flags: access, ..Default::default() };
-    qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
-        .map_err(|e| e.to_string())?;
+    qp.modify(&init, QpAttrMask::RC_INIT).map_err(|e| e.to_string())?;
     let rtr = QpAttr {
         qp_state: Some(QpState::Rtr),
         path_mtu: Some(mtu),
@@ -51,13 +49,7 @@ pub fn connect_rc_mtu<B: Backend>(
         },
         ..Default::default()
     };
-    let rtr_mask = m
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let rtr_mask = QpAttrMask::RC_RTR;
     qp.modify(&rtr, rtr_mask).map_err(|e| e.to_string())?;
     let rts = QpAttr {
         qp_state: Some(QpState::Rts),
@@ -68,23 +60,15 @@ pub fn connect_rc_mtu<B: Backend>(
         max_rd_atomic: 16,
         ..Default::default()
     };
-    let rts_mask = m
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let rts_mask = QpAttrMask::RC_RTS;
     qp.modify(&rts, rts_mask).map_err(|e| e.to_string())
 }
 
 /// Moves a UD QP from RESET to RTS with Q_Key `qkey`.
 pub fn connect_ud<B: Backend>(qp: &mut Qp<B>, qkey: u32) -> Result<(), String> {
     let m = QpAttrMask::STATE;
-    qp.modify(
-        &QpAttr { qp_state: Some(QpState::Init), port_num: 1, qkey, ..Default::default() },
-        m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-    )
-    .map_err(|e| e.to_string())?;
+    qp.modify(&QpAttr { qp_state: Some(QpState::Init), port_num: 1, qkey, ..Default::default() }, QpAttrMask::UD_INIT)
+        .map_err(|e| e.to_string())?;
     qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, m).map_err(|e| e.to_string())?;
     qp.modify(&QpAttr { qp_state: Some(QpState::Rts), sq_psn: 0, ..Default::default() }, m | QpAttrMask::SQ_PSN)
         .map_err(|e| e.to_string())

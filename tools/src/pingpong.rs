@@ -648,13 +648,7 @@ fn connect_rc<B: Backend>(qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) ->
         ah_attr,
         ..Default::default()
     };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::AV
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::MAX_DEST_RD_ATOMIC
-        | QpAttrMask::MIN_RNR_TIMER;
+    let m = QpAttrMask::RC_RTR;
     qp.modify(&rtr, m).map_err(|e| rtr_fail(e.to_string()))?;
     let rts = QpAttr {
         qp_state: Some(QpState::Rts),
@@ -820,8 +814,8 @@ fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
     let init =
         QpAttr { qp_state: Some(QpState::Init), pkey_index: 0, port_num: o.ib_port, qkey: QKEY, ..Default::default() };
     let init_mask = match kind {
-        Kind::Rc => QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-        Kind::Ud => QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+        Kind::Rc => QpAttrMask::RC_INIT,
+        Kind::Ud => QpAttrMask::UD_INIT,
     };
     qp.modify(&init, init_mask).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
     let mut pp =

@@ -369,23 +369,10 @@ impl<B: Backend> Qp<B> {
         let (t, required) = match (self.state, target) {
             (_, QpState::Reset) => (Transition::ToRst, M(0)),
             (_, QpState::Err) => (Transition::ToErr, M(0)),
-            (QpState::Reset, QpState::Init) => (
-                Transition::Rst2Init,
-                if rc { M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS } else { M::PKEY_INDEX | M::PORT | M::QKEY },
-            ),
+            (QpState::Reset, QpState::Init) => (Transition::Rst2Init, if rc { M::RC_INIT } else { M::UD_INIT }),
             (QpState::Init, QpState::Init) => (Transition::Init2Init, M(0)),
-            (QpState::Init, QpState::Rtr) => (
-                Transition::Init2Rtr,
-                if rc {
-                    M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER
-                } else {
-                    M(0)
-                },
-            ),
-            (QpState::Rtr, QpState::Rts) => (
-                Transition::Rtr2Rts,
-                if rc { M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC } else { M::SQ_PSN },
-            ),
+            (QpState::Init, QpState::Rtr) => (Transition::Init2Rtr, if rc { M::RC_RTR } else { M::STATE }),
+            (QpState::Rtr, QpState::Rts) => (Transition::Rtr2Rts, if rc { M::RC_RTS } else { M::STATE | M::SQ_PSN }),
             (QpState::Rts, QpState::Rts) => (Transition::Rts2Rts, M(0)),
             (QpState::Sqe, QpState::Rts) => (Transition::SqErr2Rts, M(0)),
             (QpState::Sqd, QpState::Rts) => (Transition::Sqd2Rts, M(0)),

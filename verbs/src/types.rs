@@ -284,6 +284,31 @@ impl QpAttrMask {
     pub const CAP: QpAttrMask = QpAttrMask(1 << 19);
     pub const DEST_QPN: QpAttrMask = QpAttrMask(1 << 20);
 
+    /// The attributes ibverbs requires for RC RESET -> INIT (with STATE).
+    pub const RC_INIT: QpAttrMask =
+        QpAttrMask(Self::STATE.0 | Self::PKEY_INDEX.0 | Self::PORT.0 | Self::ACCESS_FLAGS.0);
+    /// The attributes ibverbs requires for RC INIT -> RTR (with STATE).
+    pub const RC_RTR: QpAttrMask = QpAttrMask(
+        Self::STATE.0
+            | Self::AV.0
+            | Self::PATH_MTU.0
+            | Self::DEST_QPN.0
+            | Self::RQ_PSN.0
+            | Self::MAX_DEST_RD_ATOMIC.0
+            | Self::MIN_RNR_TIMER.0,
+    );
+    /// The attributes ibverbs requires for RC RTR -> RTS (with STATE).
+    pub const RC_RTS: QpAttrMask = QpAttrMask(
+        Self::STATE.0
+            | Self::SQ_PSN.0
+            | Self::TIMEOUT.0
+            | Self::RETRY_CNT.0
+            | Self::RNR_RETRY.0
+            | Self::MAX_QP_RD_ATOMIC.0,
+    );
+    /// The attributes ibverbs requires for UD RESET -> INIT (with STATE).
+    pub const UD_INIT: QpAttrMask = QpAttrMask(Self::STATE.0 | Self::PKEY_INDEX.0 | Self::PORT.0 | Self::QKEY.0);
+
     /// Whether every bit of `o` is set.
     pub fn contains(self, o: QpAttrMask) -> bool {
         self.0 & o.0 == o.0

@@ -293,7 +293,6 @@ impl<B: Backend> Resources<B> {
             Test::SendBw | Test::SendLat => AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
         };
         for (i, qp) in self.qps.iter_mut().enumerate() {
-            let m = QpAttrMask::STATE;
             let qpn = qp.qp_num();
             let init = QpAttr {
                 qp_state: Some(QpState::Init),
@@ -301,8 +300,7 @@ impl<B: Backend> Resources<B> {
                 qp_access_flags: access,
                 ..Default::default()
             };
-            qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)
-                .map_err(|e| format!("QP {qpn:#x} to INIT: {e}"))?;
+            qp.modify(&init, QpAttrMask::RC_INIT).map_err(|e| format!("QP {qpn:#x} to INIT: {e}"))?;
             let rtr = QpAttr {
                 qp_state: Some(QpState::Rtr),
                 path_mtu: Some(mtu),
@@ -322,13 +320,7 @@ impl<B: Backend> Resources<B> {
                 },
                 ..Default::default()
             };
-            let rtr_mask = m
-                | QpAttrMask::AV
-                | QpAttrMask::PATH_MTU
-                | QpAttrMask::DEST_QPN
-                | QpAttrMask::RQ_PSN
-                | QpAttrMask::MAX_DEST_RD_ATOMIC
-                | QpAttrMask::MIN_RNR_TIMER;
+            let rtr_mask = QpAttrMask::RC_RTR;
             qp.modify(&rtr, rtr_mask).map_err(|e| {
                 format!("QP {qpn:#x} to RTR (peer QP {:#x}, GID {}): {e}", rem[i].qpn, Gid(rem[i].gid).to_ip())
             })?;
@@ -342,12 +334,7 @@ impl<B: Backend> Resources<B> {
                     max_rd_atomic: rem[i].out_reads.clamp(1, 255) as u8,
                     ..Default::default()
                 };
-                let rts_mask = m
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC;
+                let rts_mask = QpAttrMask::RC_RTS;
                 qp.modify(&rts, rts_mask).map_err(|e| format!("QP {qpn:#x} to RTS: {e}"))?;
             }
         }
