@@ -643,6 +643,16 @@ impl CqRing {
         Some(CqRing { base: buf.as_ptr(), log_size, ci: 0 })
     }
 
+    /// A consumer over a new ring (after a resize) continuing at consumer counter `ci`.
+    pub fn resume(buf: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
+        CqRing::new(buf, log_size).map(|r| CqRing { ci, ..r })
+    }
+
+    /// log2 of the number of CQEs.
+    pub fn log_size(&self) -> u32 {
+        self.log_size
+    }
+
     /// Consumer counter.
     pub fn ci(&self) -> u32 {
         self.ci
@@ -650,8 +660,7 @@ impl CqRing {
 
     /// Reads the next CQE if the device produced one.
     #[inline]
-    pub fn next(&mut self, buf: &DmaMemory) -> Option<Cqe> {
-        let _ = buf;
+    pub fn next_cqe(&mut self) -> Option<Cqe> {
         let ci = self.ci;
         let off = ((ci & ((1u32 << self.log_size) - 1)) as usize) * 64;
         // SAFETY: the ring [base, base + 64 << log_size) lies in the CQ buffer (checked in

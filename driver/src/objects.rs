@@ -506,6 +506,39 @@ impl<B: Backend> Cq<B> {
         &self.hca
     }
 
+    /// MODIFY_CQ (resize) to a new ring of 2^`log_size` CQEs, returned. The device writes a
+    /// RESIZE_CQ CQE (opcode 5) in the current ring at the switch point and goes on in the new
+    /// ring; the caller copies the CQEs before the marker (see `umlx_verbs::Cq::resize`). The
+    /// original ring stays allocated until the CQ is destroyed.
+    pub fn resize(&self, log_size: u32) -> Result<DmaBuffer<B>> {
+        let max = self.hca.caps().general_cap(cmd_hca_cap::log_max_cq_sz) as u32;
+        if log_size > max {
+            return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
+        }
+        let n = 1usize << log_size;
+        let buf = DmaBuffer::new(self.hca.dma_space(), (n * 64).max(4096), false)?;
+        for i in 0..n {
+            buf.write_u8(i * 64 + 63, 0xf0)?;
+        }
+        let npages = buf.len().div_ceil(4096);
+        self.hca.command(
+            CmdOpcode::MODIFY_CQ,
+            1,
+            modify_cq_in::SIZE_BYTES + 8 * npages,
+            modify_cq_out::SIZE_BYTES,
+            |b| {
+                modify_cq_in::cqn.set(b, self.cqn as u64);
+                // log_cq_size, page_offset and log_page_size change.
+                modify_cq_in::modify_field_select_resize_field_select.set(b, 0b111);
+                let c = modify_cq_in::cq_context;
+                c.inner(cqc::log_cq_size).set(b, log_size as u64);
+                c.inner(cqc::log_page_size).set(b, 0);
+                pas_bytes(b, modify_cq_in::SIZE_BYTES, pages_of(&buf));
+            },
+        )?;
+        Ok(buf)
+    }
+
     /// QUERY_CQ: the device's producer counter (CQEs written, 24 bits).
     pub fn producer_counter(&self) -> Result<u32> {
         let out = self.hca.command(CmdOpcode::QUERY_CQ, 0, query_cq_in::SIZE_BYTES, query_cq_out::SIZE_BYTES, |b| {

@@ -119,7 +119,9 @@ fn cq_lifecycle() {
     let o = query_cq(h, cq.cqn).unwrap();
     assert_eq!((c.inner(cqc::cq_period).get(&o), c.inner(cqc::cq_max_count).get(&o)), (16, 32));
 
-    // Resize to 256 CQEs in 4 new pages.
+    // Resize to 256 CQEs in 4 new pages. The firmware writes the RESIZE_CQ marker in the old
+    // ring, so the doorbell record must hold a consumer index the ring agrees with again.
+    cq.dbr.write_u32_be(0, 0);
     let big = h.alloc(4 * 4096);
     let resize = |i: &mut [u8]| {
         modify_cq_in::cq_context.inner(cqc::log_cq_size).set(i, 8);
@@ -135,6 +137,8 @@ fn cq_lifecycle() {
     let pas: Vec<u64> =
         (0..4).map(|k| u64::from_be_bytes(o[query_cq_out::SIZE_BYTES + 8 * k..][..8].try_into().unwrap())).collect();
     assert_eq!(pas, pages_of(&big));
+    assert_eq!(cq.buf.read_u8(63) >> 4, 5, "the RESIZE_CQ marker sits at the switch point of the old ring");
+    assert_eq!(c.inner(cqc::producer_counter).get(&o), 1, "the producer goes on after the marker");
     // Resize with too few pages, or beyond the limit.
     let r = modify(h, 1, 0b1, &resize, &pages_of(&big)[..2]);
     expect_fail(r, CmdOpcode::MODIFY_CQ, CmdStatus::BAD_INP_LEN_ERR, sy::BAD_INPUT_LEN);

@@ -69,7 +69,7 @@ impl<B: Backend> Context<B> {
         }
         let ring =
             CqRing::new(&cq.mem.buf, log).ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
-        Ok(Cq { ctx: self.clone(), ring, cq, sn, channel: channel.cloned(), events: 0 })
+        Ok(Cq { ctx: self.clone(), ring, resized: None, cq, sn, channel: channel.cloned(), events: 0 })
     }
 }
 
@@ -126,6 +126,8 @@ pub struct Cq<B: Backend> {
     pub(crate) ctx: Context<B>,
     pub(crate) cq: Arc<DrvCq<B>>,
     ring: CqRing,
+    /// The ring after a resize (the original stays with the driver's CQ).
+    resized: Option<umlx_driver::dma::DmaBuffer<B>>,
     sn: Arc<AtomicU32>,
     channel: Option<Arc<CompChannel<B>>>,
     events: u32,
@@ -185,7 +187,7 @@ impl<B: Backend> Cq<B> {
 
     /// Number of CQEs.
     pub fn capacity(&self) -> u32 {
-        (1 << self.cq.log_size()) - 1
+        (1 << self.ring.log_size()) - 1
     }
 
     /// `ibv_poll_cq`: fills `wc` with up to `wc.len()` completions; returns how many.
@@ -193,7 +195,7 @@ impl<B: Backend> Cq<B> {
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < wc.len() {
-            let Some(cqe) = self.ring.next(&self.cq.mem.buf) else { break };
+            let Some(cqe) = self.ring.next_cqe() else { break };
             if self.translate(&cqe, &mut wc[n]) {
                 n += 1;
             }
@@ -285,6 +287,65 @@ impl<B: Backend> Cq<B> {
     /// `ibv_ack_cq_events`.
     pub fn ack_events(&mut self, n: u32) {
         self.events = self.events.wrapping_add(n);
+    }
+
+    fn ring_buf(&self) -> &umlx_driver::dma::DmaMemory {
+        match &self.resized {
+            Some(b) => b,
+            None => &self.cq.mem.buf,
+        }
+    }
+
+    /// `ibv_resize_cq`: at least `cqe` entries. CQEs not yet polled are kept (copied into the
+    /// new ring up to the device's RESIZE_CQ marker). Refused if they would not fit.
+    pub fn resize(&mut self, cqe: u32) -> Result<()> {
+        let log = (cqe.max(1) + 1).next_power_of_two().trailing_zeros().max(1);
+        let produced = self.cq.producer_counter()?;
+        let pending = produced.wrapping_sub(self.ring.ci()) & 0xff_ffff;
+        if (1u32 << log) <= pending + 1 {
+            return Err(Error::Invalid(format!(
+                "CQ {:#x}: {pending} completions are waiting; {cqe} entries cannot hold them",
+                self.cqn()
+            )));
+        }
+        let new = self.cq.resize(log)?;
+        let (old_log, mut i) = (self.ring.log_size(), self.ring.ci());
+        // Old CQE i is copied to new slot i + 1 (see below).
+        let old = self.ring_buf();
+        let old_n = 1u32 << old_log;
+        let new_n = 1u32 << log;
+        let mut found = false;
+        for _ in 0..=old_n {
+            let off = ((i & (old_n - 1)) as usize) * 64;
+            let op_own = old.read_u8(off + 63)?;
+            if op_own >= 0xf0 || (op_own as u32 ^ (i >> old_log)) & 1 != 0 {
+                break; // no valid CQE: the marker must come first
+            }
+            if op_own >> 4 == 5 {
+                found = true;
+                break;
+            }
+            // CQE i moves to slot i + 1 of the new ring: the marker's slot counts as consumed,
+            // so the consumer goes on at ci + 1 and meets the copies, then the device's new CQEs.
+            let j = i.wrapping_add(1);
+            let mut e = [0u8; 64];
+            old.read_bytes(off, &mut e)?;
+            e[63] = (e[63] & !1) | ((j >> log) & 1) as u8;
+            new.write_bytes(((j & (new_n - 1)) as usize) * 64, &e)?;
+            i = j;
+        }
+        if !found {
+            return Err(Error::Driver(umlx_driver::Error::Firmware {
+                device: self.ctx.name().into(),
+                problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
+            }));
+        }
+        let ring = CqRing::resume(&new, log, self.ring.ci().wrapping_add(1))
+            .ok_or_else(|| Error::Invalid("CQ ring".into()))?;
+        self.ring = ring;
+        self.resized = Some(new);
+        self.ring.update_ci(&self.cq.mem.dbr);
+        Ok(())
     }
 
     /// CQEs the device has written so far (QUERY_CQ producer counter; a control-path call).

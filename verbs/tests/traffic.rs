@@ -485,3 +485,44 @@ fn a_reset_qp_starts_from_zero_and_loopback_works() {
         );
     }
 }
+
+#[test]
+fn cq_resize_keeps_completions_waiting_and_takes_new_ones() {
+    let fabric = Fabric::perfect();
+    let (mut a, b, mut qa, _qb) = rc_pair(&fabric, 62, &RcOpts::default());
+    let s = [a.mr.sge(0, 16)];
+    let write = |i: u64| wr(i, &s, SendOp::RdmaWrite { remote_addr: b.mr.addr() + 64 * (i % 64), rkey: b.mr.rkey() });
+    // 5 completions wait in the CQ while it grows...
+    for i in 0..5 {
+        qa.post_send(&[write(i)]).unwrap();
+    }
+    let start = Instant::now();
+    while a.cq.device_produced().unwrap() < 5 {
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+    let before = a.cq.capacity();
+    a.cq.resize(1000).unwrap();
+    assert!(a.cq.capacity() >= 1000 && a.cq.capacity() > before);
+    // ...then 300 more arrive in the new ring (wrapping it): all in order, none lost, none twice.
+    let mut ids: Vec<u64> = wait_wc(&mut a.cq, 5).iter().map(|w| w.wr_id).collect();
+    for batch in 0..10u64 {
+        for k in 0..30 {
+            qa.post_send(&[write(1000 + batch * 30 + k)]).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let w = wait_wc(&mut a.cq, 30);
+        assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
+        ids.extend(w.iter().map(|w| w.wr_id));
+    }
+    let want: Vec<u64> = (0..5).chain(1000..1300).collect();
+    assert_eq!(ids, want);
+    // Shrinking below what is waiting is refused.
+    for i in 0..10 {
+        qa.post_send(&[write(i)]).unwrap();
+    }
+    let start = Instant::now();
+    while a.cq.device_produced().unwrap() < 315 + 1 {
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+    assert!(matches!(a.cq.resize(4), Err(Error::Invalid(_))));
+    assert_eq!(wait_wc(&mut a.cq, 10).len(), 10);
+}

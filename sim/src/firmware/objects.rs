@@ -985,8 +985,7 @@ impl Hca {
                 }
                 self.objects.cqs.get_mut(&cqn).expect("CQ looked up above").moderation = m;
             }
-            // Resize: bit 0 = log_cq_size, bit 1 = page_offset, bit 2 = log_page_size. The new
-            // buffer takes effect at once; the driver copies outstanding CQEs itself.
+            // Resize: bit 0 = log_cq_size, bit 1 = page_offset, bit 2 = log_page_size.
             1 => {
                 let log_size = g(cqc::log_cq_size) as u32;
                 if log_size as u64 > limits::LOG_MAX_CQ_SZ {
@@ -996,11 +995,17 @@ impl Hca {
                 let offset = g(cqc::page_offset) * 64;
                 let npages = pages_for(64u64 << log_size, page_shift, offset);
                 let pas = read_pas(op, input, modify_cq_in::SIZE_BYTES, npages)?;
+                // The switch point: a RESIZE_CQ CQE (opcode 5) in the old ring at the producer
+                // position; the driver copies the CQEs before it into the new ring. The producer
+                // counter goes on in the new ring after it.
+                let mut marker = [0u8; 64];
+                marker[63] = 5 << 4;
+                if !self.write_cqe(cqn, &mut marker, false) {
+                    return Err(res_state(op, sy::BAD_STATE));
+                }
                 let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
                 cq.log_size = log_size;
                 cq.buf = QueueBuf { pas, page_shift, offset };
-                cq.producer = 0;
-                cq.arm = None;
             }
             _ => return Err(bad_param(op, sy::BAD_OP_MOD)),
         }
@@ -1040,7 +1045,6 @@ impl Hca {
 
     /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
     /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
-    #[allow(dead_code)] // the data path (transport) writes CQEs through this
     pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; 64], solicited: bool) -> bool {
         let Some(cq) = self.objects.cqs.get(&cqn) else { return false };
         if cq.error {
@@ -1070,7 +1074,9 @@ impl Hca {
         let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
         cq.producer = cq.producer.wrapping_add(1);
         let is_err = matches!(cqe[63] >> 4, 13 | 14);
+        let is_resize = cqe[63] >> 4 == 5;
         if let Some(arm) = cq.arm
+            && !is_resize
             && (!arm.solicited_only || solicited || is_err)
         {
             self.cq_event(cqn);
@@ -1079,7 +1085,6 @@ impl Hca {
     }
 
     /// Moves a CQ to error and posts CQ_ERROR (syndrome 1 = overrun, 2 = access violation).
-    #[allow(dead_code)] // reached from write_cqe
     pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: u8) {
         if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             if cq.error {
