@@ -2,6 +2,8 @@
 //! RDMA traffic, a fatal health error during traffic, a failed page delivery at bring-up. Each
 //! returns the documented error and leaves nothing mapped.
 
+mod common;
+
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome};
 use umlx_sim::fabric::Fabric;
@@ -19,56 +21,14 @@ struct Pair {
     _pd: Pd<B>,
 }
 
-fn connect(ctx: &Context<B>, qp: &mut Qp<B>, dest: u32, dgid: Gid) {
-    let m = QpAttrMask::STATE;
-    let init = QpAttr {
-        qp_state: Some(QpState::Init),
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
-        ..Default::default()
-    };
-    qp.modify(&init, m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS).unwrap();
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(Mtu::Mtu1024),
-        dest_qp_num: dest,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
-            port_num: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    qp.modify(
-        &rtr,
-        m | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        timeout: 10,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    qp.modify(
-        &rts,
-        m | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-    let _ = ctx;
+fn connect(qp: &mut Qp<B>, dest: u32, dgid: Gid) {
+    let access = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
+    common::connect_rc(
+        qp,
+        dest,
+        dgid,
+        common::RcParams { psn: 0, access, rd_atomic: 1, timeout: 10, retry_cnt: 7, rnr_retry: 7 },
+    );
 }
 
 fn endpoint(fabric: &Fabric, n: u8) -> Pair {
@@ -93,8 +53,8 @@ fn pair(n: u8) -> (Fabric, Pair, Pair) {
     a.ctx.add_neighbor(gb.to_ip(), b.ctx.mac());
     b.ctx.add_neighbor(ga.to_ip(), a.ctx.mac());
     let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-    connect(&a.ctx, &mut a.qp, qb, gb);
-    connect(&b.ctx, &mut b.qp, qa, ga);
+    connect(&mut a.qp, qb, gb);
+    connect(&mut b.qp, qa, ga);
     (fabric, a, b)
 }
 

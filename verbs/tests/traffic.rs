@@ -2,6 +2,8 @@
 //! opcode over RC and UD with data checked in remote memory, error completions, completion
 //! channels, and RC under loss and reordering.
 
+mod common;
+
 use std::time::{Duration, Instant};
 use umlx_sim::fabric::{Fabric, FabricConfig};
 use umlx_sim::{SimConfig, SimDevice};
@@ -69,56 +71,17 @@ fn rc_qp(s: &Side, cq: Option<&Cq<B>>) -> Qp<B> {
 }
 
 fn connect(s: &Side, qp: &mut Qp<B>, peer: &Side, peer_qpn: u32, o: &RcOpts) {
-    let m = QpAttrMask::STATE;
-    qp.modify(
-        &QpAttr { qp_state: Some(QpState::Init), port_num: 1, qp_access_flags: o.access, ..Default::default() },
-        m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
+    let _ = s;
     let dgid = peer.ctx.query_gid(1, 1).unwrap();
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(Mtu::Mtu1024),
-        dest_qp_num: peer_qpn,
-        rq_psn: 100,
-        max_dest_rd_atomic: 4,
-        min_rnr_timer: 1,
-        ah_attr: AhAttr {
-            grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
-            port_num: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    qp.modify(
-        &rtr,
-        m | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: 100,
+    let p = common::RcParams {
+        psn: 100,
+        access: o.access,
+        rd_atomic: 4,
         timeout: o.timeout,
         retry_cnt: o.retry_cnt,
         rnr_retry: o.rnr_retry,
-        max_rd_atomic: 4,
-        ..Default::default()
     };
-    qp.modify(
-        &rts,
-        m | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-    let _ = s;
+    common::connect_rc(qp, peer_qpn, dgid, p);
 }
 
 fn rc_pair(fabric: &Fabric, n: u8, o: &RcOpts) -> (Side, Side, Qp<B>, Qp<B>) {
