@@ -286,6 +286,27 @@ fn as_sges(s: &[Sge]) -> &[Sge] {
     s
 }
 
+/// `fm_ce_se` by IBV_SEND_FENCE (1), SIGNALED (2), SOLICITED (4): FENCE, CQ_UPDATE, SOLICITED.
+const FM_CE_SE: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut f = 0;
+    while f < 8 {
+        let mut v = 0;
+        if f & 1 != 0 {
+            v |= datapath::flags::FENCE;
+        }
+        if f & 2 != 0 {
+            v |= datapath::flags::CQ_UPDATE;
+        }
+        if f & 4 != 0 {
+            v |= datapath::flags::SOLICITED;
+        }
+        t[f] = v;
+        f += 1;
+    }
+    t
+};
+
 /// A queue pair (`struct ibv_qp`).
 pub struct Qp<B: Backend> {
     ctx: Context<B>,
@@ -595,9 +616,7 @@ impl<B: Backend> Qp<B> {
     fn write_send(&mut self, wr: &SendWr<'_>, i: usize) -> std::result::Result<(), PostFailure> {
         match self.fast_params(wr) {
             Some((op, imm, remote)) => {
-                // IBV_SEND_FENCE 1, SIGNALED 2, SOLICITED 4 -> fm_ce_se FENCE, CQ_UPDATE, SOLICITED.
-                let f = wr.send_flags.0;
-                let fm_ce_se = (((f & 1) as u8) << 7) | (((f & 2) as u8) << 2) | (((f & 4) as u8) >> 1);
+                let fm_ce_se = FM_CE_SE[(wr.send_flags.0 & 7) as usize];
                 let sge = wr.sg_list.first().copied().unwrap_or_default();
                 self.sq
                     .write_simple(
