@@ -26,6 +26,17 @@
 //! (only local ACK timeouts do), and it goes back at most once per PSN until it makes progress;
 //! the requester keeps at most 128 unacknowledged PSNs (as rxe); a UD message longer than the
 //! port MTU completes successfully without being sent (rxe, C10-93.1.1).
+//!
+//! Against Linux soft-RoCE (rdma_rxe, kernel 6.1; `vm/run-rxe-suite.sh` runs rdma-core's
+//! ping-pongs and perftest against the umlx tools over a real RoCEv2 wire) nothing here had to
+//! depart from the specification. Seen there and worth knowing: rxe drops a frame with a bad
+//! ICRC, or whose IP destination is none of its GIDs, silently (no NAK, no counter), so such a
+//! bug shows up as a retransmission timeout on our side; it ACKs a multi-packet message once,
+//! on its last packet (AckReq), and answers a duplicate with a re-ACK as the responder here
+//! does; its retransmit timer is armed once and not re-armed by later sends while pending, so
+//! it sometimes retransmits a message a peer has already acknowledged (its
+//! `completer_retry_err` counter rises; this responder treats the copy as a duplicate and
+//! re-ACKs it, which is what rxe needs to go on).
 
 mod rx;
 mod sq;
