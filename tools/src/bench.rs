@@ -33,12 +33,12 @@ fn loopback_qp(
     let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let mut qp =
         pd.create_qp(QpType::Rc, cq, cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
-    connect_to(ctx, &mut qp, None)?;
+    connect_to(ctx, &mut qp)?;
     Ok(qp)
 }
 
 /// Moves an RC QP to RTS connected to itself on GID index 1.
-fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>, _dest: Option<(u32, Gid)>) -> Result<(), String> {
+fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>) -> Result<(), String> {
     let gid = ctx.query_gid(1, 1).map_err(|e| e.to_string())?;
     let n = qp.qp_num();
     crate::common::connect_rc(ctx, qp, n, gid, 1, 0, 0)
@@ -47,7 +47,7 @@ fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>, _dest: Option<
 fn reset(b: &mut Bench) -> Result<(), String> {
     b.qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }, QpAttrMask::STATE)
         .map_err(|e| e.to_string())?;
-    connect_to(&b.ctx, &mut b.qp, None)
+    connect_to(&b.ctx, &mut b.qp)
 }
 
 fn setup(plain: bool) -> Result<Bench, String> {

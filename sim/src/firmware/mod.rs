@@ -259,9 +259,6 @@ impl Hca {
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
     pub fn bar_read32(&mut self, offset: u64) -> u32 {
-        if self.health.synd != 0 && offset == 0x230 {
-            // fw_ver stays readable.
-        }
         match offset {
             0x0000 => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
             0x0004 => (5 << 16) | self.cfg.fw_version.2 as u32,
@@ -284,7 +281,6 @@ impl Hca {
             0x1010 => self.health_counter() | ((self.health.synd as u32) << 24),
             0x1040 => (self.real_time() >> 32) as u32,
             0x1044 => self.real_time() as u32,
-            o if o >= (FIRST_UAR_INDEX as u64) << 12 && o < BAR0_SIZE => 0,
             _ => 0,
         }
     }

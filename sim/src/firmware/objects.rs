@@ -356,7 +356,7 @@ pub struct Objects {
 }
 
 /// Picks the lowest free number in `first..limit`.
-fn alloc_num<T>(used: impl Fn(u32) -> bool, first: u32, limit: u64, _t: Option<T>) -> Option<u32> {
+fn alloc_num(used: impl Fn(u32) -> bool, first: u32, limit: u64) -> Option<u32> {
     (first as u64..limit).map(|n| n as u32).find(|&n| !used(n))
 }
 
@@ -578,8 +578,7 @@ impl Hca {
         let op = CmdOpcode::ALLOC_UAR.0;
         let limit = (super::BAR0_SIZE >> 12).min(1 << limits::LOG_MAX_UAR);
         let uars = &self.objects.uars;
-        let n =
-            alloc_num::<()>(|n| uars.contains(&n), super::FIRST_UAR_INDEX, limit, None).ok_or_else(|| no_res(op))?;
+        let n = alloc_num(|n| uars.contains(&n), super::FIRST_UAR_INDEX, limit).ok_or_else(|| no_res(op))?;
         self.objects.uars.insert(n);
         let mut o = out(alloc_uar_out::SIZE_BYTES);
         alloc_uar_out::uar.set(&mut o, n as u64);
@@ -607,7 +606,7 @@ impl Hca {
     fn cmd_alloc_pd(&mut self) -> CmdResult {
         let op = CmdOpcode::ALLOC_PD.0;
         let pds = &self.objects.pds;
-        let n = alloc_num::<()>(|n| pds.contains(&n), 1, 1 << limits::LOG_MAX_PD, None).ok_or_else(|| no_res(op))?;
+        let n = alloc_num(|n| pds.contains(&n), 1, 1 << limits::LOG_MAX_PD).ok_or_else(|| no_res(op))?;
         self.objects.pds.insert(n);
         let mut o = out(alloc_pd_out::SIZE_BYTES);
         alloc_pd_out::pd.set(&mut o, n as u64);
@@ -635,8 +634,7 @@ impl Hca {
     fn cmd_alloc_td(&mut self) -> CmdResult {
         let op = CmdOpcode::ALLOC_TRANSPORT_DOMAIN.0;
         let tds = &self.objects.tds;
-        let n = alloc_num::<()>(|n| tds.contains(&n), 1, 1 << limits::LOG_MAX_TRANSPORT_DOMAIN, None)
-            .ok_or_else(|| no_res(op))?;
+        let n = alloc_num(|n| tds.contains(&n), 1, 1 << limits::LOG_MAX_TRANSPORT_DOMAIN).ok_or_else(|| no_res(op))?;
         self.objects.tds.insert(n);
         let mut o = out(alloc_transport_domain_out::SIZE_BYTES);
         alloc_transport_domain_out::transport_domain.set(&mut o, n as u64);
@@ -656,7 +654,7 @@ impl Hca {
     fn cmd_alloc_q_counter(&mut self) -> CmdResult {
         let op = CmdOpcode::ALLOC_Q_COUNTER.0;
         let qc = &self.objects.qcounters;
-        let n = alloc_num::<()>(|n| qc.contains_key(&n), 1, 256, None).ok_or_else(|| no_res(op))?;
+        let n = alloc_num(|n| qc.contains_key(&n), 1, 256).ok_or_else(|| no_res(op))?;
         self.objects.qcounters.insert(n, QCounter::default());
         let mut o = out(alloc_q_counter_out::SIZE_BYTES);
         alloc_q_counter_out::counter_set_id.set(&mut o, n as u64);
@@ -724,8 +722,7 @@ impl Hca {
             *m = create_eq_in::event_bitmask.elem(i).get(input);
         }
         let eqs = &self.objects.eqs;
-        let eqn =
-            alloc_num::<()>(|n| eqs.contains_key(&n), 0, 1 << limits::LOG_MAX_EQ, None).ok_or_else(|| no_res(op))?;
+        let eqn = alloc_num(|n| eqs.contains_key(&n), 0, 1 << limits::LOG_MAX_EQ).ok_or_else(|| no_res(op))?;
         let oi = ctx.inner(eqc::oi).get(input) != 0;
         self.objects.eqs.insert(
             eqn,
@@ -897,8 +894,7 @@ impl Hca {
         let npages = pages_for(64u64 << log_size, page_shift, offset);
         let pas = read_pas(op, input, create_cq_in::SIZE_BYTES, npages)?;
         let cqs = &self.objects.cqs;
-        let cqn =
-            alloc_num::<()>(|n| cqs.contains_key(&n), 1, 1 << limits::LOG_MAX_CQ, None).ok_or_else(|| no_res(op))?;
+        let cqn = alloc_num(|n| cqs.contains_key(&n), 1, 1 << limits::LOG_MAX_CQ).ok_or_else(|| no_res(op))?;
         self.objects.cqs.insert(
             cqn,
             Cq {
@@ -1139,8 +1135,7 @@ impl Hca {
             return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
         }
         let mkeys = &self.objects.mkeys;
-        let index = alloc_num::<()>(|n| mkeys.contains_key(&n), 1, 1 << limits::LOG_MAX_MKEY, None)
-            .ok_or_else(|| no_res(op))?;
+        let index = alloc_num(|n| mkeys.contains_key(&n), 1, 1 << limits::LOG_MAX_MKEY).ok_or_else(|| no_res(op))?;
         let mkey = Mkey {
             index,
             variant: g(mkc::mkey_7_0) as u8,
@@ -1219,8 +1214,7 @@ impl Hca {
         let npages = pages_for((1u64 << log_size) << stride_shift, page_shift, offset);
         let pas = read_pas(op, input, create_srq_in::SIZE_BYTES, npages)?;
         let srqs = &self.objects.srqs;
-        let srqn =
-            alloc_num::<()>(|n| srqs.contains_key(&n), 1, 1 << limits::LOG_MAX_SRQ, None).ok_or_else(|| no_res(op))?;
+        let srqn = alloc_num(|n| srqs.contains_key(&n), 1, 1 << limits::LOG_MAX_SRQ).ok_or_else(|| no_res(op))?;
         self.objects.srqs.insert(
             srqn,
             Srq {
@@ -1352,8 +1346,7 @@ impl Hca {
         let npages = pages_for(rq_bytes + sq_bytes, page_shift, offset);
         let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
         let qps = &self.objects.qps;
-        let qpn = alloc_num::<()>(|n| qps.contains_key(&n), 0x100, 1 << limits::LOG_MAX_QP, None)
-            .ok_or_else(|| no_res(op))?;
+        let qpn = alloc_num(|n| qps.contains_key(&n), 0x100, 1 << limits::LOG_MAX_QP).ok_or_else(|| no_res(op))?;
         let mut ctx = base.bytes(input).map(|b| b.to_vec()).unwrap_or_else(|| vec![0; qpc::SIZE_BYTES]);
         qpc::state.set(&mut ctx, QpState::RST.0 as u64);
         self.objects.qps.insert(
