@@ -37,6 +37,16 @@ pub trait Backend: Send + Sync + 'static {
     /// encoding of `value`: the doorbell format (CQ arm, SQ doorbell).
     fn write64(&self, offset: usize, value: u64);
 
+    /// The UAR page at BAR0 + `uar_offset` (4 KiB aligned) as a pointer through which 8-byte
+    /// aligned stores to its BlueFlame registers (page offsets 0x800 to 0xfff) reach the device
+    /// exactly as [`Backend::write64`] with the byte-swapped value would: a mapping of BAR0
+    /// that stays valid as long as the backend lives. `None` (the default) when doorbells must
+    /// go through `write64`. The send queue uses it to ring with one store.
+    fn doorbell_page(&self, uar_offset: usize) -> Option<std::ptr::NonNull<u8>> {
+        let _ = uar_offset;
+        None
+    }
+
     /// Copies a BlueFlame block (a multiple of 8 bytes, 8-byte aligned) to BAR0 + `offset`.
     fn write_block(&self, offset: usize, data: &[u64]) {
         for (i, w) in data.iter().enumerate() {

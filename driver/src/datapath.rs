@@ -6,14 +6,25 @@
 //! Ordering follows the hardware contract: WQE stores, `dma_wmb`, doorbell record, `dma_wmb`,
 //! the 64-bit doorbell (first 8 bytes of the last WQE's control segment) to the UAR's BlueFlame
 //! register (alternating halves). Polling: one load of the CQE's `op_own`, the ownership check
-//! against the consumer counter, `dma_rmb`, then the copy; the consumer index goes to the CQ
-//! doorbell record. Device-written indices are masked before use.
+//! against the consumer counter, `dma_rmb`, then loads of only the fields the completion needs;
+//! the consumer index goes to the CQ doorbell record once per poll. Device-written indices are
+//! masked before use.
 //!
-//! This is one of the driver's `unsafe` modules (the QP table's raw pointers).
+//! Shape of the fast paths: each queue resolves its pointers (ring, id slots, tail, doorbell
+//! record, BlueFlame register) at creation; a chain of WQEs or a poll works on a short-lived
+//! cursor ([`SqChain`], [`CqCursor`]) whose state stays in registers and goes back to the queue
+//! at the end; the free space is known from a cached limit, so the tail (written by the poller)
+//! is read only when the limit is reached; [`Sge`] is stored in the data segment's byte order,
+//! so posting copies it. Callers keep the general cases (SGE lists, inline data, atomics, UD,
+//! full queues) out of line, so the short loops make no calls.
+//!
+//! This is one of the driver's `unsafe` modules (raw pointers into the queues' DMA buffers and
+//! the QP table).
 
 use crate::backend::Backend;
 use crate::dma::{DmaMemory, dma_rmb, dma_wmb};
 use crossbeam_utils::CachePadded;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -47,15 +58,65 @@ pub mod flags {
     pub const FENCE: u8 = 4 << 5;
 }
 
-/// One scatter/gather element.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One scatter/gather element (`struct ibv_sge`: address, length, lkey), held as the mlx5
+/// data segment the device reads (byte count, lkey, address; big-endian). It is built once, by
+/// [`Sge::new`] or a memory region, and copied into WQEs as it is: posting swaps no bytes.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[repr(C, align(16))]
 pub struct Sge {
+    /// The 16 bytes in device order, as two native words (their memory bytes are the wire's).
+    seg: [u64; 2],
+}
+
+impl Sge {
+    /// The element for `length` bytes at `addr`, accessed with `lkey`.
+    #[inline]
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Sge {
+        Sge { seg: [(((length as u64) << 32) | lkey as u64).to_be(), addr.to_be()] }
+    }
+
     /// Address.
-    pub addr: u64,
+    #[inline]
+    pub const fn addr(&self) -> u64 {
+        u64::from_be(self.seg[1])
+    }
+
     /// Length in bytes.
-    pub length: u32,
+    #[inline]
+    pub const fn length(&self) -> u32 {
+        (u64::from_be(self.seg[0]) >> 32) as u32
+    }
+
     /// Local key.
-    pub lkey: u32,
+    #[inline]
+    pub const fn lkey(&self) -> u32 {
+        u64::from_be(self.seg[0]) as u32
+    }
+
+    /// Whether the length is zero (such an element is left out of WQEs: a zero byte count
+    /// would end a scatter list, or mean 2 GiB in a gather list).
+    #[inline(always)]
+    pub const fn is_empty(&self) -> bool {
+        // The byte count is the first four bytes in memory, whatever the host order.
+        let first = self.seg[0].to_ne_bytes();
+        u32::from_ne_bytes([first[0], first[1], first[2], first[3]]) == 0
+    }
+
+    /// The data segment's two 8-byte words as they go to memory.
+    #[inline(always)]
+    pub const fn wire(&self) -> [u64; 2] {
+        self.seg
+    }
+}
+
+impl std::fmt::Debug for Sge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sge")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("length", &self.length())
+            .field("lkey", &format_args!("{:#x}", self.lkey()))
+            .finish()
+    }
 }
 
 /// The remote side of an RDMA or atomic operation.
@@ -83,8 +144,8 @@ pub struct SendWqe<'a> {
     pub wr_id: u64,
     /// PRM opcode.
     pub opcode: u8,
-    /// `fm_ce_se` flags.
-    pub flags: u8,
+    /// [`send_flags`] bits (FENCE, SIGNALED, SOLICITED).
+    pub send_flags: u32,
     /// Immediate data (already in wire order as a u32 value).
     pub imm: u32,
     /// Remote address for RDMA / atomics.
@@ -113,7 +174,7 @@ pub enum PostError {
 }
 
 /// One SQ slot: the work-request id of the WQE starting at that WQEBB and the SQ head after
-/// it (bits 30:0; bit 31 = signaled).
+/// it.
 #[derive(Debug, Default)]
 pub struct SqSlot {
     wr_id: AtomicU64,
@@ -169,7 +230,7 @@ impl WrRing {
     #[inline(always)]
     pub fn complete_send(&self, wqe_counter: u16) -> u64 {
         let slot = self.sq_slot(wqe_counter as u32);
-        let head = slot.head.load(Ordering::Acquire) & 0x7fff_ffff;
+        let head = slot.head.load(Ordering::Acquire);
         self.sq_tail.store(head, Ordering::Release);
         slot.wr_id.load(Ordering::Relaxed)
     }
@@ -183,23 +244,6 @@ impl WrRing {
         self.rq_tail.store(t.wrapping_add(1), Ordering::Release);
         wr_id
     }
-}
-
-/// A WQE for [`SendQueue::write_simple`]: at most one SGE, no inline data, no atomics.
-#[derive(Clone, Copy, Debug)]
-pub struct SimpleWqe {
-    /// Work-request id.
-    pub wr_id: u64,
-    /// PRM opcode (SEND, SEND_IMM, RDMA_WRITE, RDMA_WRITE_IMM, RDMA_READ).
-    pub opcode: u8,
-    /// `fm_ce_se` flags.
-    pub fm_ce_se: u8,
-    /// Immediate data.
-    pub imm: u32,
-    /// Remote address for RDMA.
-    pub remote: Option<Remote>,
-    /// The SGE (length 0: none).
-    pub sge: Sge,
 }
 
 /// Where an SQ lives and what it accepts.
@@ -217,30 +261,83 @@ pub struct SqGeometry {
     pub max_sge: u32,
     /// Max inline bytes per WQE.
     pub max_inline: u32,
+    /// Signal every WQE (`sq_sig_all`).
+    pub sig_all: bool,
+}
+
+/// Send flags as ibverbs numbers them (`IBV_SEND_*`); the SQ turns them into `fm_ce_se`.
+pub mod send_flags {
+    /// IBV_SEND_FENCE.
+    pub const FENCE: u32 = 1;
+    /// IBV_SEND_SIGNALED.
+    pub const SIGNALED: u32 = 2;
+    /// IBV_SEND_SOLICITED.
+    pub const SOLICITED: u32 = 4;
+}
+
+/// `fm_ce_se` for each combination of the three [`send_flags`] bits, with `sig_all` forcing
+/// CQ_UPDATE.
+const fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
+    let mut t = [0u8; 8];
+    let mut f = 0;
+    while f < 8 {
+        let mut v = 0;
+        if f as u32 & send_flags::FENCE != 0 {
+            v |= flags::FENCE;
+        }
+        if f as u32 & send_flags::SIGNALED != 0 || sig_all {
+            v |= flags::CQ_UPDATE;
+        }
+        if f as u32 & send_flags::SOLICITED != 0 {
+            v |= flags::SOLICITED;
+        }
+        t[f] = v;
+        f += 1;
+    }
+    t
 }
 
 /// The send queue writer of one QP.
+///
+/// The fields the fast path touches come first and are raw pointers resolved at creation (the
+/// ring, its WQE-id slots and tail, the doorbell record, the BlueFlame register), so posting a
+/// WQE follows no pointer chains.
 pub struct SendQueue<B: Backend> {
-    backend: Arc<B>,
     /// Start of the SQ in the QP buffer (validated at creation to hold the whole ring).
     base: *mut u8,
-    qpn: u32,
-    sq_offset: usize,
-    /// WQEBBs in the ring (power of two).
-    bbs: u32,
     /// Producer counter in WQEBBs.
     cur_post: u32,
+    /// WQEBBs in the ring minus one (the ring is a power of two).
+    mask: u32,
+    /// `qpn << 8`: the control segment's second dword without its DS count.
+    qpn_ds: u32,
+    /// `fm_ce_se` by the low three send-flag bits (sig_all folded in).
+    fm_ce_se: [u8; 8],
+    /// The WQE-id slots of the ring (`mask + 1` of them, kept alive by `ring`).
+    slots: *const SqSlot,
+    /// WQEBBs retired by completions (in `ring`).
+    tail: *const AtomicU32,
+    /// Where the known free space ends (refreshed from the tail only when `cur_post` gets
+    /// there: the tail is another thread's cache line).
+    limit: u32,
+    /// The first 8 bytes of the last WQE written, as stored: the doorbell value.
+    last_ctrl: u64,
+    /// The SQ counter of the doorbell record (dword 1; the QP keeps the record alive).
+    dbr: *mut u32,
+    /// The UAR page, when the backend lets stores reach its BlueFlame registers directly.
+    uar_page: Option<NonNull<u8>>,
+    /// BlueFlame register in use: 0x800 or 0x900 (they alternate).
+    bf_offset: usize,
+    /// BAR0 offset of the UAR page (for [`Backend::write64`]).
+    uar_offset: usize,
+    backend: Arc<B>,
+    ring: Arc<WrRing>,
+    sq_offset: usize,
+    sig_all: bool,
     /// Max SGEs per WQE.
     pub max_sge: u32,
     /// Max inline bytes per WQE.
     pub max_inline: u32,
-    bf_offset: usize,
-    uar_offset: usize,
-    ring: Arc<WrRing>,
-    /// Signal every WQE (sq_sig_all).
-    pub sig_all: bool,
-    /// Last ctrl dwords of the chain being posted (for the doorbell).
-    last_ctrl: u64,
 }
 
 fn ds_count(w: &SendWqe<'_>) -> u32 {
@@ -256,47 +353,74 @@ fn ds_count(w: &SendWqe<'_>) -> u32 {
     match w.inline {
         Some(d) if !d.is_empty() => ds += (d.len() as u32 + 4).div_ceil(16),
         Some(_) => {}
-        None => ds += w.sges.iter().filter(|s| s.length != 0).count() as u32,
+        None => ds += w.sges.iter().filter(|s| !s.is_empty()).count() as u32,
     }
     ds
 }
 
 impl<B: Backend> SendQueue<B> {
-    /// A writer for the SQ described by `geo` in `buf`, doorbells through `backend`. The
-    /// buffer must outlive the writer (the QP owns both) and hold the whole ring.
+    /// A writer for the SQ described by `geo` in `buf`, its producer counter in the doorbell
+    /// record `dbr`, doorbells through `backend`. Both buffers must outlive the writer (the QP
+    /// owns all three); `buf` must hold the whole ring.
     pub fn new(
         backend: Arc<B>,
         buf: &DmaMemory,
+        dbr: &DmaMemory,
         geo: SqGeometry,
         ring: Arc<WrRing>,
     ) -> Result<SendQueue<B>, PostError> {
         let bytes = 64usize << geo.log_bbs;
-        if geo.sq_offset.checked_add(bytes).is_none_or(|e| e > buf.len()) || ring.sq.len() < (1 << geo.log_bbs) {
+        if geo.sq_offset.checked_add(bytes).is_none_or(|e| e > buf.len())
+            || ring.sq.len() < (1 << geo.log_bbs)
+            || dbr.len() < 8
+            || geo.log_bbs > 16
+        {
             return Err(PostError::WqeTooLarge);
         }
         // SAFETY: in bounds (checked above); only the address is computed here.
         let base = unsafe { buf.as_ptr().add(geo.sq_offset) };
+        // SAFETY: dword 1 of the record lies in `dbr` (checked above); address only.
+        let dbr_sq = unsafe { dbr.as_ptr().add(4) }.cast::<u32>();
+        let uar_offset = (geo.uar_index as usize) << 12;
         Ok(SendQueue {
-            backend,
             base,
-            qpn: geo.qpn,
-            sq_offset: geo.sq_offset,
-            bbs: 1 << geo.log_bbs,
             cur_post: 0,
+            mask: (1 << geo.log_bbs) - 1,
+            qpn_ds: geo.qpn << 8,
+            fm_ce_se: fm_ce_se_table(geo.sig_all),
+            slots: ring.sq.as_ptr(),
+            tail: &*ring.sq_tail as *const AtomicU32,
+            limit: 1 << geo.log_bbs,
+            last_ctrl: 0,
+            dbr: dbr_sq,
+            uar_page: backend.doorbell_page(uar_offset),
+            bf_offset: 0x800,
+            uar_offset,
+            backend,
+            ring,
+            sq_offset: geo.sq_offset,
+            sig_all: geo.sig_all,
             max_sge: geo.max_sge,
             max_inline: geo.max_inline,
-            bf_offset: 0,
-            uar_offset: (geo.uar_index as usize) << 12,
-            ring,
-            sig_all: false,
-            last_ctrl: 0,
         })
+    }
+
+    #[inline(always)]
+    fn tail(&self) -> u32 {
+        // SAFETY: `tail` points into `ring`, which this writer keeps alive.
+        unsafe { (*self.tail).load(Ordering::Acquire) }
+    }
+
+    /// The producer counter at which the ring is full, as of the last retired WQE.
+    #[inline(always)]
+    fn fresh_limit(&self) -> u32 {
+        self.tail().wrapping_add(self.mask + 1)
     }
 
     /// WQEBBs free for posting.
     #[inline]
     pub fn free_bbs(&self) -> u32 {
-        self.bbs - self.cur_post.wrapping_sub(self.ring.sq_tail.load(Ordering::Acquire))
+        self.mask + 1 - self.cur_post.wrapping_sub(self.tail())
     }
 
     /// The producer counter (WQEBBs).
@@ -304,56 +428,52 @@ impl<B: Backend> SendQueue<B> {
         self.cur_post
     }
 
+    /// Whether `sq_sig_all` is set.
+    pub fn sig_all(&self) -> bool {
+        self.sig_all
+    }
+
     /// Resets the producer state (QP back to RESET).
     pub fn reset(&mut self) {
         self.cur_post = 0;
+        self.limit = self.mask + 1;
+        self.last_ctrl = 0;
         self.ring.sq_tail.store(0, Ordering::Release);
-        self.bf_offset = 0;
+        self.bf_offset = 0x800;
     }
 
-    #[inline]
+    /// Records the WQE at `bb` spanning `nbb` WQEBBs: its wr_id and where the SQ head will be
+    /// once it completes.
+    #[inline(always)]
+    fn record(&mut self, bb: u32, nbb: u32, wr_id: u64) {
+        let next = bb.wrapping_add(nbb);
+        // SAFETY: `slots` has `mask + 1` entries kept alive by `ring`; the index is masked.
+        let slot = unsafe { &*self.slots.add((bb & self.mask) as usize) };
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.head.store(next, Ordering::Release);
+        self.cur_post = next;
+    }
+
+    /// Starts posting a chain: the producer state moves into the returned [`SqChain`] (kept in
+    /// registers while the chain is written) and comes back, with the doorbell, in
+    /// [`SqChain::finish`].
+    #[inline(always)]
+    pub fn begin(&mut self) -> SqChain<'_, B> {
+        let bb = self.cur_post;
+        SqChain { limit: self.limit, bb, start: bb, last_ctrl: self.last_ctrl, sq: self }
+    }
+
+    #[inline(always)]
     fn seg_off(&self, bb: u32, seg16: u32) -> usize {
         // 16-byte segment `seg16` of the WQE starting at WQEBB `bb`, wrapping at the ring end.
-        let abs = (bb & (self.bbs - 1)) as usize * 64 + seg16 as usize * 16;
-        self.sq_offset + abs % (self.bbs as usize * 64)
+        let ring_bytes = (self.mask as usize + 1) * 64;
+        let abs = (bb & self.mask) as usize * 64 + seg16 as usize * 16;
+        self.sq_offset + abs % ring_bytes
     }
 
-    /// Fast path: one RC WQE of at most one SGE, no inline data, no atomic operands (SEND,
-    /// SEND_IMM, RDMA_WRITE(_IMM), RDMA_READ): one WQEBB written with one bounds check.
-    #[inline(always)]
-    pub fn write_simple(&mut self, buf: &DmaMemory, w: SimpleWqe) -> Result<(), PostError> {
-        let SimpleWqe { wr_id, opcode, fm_ce_se, imm, remote, sge } = w;
-        let bb = self.cur_post;
-        if bb.wrapping_sub(self.ring.sq_tail.load(Ordering::Acquire)) >= self.bbs {
-            return Err(PostError::QueueFull);
-        }
-        let fm_ce_se = fm_ce_se | if self.sig_all { flags::CQ_UPDATE } else { 0 };
-        let has_sge = (sge.length != 0) as u32;
-        let ds = 1 + remote.is_some() as u32 + has_sge;
-        let ctrl_hi = ((((bb & 0xffff) << 8) | opcode as u32) as u64) << 32 | ((self.qpn << 8) | ds) as u64;
-        let ctrl_lo = ((fm_ce_se as u64) << 32) | imm as u64;
-        let data = [((sge.length as u64) << 32) | sge.lkey as u64, sge.addr];
-        let words = match remote {
-            Some(r) => [ctrl_hi, ctrl_lo, r.addr, (r.rkey as u64) << 32, data[0], data[1]],
-            None => [ctrl_hi, ctrl_lo, data[0], data[1], 0, 0],
-        };
-        let idx = (bb & (self.bbs - 1)) as usize;
-        let _ = buf;
-        // SAFETY: the ring [base, base + 64 * bbs) lies in the QP buffer (checked in `new`, and
-        // the QP keeps the buffer alive); idx < bbs; the WQEBB is 8-byte aligned.
-        unsafe {
-            let p = self.base.add(idx * 64).cast::<u64>();
-            for (k, w) in words.iter().enumerate() {
-                p.add(k).write_volatile(w.to_be());
-            }
-        }
-        let signaled = fm_ce_se & flags::CQ_UPDATE != 0;
-        let slot = self.ring.sq_slot(bb);
-        slot.wr_id.store(wr_id, Ordering::Relaxed);
-        slot.head.store((bb.wrapping_add(1) & 0x7fff_ffff) | ((signaled as u32) << 31), Ordering::Release);
-        self.cur_post = bb.wrapping_add(1);
-        self.last_ctrl = ctrl_hi;
-        Ok(())
+    #[inline(never)]
+    fn write_wqe_outlined(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
+        self.write_wqe(buf, w)
     }
 
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
@@ -376,19 +496,18 @@ impl<B: Backend> SendQueue<B> {
         if nbb > self.free_bbs() {
             return Err(PostError::QueueFull);
         }
+        self.limit = self.fresh_limit();
         let bb = self.cur_post;
-        let mut fm_ce_se = w.flags;
-        if self.sig_all {
-            fm_ce_se |= flags::CQ_UPDATE;
-        }
+        let fm_ce_se = self.fm_ce_se[(w.send_flags & 7) as usize];
         // Control segment.
         let dw0 = ((bb & 0xffff) << 8) | w.opcode as u32;
-        let dw1 = (self.qpn << 8) | ds;
+        let dw1 = self.qpn_ds | ds;
         let ctrl_hi = ((dw0 as u64) << 32) | dw1 as u64;
         let ctrl_lo = ((fm_ce_se as u64) << 32) | w.imm as u64;
         let o = self.seg_off(bb, 0);
         buf.write_u64_be_at(o, ctrl_hi);
         buf.write_u64_be_at(o + 8, ctrl_lo);
+        self.last_ctrl = ctrl_hi.to_be();
         let mut seg = 1;
         if let Some(av) = w.av {
             for i in 0..3 {
@@ -439,54 +558,193 @@ impl<B: Backend> SendQueue<B> {
             }
             Some(_) => {}
             None => {
-                for sge in w.sges.iter().filter(|s| s.length != 0) {
+                for sge in w.sges.iter().filter(|s| !s.is_empty()) {
                     let o = self.seg_off(bb, seg);
-                    buf.write_u64_be_at(o, ((sge.length as u64) << 32) | sge.lkey as u64);
-                    buf.write_u64_be_at(o + 8, sge.addr);
+                    let [w0, w1] = sge.wire();
+                    buf.write_u64_be_at(o, u64::from_be(w0));
+                    buf.write_u64_be_at(o + 8, u64::from_be(w1));
                     seg += 1;
                 }
             }
         }
-        let signaled = fm_ce_se & flags::CQ_UPDATE != 0;
-        let slot = self.ring.sq_slot(bb);
-        slot.wr_id.store(w.wr_id, Ordering::Relaxed);
-        slot.head.store((bb.wrapping_add(nbb) & 0x7fff_ffff) | ((signaled as u32) << 31), Ordering::Release);
-        self.cur_post = bb.wrapping_add(nbb);
-        self.last_ctrl = ctrl_hi;
+        self.record(bb, nbb, w.wr_id);
         Ok(())
     }
 
-    /// Publishes the WQEs written since the last doorbell: doorbell record, then the UAR
-    /// doorbell with the last WQE's first 8 bytes.
-    #[inline]
-    pub fn ring_doorbell(&mut self, dbr: &DmaMemory) {
+    /// Publishes the WQEs written since the last doorbell: the doorbell record, then the
+    /// BlueFlame register with the first 8 bytes of the last WQE.
+    #[inline(always)]
+    pub fn ring_doorbell(&mut self) {
         dma_wmb();
-        dbr.write_u32_be_at(4, self.cur_post & 0xffff);
+        // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
+        // keeps it alive); 4-byte aligned.
+        unsafe { self.dbr.write_volatile((self.cur_post & 0xffff).to_be()) };
         dma_wmb();
-        self.backend.write64(self.uar_offset + 0x800 + self.bf_offset, self.last_ctrl);
-        self.bf_offset ^= 256;
+        let ctrl = self.last_ctrl;
+        match self.uar_page {
+            // SAFETY: the backend keeps the UAR page mapped while it lives (this writer holds
+            // it); bf_offset is 0x800 or 0x900, 8-byte aligned, within the page.
+            Some(page) => unsafe { page.as_ptr().add(self.bf_offset).cast::<u64>().write_volatile(ctrl) },
+            None => self.backend.write64(self.uar_offset + self.bf_offset, u64::from_be(ctrl)),
+        }
+        self.bf_offset ^= 0x100;
+    }
+}
+
+/// A chain of send WQEs being written (see [`SendQueue::begin`]). Dropping it without
+/// [`SqChain::finish`] leaves the written WQEs unposted: the next chain overwrites them.
+pub struct SqChain<'q, B: Backend> {
+    sq: &'q mut SendQueue<B>,
+    /// Producer counter.
+    bb: u32,
+    /// Where the known free space ends (refreshed from the tail when `bb` reaches it).
+    limit: u32,
+    /// The producer counter when the chain started.
+    start: u32,
+    /// The first 8 bytes of the last WQE written, as stored.
+    last_ctrl: u64,
+}
+
+impl<B: Backend> SqChain<'_, B> {
+    /// Whether the ring has room for one more WQEBB, as far as known without reading the
+    /// tail (see [`SqChain::write_simple`] for the refreshing check).
+    #[inline(always)]
+    pub fn has_room(&self) -> bool {
+        self.bb != self.limit
+    }
+
+    /// [`SqChain::put_simple`] after making sure of room (reading the tail if needed).
+    #[inline(always)]
+    pub fn write_simple(
+        &mut self,
+        wr_id: u64,
+        opcode: u8,
+        send_flags: u32,
+        imm: u32,
+        remote: Option<Remote>,
+        sge: &Sge,
+    ) -> Result<(), PostError> {
+        if self.bb == self.limit {
+            self.limit = self.sq.fresh_limit();
+            if self.bb == self.limit {
+                return Err(PostError::QueueFull);
+            }
+        }
+        self.put_simple(wr_id, opcode, send_flags, imm, remote, sge);
+        Ok(())
+    }
+
+    /// Fast path: one WQE with one SGE, no inline data, no atomic operands, no address vector
+    /// (an RC SEND, SEND_IMM, RDMA_WRITE(_IMM) or RDMA_READ), in a ring known to have room
+    /// ([`SqChain::has_room`]; without room the WQE would overwrite one not yet completed).
+    /// `send_flags` holds the [`send_flags`] bits; `imm` is the immediate as the 32 wire bits.
+    /// A zero-length SGE is left out (a zero byte count would mean 2 GiB).
+    #[inline(always)]
+    pub fn put_simple(&mut self, wr_id: u64, opcode: u8, send_flags: u32, imm: u32, remote: Option<Remote>, sge: &Sge) {
+        let sq = &*self.sq;
+        let bb = self.bb;
+        let fm_ce_se = sq.fm_ce_se[(send_flags & 7) as usize];
+        let ds = 1 + remote.is_some() as u32 + !sge.is_empty() as u32;
+        let ctrl0 = ((((bb & 0xffff) << 8) | opcode as u32) as u64) << 32 | (sq.qpn_ds | ds) as u64;
+        let ctrl1 = ((fm_ce_se as u64) << 32) | imm as u64;
+        self.last_ctrl = ctrl0.to_be();
+        let idx = (bb & sq.mask) as usize;
+        // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
+        // `SendQueue::new`; the QP keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
+        // aligned. `slots` has mask + 1 entries, kept alive by the queue's `ring`.
+        unsafe {
+            let p = sq.base.add(idx << 6).cast::<u64>();
+            p.write_volatile(self.last_ctrl);
+            p.add(1).write_volatile(ctrl1.to_be());
+            let d = match remote {
+                Some(r) => {
+                    p.add(2).write_volatile(r.addr.to_be());
+                    p.add(3).write_volatile(((r.rkey as u64) << 32).to_be());
+                    p.add(4)
+                }
+                None => p.add(2),
+            };
+            let [w0, w1] = sge.wire();
+            d.write_volatile(w0);
+            d.add(1).write_volatile(w1);
+            let slot = &*sq.slots.add(idx);
+            slot.wr_id.store(wr_id, Ordering::Relaxed);
+            slot.head.store(bb.wrapping_add(1), Ordering::Release);
+        }
+        self.bb = bb.wrapping_add(1);
+    }
+
+    /// Any other WQE, through [`SendQueue::write_wqe`] (kept out of line).
+    #[inline(always)]
+    pub fn write_wqe(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
+        self.with_queue(|sq| sq.write_wqe_outlined(buf, w))
+    }
+
+    /// Runs `f` on the queue itself with the chain's producer state synced in and out: for
+    /// WQEs built by the caller through [`SendQueue::write_wqe`].
+    #[inline(always)]
+    pub fn with_queue<R>(&mut self, f: impl FnOnce(&mut SendQueue<B>) -> R) -> R {
+        self.sq.cur_post = self.bb;
+        self.sq.limit = self.limit;
+        self.sq.last_ctrl = self.last_ctrl;
+        let r = f(self.sq);
+        self.bb = self.sq.cur_post;
+        self.limit = self.sq.limit;
+        self.last_ctrl = self.sq.last_ctrl;
+        r
+    }
+
+    /// Whether the chain has written any WQE.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.bb == self.start
+    }
+
+    /// Ends the chain: the producer state goes back to the queue and, if any WQE was written,
+    /// the doorbell rings once.
+    #[inline(always)]
+    pub fn finish(self) {
+        self.sq.cur_post = self.bb;
+        self.sq.limit = self.limit;
+        self.sq.last_ctrl = self.last_ctrl;
+        if self.bb != self.start {
+            self.sq.ring_doorbell();
+        }
     }
 }
 
 /// The receive queue writer of one QP (or an SRQ).
 pub struct RecvQueue {
-    /// Start of the queue in its buffer (validated at creation).
+    /// The first WQE's scatter list (an SRQ WQE's follows its 16-byte next segment).
     base: *mut u8,
-    wqes: u32,
-    stride_shift: u32,
+    /// Producer counter.
+    head: u32,
+    /// Where the known free space ends (refreshed from the tail when `head` reaches it).
+    limit: u32,
+    /// WQEs in the queue minus one (a power of two minus one).
+    mask: u32,
+    /// Bytes per WQE (a power of two).
+    stride: u32,
+    /// Whether a one-SGE WQE needs a terminating entry (room for more than one SGE).
+    terminate_one: bool,
+    /// The WQE-id slots (`mask + 1` of them, kept alive by `ring`).
+    slots: *const AtomicU64,
+    /// WQEs retired by completions (in `ring`).
+    tail: *const AtomicU32,
+    /// The receive counter of the doorbell record (dword 0; the owner keeps it alive).
+    dbr: *mut u32,
+    ring: Arc<WrRing>,
     /// Max SGEs per receive WQE.
     pub max_sge: u32,
-    head: u32,
-    ring: Arc<WrRing>,
-    /// SRQ WQEs start with a 16-byte next segment.
-    srq: bool,
 }
 
 impl RecvQueue {
-    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `buf` (which
-    /// must outlive the writer and hold the whole queue).
+    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `buf`, its
+    /// counter in the doorbell record `dbr` (both must outlive the writer; `buf` must hold the
+    /// whole queue).
     pub fn new(
         buf: &DmaMemory,
+        dbr: &DmaMemory,
         offset: usize,
         log_wqes: u32,
         stride_shift: u32,
@@ -496,44 +754,110 @@ impl RecvQueue {
         let bytes = (1usize << log_wqes) << stride_shift;
         if offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || stride_shift < 4
+            || (srq && stride_shift < 5)
+            || bytes > u32::MAX as usize
             || ring.rq.len() < (1 << log_wqes)
+            || dbr.len() < 4
         {
             return Err(PostError::WqeTooLarge);
         }
         let per = (1u32 << stride_shift) / 16 - srq as u32;
-        // SAFETY: in bounds (checked above); only the address is computed here.
-        let base = unsafe { buf.as_ptr().add(offset) };
-        Ok(RecvQueue { base, wqes: 1 << log_wqes, stride_shift, max_sge: per, head: 0, ring, srq })
+        // SAFETY: in bounds (checked above: an SRQ stride holds the next segment and an SGE);
+        // only the address is computed here.
+        let base = unsafe { buf.as_ptr().add(offset + if srq { 16 } else { 0 }) };
+        Ok(RecvQueue {
+            base,
+            head: 0,
+            limit: 1 << log_wqes,
+            mask: (1 << log_wqes) - 1,
+            stride: 1 << stride_shift,
+            terminate_one: per > 1,
+            slots: ring.rq.as_ptr(),
+            tail: &*ring.rq_tail as *const AtomicU32,
+            dbr: dbr.as_ptr().cast::<u32>(),
+            ring,
+            max_sge: per,
+        })
     }
 
     /// Resets the producer state (QP back to RESET).
     pub fn reset(&mut self) {
         self.head = 0;
         self.ring.rq_tail.store(0, Ordering::Release);
+        self.limit = self.mask + 1;
+    }
+
+    /// Room for one more WQE (refreshing the known limit from the tail if needed).
+    #[inline(always)]
+    fn reserve(&mut self) -> Result<(), PostError> {
+        if self.head == self.limit {
+            // SAFETY: `tail` points into `ring`, which this writer keeps alive.
+            self.limit = unsafe { (*self.tail).load(Ordering::Acquire) }.wrapping_add(self.mask + 1);
+            if self.head == self.limit {
+                return Err(PostError::QueueFull);
+            }
+        }
+        Ok(())
+    }
+
+    /// The scatter list of the WQE at `head`.
+    #[inline(always)]
+    fn wqe(&self) -> *mut u64 {
+        // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
+        // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
+        unsafe { self.base.add(((self.head & self.mask) * self.stride) as usize).cast::<u64>() }
+    }
+
+    /// Records `wr_id` for the WQE at `head` and moves on.
+    #[inline(always)]
+    fn record(&mut self, wr_id: u64) {
+        // SAFETY: `slots` has mask + 1 entries kept alive by `ring`; the index is masked.
+        unsafe { &*self.slots.add((self.head & self.mask) as usize) }.store(wr_id, Ordering::Release);
+        self.head = self.head.wrapping_add(1);
+    }
+
+    /// Fast path: writes one receive WQE with one non-empty SGE if the queue has room known
+    /// without reading the tail; `false` (nothing written) otherwise, for
+    /// [`RecvQueue::write_wqe`] to decide. No doorbell record update yet.
+    #[inline(always)]
+    pub fn try_write_one(&mut self, wr_id: u64, sge: &Sge) -> bool {
+        if sge.is_empty() || self.head == self.limit {
+            return false;
+        }
+        let p = self.wqe();
+        // SAFETY: `p` is the WQE's scatter list (see `wqe`); a stride holds at least one SGE,
+        // and a second entry whenever `terminate_one` is set.
+        unsafe {
+            let [w0, w1] = sge.wire();
+            p.write_volatile(w0);
+            p.add(1).write_volatile(w1);
+            if self.terminate_one {
+                // Terminator: byte_count 0, invalid lkey.
+                p.add(2).write_volatile(0x100u64.to_be());
+                p.add(3).write_volatile(0);
+            }
+        }
+        self.record(wr_id);
+        true
     }
 
     /// Writes one receive WQE (no doorbell record update yet).
     #[inline]
-    pub fn write_wqe(&mut self, buf: &DmaMemory, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
+    pub fn write_wqe(&mut self, wr_id: u64, sges: &[Sge]) -> Result<(), PostError> {
         if sges.len() > self.max_sge as usize {
             return Err(PostError::TooManySges);
         }
-        if self.head.wrapping_sub(self.ring.rq_tail.load(Ordering::Acquire)) >= self.wqes {
-            return Err(PostError::QueueFull);
-        }
-        let _ = buf;
-        let idx = self.head & (self.wqes - 1);
-        // SAFETY: the queue [base, base + wqes << stride_shift) lies in the buffer (checked in
-        // `new`; the owner keeps the buffer alive); idx < wqes; at most max_sge SGEs (checked
-        // above) plus the terminator fit the stride; 16-byte aligned.
+        self.reserve()?;
+        let mut p = self.wqe();
+        // SAFETY: `p` is the WQE's scatter list (see `wqe`); at most max_sge SGEs (checked
+        // above) plus the terminator fit the stride.
         unsafe {
-            let mut p =
-                self.base.add(((idx as usize) << self.stride_shift) + if self.srq { 16 } else { 0 }).cast::<u64>();
             // Zero-length SGEs are skipped (a zero byte count would end the scatter list).
             let mut written = 0usize;
-            for s in sges.iter().filter(|s| s.length != 0) {
-                p.write_volatile((((s.length as u64) << 32) | s.lkey as u64).to_be());
-                p.add(1).write_volatile(s.addr.to_be());
+            for s in sges.iter().filter(|s| !s.is_empty()) {
+                let [w0, w1] = s.wire();
+                p.write_volatile(w0);
+                p.add(1).write_volatile(w1);
                 p = p.add(2);
                 written += 1;
             }
@@ -543,17 +867,18 @@ impl RecvQueue {
                 p.add(1).write_volatile(0);
             }
         }
-        self.ring.rq_slot(self.head).store(wr_id, Ordering::Release);
-        self.head = self.head.wrapping_add(1);
+        self.record(wr_id);
         Ok(())
     }
 
-    /// Publishes the posted WQEs through the doorbell record (offset 0 for a QP's RQ; the SRQ's
-    /// counter also sits at offset 0 of its record).
-    #[inline]
-    pub fn ring_doorbell(&self, dbr: &DmaMemory) {
+    /// Publishes the posted WQEs through the doorbell record (dword 0, for a QP's RQ and an
+    /// SRQ alike).
+    #[inline(always)]
+    pub fn ring_doorbell(&self) {
         dma_wmb();
-        dbr.write_u32_be_at(0, self.head & 0xffff);
+        // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the owner
+        // keeps it alive); 4-byte aligned.
+        unsafe { self.dbr.write_volatile((self.head & 0xffff).to_be()) };
     }
 }
 
@@ -630,22 +955,112 @@ impl Cqe {
 /// The consumer side of a CQ ring.
 pub struct CqRing {
     base: *const u8,
+    /// CQEs in the ring minus one (a power of two minus one).
+    mask: u32,
     log_size: u32,
     ci: u32,
+    /// The consumer-index word of the CQ doorbell record (the CQ keeps it alive).
+    dbr: *mut u32,
+}
+
+/// A CQE the device has handed over (ownership checked, read barrier passed), read field by
+/// field with volatile loads: no copy of fields a completion does not need, no reference into
+/// device memory. Valid until the ring's consumer index moves past it.
+#[derive(Clone, Copy)]
+pub struct CqeRef<'r> {
+    p: *const u8,
+    op_own: u8,
+    _ring: std::marker::PhantomData<&'r ()>,
+}
+
+/// The last 8 bytes of a CQE: `sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`.
+#[derive(Clone, Copy, Debug)]
+pub struct CqeTail(u64);
+
+impl CqeTail {
+    /// Local QPN.
+    #[inline(always)]
+    pub fn qpn(self) -> u32 {
+        (self.0 >> 32) as u32 & 0xff_ffff
+    }
+    /// For requester CQEs: the send WQE opcode.
+    #[inline(always)]
+    pub fn wqe_opcode(self) -> u8 {
+        (self.0 >> 56) as u8
+    }
+    /// WQE counter.
+    #[inline(always)]
+    pub fn wqe_counter(self) -> u16 {
+        (self.0 >> 16) as u16
+    }
+}
+
+impl CqeRef<'_> {
+    #[inline(always)]
+    fn be32(&self, off: usize) -> u32 {
+        // SAFETY: `p` is a 64-byte aligned CQE inside the ring (see `CqRing::peek`), which
+        // outlives this reference; off + 4 <= 64 and 4-aligned at every call site.
+        u32::from_be(unsafe { self.p.add(off).cast::<u32>().read_volatile() })
+    }
+
+    /// CQE opcode (op_own >> 4).
+    #[inline(always)]
+    pub fn opcode(&self) -> u8 {
+        self.op_own >> 4
+    }
+
+    /// QPN, WQE counter and send opcode in one 8-byte load.
+    #[inline(always)]
+    pub fn tail(&self) -> CqeTail {
+        // SAFETY: as in `be32`; offset 0x38 is 8-byte aligned, 8 bytes inside the CQE.
+        CqeTail(u64::from_be(unsafe { self.p.add(0x38).cast::<u64>().read_volatile() }))
+    }
+
+    /// Byte count.
+    #[inline(always)]
+    pub fn byte_cnt(&self) -> u32 {
+        self.be32(0x2c)
+    }
+
+    /// flags_rqpn: source QPN (UD), SL, GRH indication.
+    #[inline(always)]
+    pub fn flags_rqpn(&self) -> u32 {
+        self.be32(0x18)
+    }
+
+    /// SRQ number (low 24 bits of srqn_uidx).
+    #[inline(always)]
+    pub fn srqn(&self) -> u32 {
+        self.be32(0x20) & 0xff_ffff
+    }
+
+    /// Immediate data / invalidated rkey.
+    #[inline(always)]
+    pub fn imm(&self) -> u32 {
+        self.be32(0x24)
+    }
+
+    /// The whole CQE decoded (for the paths that need most of it).
+    #[inline]
+    pub fn copy(&self) -> Cqe {
+        let w = |off: usize| ((self.be32(off) as u64) << 32) | self.be32(off + 4) as u64;
+        Cqe { op_own: self.op_own, w2: w(0x18), w4: w(0x20), w5: w(0x28), w6: w(0x30), w7: self.tail().0 }
+    }
 }
 
 impl CqRing {
-    /// A consumer for 2^`log_size` CQEs in `buf` (which must outlive it and hold the ring).
-    pub fn new(buf: &DmaMemory, log_size: u32) -> Option<CqRing> {
-        if (64usize << log_size) > buf.len() {
+    /// A consumer for 2^`log_size` CQEs in `buf`, publishing its index in `dbr` (both must
+    /// outlive it: the CQ owns them).
+    pub fn new(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32) -> Option<CqRing> {
+        if log_size > 24 || (64usize << log_size) > buf.len() || dbr.len() < 8 {
             return None;
         }
-        Some(CqRing { base: buf.as_ptr(), log_size, ci: 0 })
+        Some(CqRing { base: buf.as_ptr(), mask: (1 << log_size) - 1, log_size, ci: 0, dbr: dbr.as_ptr().cast::<u32>() })
     }
 
     /// A consumer over a new ring (after a resize) continuing at consumer counter `ci`.
-    pub fn resume(buf: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
-        CqRing::new(buf, log_size).map(|r| CqRing { ci, ..r })
+    pub fn resume(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
+        CqRing::new(buf, dbr, log_size).map(|r| CqRing { ci, ..r })
     }
 
     /// log2 of the number of CQEs.
@@ -658,43 +1073,105 @@ impl CqRing {
         self.ci
     }
 
-    /// Reads the next CQE if the device produced one.
+    /// Starts consuming: the consumer state moves into the returned [`CqCursor`] (kept in
+    /// registers while polling) and comes back, with the doorbell record, in
+    /// [`CqCursor::finish`].
+    #[inline(always)]
+    pub fn cursor(&mut self) -> CqCursor<'_> {
+        CqCursor { base: self.base, mask: self.mask, ci: self.ci, start: self.ci, ring: self }
+    }
+
+    /// The CQE at the consumer index, if the device has produced it (see [`CqCursor::peek`]).
+    #[inline(always)]
+    pub fn peek(&self) -> Option<CqeRef<'_>> {
+        peek_at(self.base, self.mask, self.ci)
+    }
+
+    /// Consumes the CQE [`CqRing::peek`] returned.
+    #[inline(always)]
+    pub fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+    }
+
+    /// Reads and consumes the next CQE if the device produced one.
     #[inline]
     pub fn next_cqe(&mut self) -> Option<Cqe> {
-        let ci = self.ci;
-        let off = ((ci & ((1u32 << self.log_size) - 1)) as usize) * 64;
-        // SAFETY: the ring [base, base + 64 << log_size) lies in the CQ buffer (checked in
-        // `new`; the CQ owns the buffer); off + 64 <= ring size; CQEs are 64-byte aligned.
-        let op_own = unsafe { self.base.add(off + 63).read_volatile() };
-        // Valid when the opcode is not INVALID (15) and the owner bit matches this pass.
-        if op_own >= 0xf0 || (op_own as u32 ^ (ci >> self.log_size)) & 1 != 0 {
-            return None;
-        }
-        dma_rmb();
-        // SAFETY: as above; five aligned 8-byte loads at 0x18..0x40 of the CQE.
-        let [w2, w4, w5, w6, w7] = unsafe {
-            let p = self.base.add(off + 0x18).cast::<u64>();
-            [0usize, 1, 2, 3, 4].map(|k| u64::from_be(p.add(k).read_volatile()))
-        };
-        let cqe = Cqe { op_own, w2, w4, w5, w6, w7 };
-        self.ci = self.ci.wrapping_add(1);
+        let cqe = self.peek()?.copy();
+        self.advance();
         Some(cqe)
     }
 
     /// Publishes the consumer index in the CQ doorbell record.
-    #[inline]
-    pub fn update_ci(&self, dbr: &DmaMemory) {
-        dbr.write_u32_be_at(0, self.ci & 0xff_ffff);
+    #[inline(always)]
+    pub fn update_ci(&self) {
+        // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the CQ
+        // keeps it alive); 4-byte aligned.
+        unsafe { self.dbr.write_volatile((self.ci & 0xff_ffff).to_be()) }
     }
 
     /// Arms the CQ: doorbell record word 1, then the UAR CQ doorbell. `sn` is the arm sequence
     /// number (incremented per event received).
-    pub fn arm<B: Backend>(&self, backend: &B, dbr: &DmaMemory, uar: u32, cqn: u32, sn: u32, solicited_only: bool) {
+    pub fn arm<B: Backend>(&self, backend: &B, uar: u32, cqn: u32, sn: u32, solicited_only: bool) {
         let cmd = if solicited_only { 1 << 24 } else { 0 };
         let hi = ((sn & 3) << 28) | cmd | (self.ci & 0xff_ffff);
-        dbr.write_u32_be_at(4, hi);
+        // SAFETY: as in `update_ci`; dword 1 of the record.
+        unsafe { self.dbr.add(1).write_volatile(hi.to_be()) };
         dma_wmb();
         backend.write64(((uar as usize) << 12) + 0x20, ((hi as u64) << 32) | cqn as u64);
+    }
+}
+
+/// The CQE at counter `ci` of the ring at `base` (`mask + 1` CQEs), if the device has produced
+/// it: valid when its opcode is not INVALID (15) and its owner bit matches this pass over the
+/// ring (bit log2(mask + 1) of the counter).
+#[inline(always)]
+fn peek_at<'r>(base: *const u8, mask: u32, ci: u32) -> Option<CqeRef<'r>> {
+    // SAFETY: `base` and `mask` come from a `CqRing`, whose ring [base, base + 64 * (mask + 1))
+    // lies in the CQ buffer (checked in `CqRing::new`; the CQ owns the buffer); the index is
+    // masked; CQEs are 64-byte aligned.
+    let p = unsafe { base.add(((ci & mask) as usize) << 6) };
+    // SAFETY: as above; byte 63 of the CQE.
+    let op_own = unsafe { p.add(63).read_volatile() };
+    // Both tests in one compare: rotated right by one, the owner mismatch lands in bit 7 and
+    // the opcode in bits 6:3, so a valid CQE (owner matches, opcode not 15) is below 0x78.
+    let pass = (ci & (mask + 1) != 0) as u8;
+    if (op_own ^ pass).rotate_right(1) >= 0x78 {
+        return None;
+    }
+    dma_rmb();
+    Some(CqeRef { p, op_own, _ring: std::marker::PhantomData })
+}
+
+/// A CQ being polled (see [`CqRing::cursor`]).
+pub struct CqCursor<'r> {
+    ring: &'r mut CqRing,
+    base: *const u8,
+    mask: u32,
+    ci: u32,
+    start: u32,
+}
+
+impl CqCursor<'_> {
+    /// The CQE at the consumer index, if the device has produced it. Does not consume it.
+    #[inline(always)]
+    pub fn peek(&self) -> Option<CqeRef<'_>> {
+        peek_at(self.base, self.mask, self.ci)
+    }
+
+    /// Consumes the CQE [`CqCursor::peek`] returned.
+    #[inline(always)]
+    pub fn advance(&mut self) {
+        self.ci = self.ci.wrapping_add(1);
+    }
+
+    /// Ends polling: the consumer index goes back to the ring and, if it moved, to the CQ
+    /// doorbell record.
+    #[inline(always)]
+    pub fn finish(self) {
+        self.ring.ci = self.ci;
+        if self.ci != self.start {
+            self.ring.update_ci();
+        }
     }
 }
 

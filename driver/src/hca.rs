@@ -146,7 +146,7 @@ pub struct Hca<B: Backend> {
     event_mode: AtomicBool,
     fatal: Mutex<Option<String>>,
     /// Set with `fatal`, for a cheap check on the data path (a plain load).
-    fatal_flag: AtomicBool,
+    fatal_flag: Arc<AtomicBool>,
     health: Mutex<Health>,
     trace: Mutex<Vec<TraceStep>>,
     opts: HcaOptions,
@@ -204,7 +204,7 @@ impl<B: Backend> Hca<B> {
             events: Mutex::new(VecDeque::new()),
             event_mode: AtomicBool::new(false),
             fatal: Mutex::new(None),
-            fatal_flag: AtomicBool::new(false),
+            fatal_flag: Arc::new(AtomicBool::new(false)),
             health: Mutex::new(Health {
                 last_counter: backend.read32(0x1010) & 0xff_ffff,
                 last_change: Instant::now(),
@@ -709,11 +709,15 @@ impl<B: Backend> Hca<B> {
         Ok(())
     }
 
-    /// Whether the device is in its fatal error state.
     /// Whether the device is in its fatal error state, as one atomic load (for the data path).
     #[inline]
     pub fn fatal_flag(&self) -> bool {
         self.fatal_flag.load(Ordering::Relaxed)
+    }
+
+    /// The flag behind [`Hca::fatal_flag`], for queues that check it without reaching the HCA.
+    pub fn fatal_handle(&self) -> Arc<AtomicBool> {
+        self.fatal_flag.clone()
     }
 
     /// Whether the device is in its fatal error state.

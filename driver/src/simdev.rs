@@ -98,6 +98,14 @@ impl Backend for SimBackend {
         self.dev.bar0_write64(offset as u64, value)
     }
 
+    fn doorbell_page(&self, uar_offset: usize) -> Option<std::ptr::NonNull<u8>> {
+        // Plain doorbells: every UAR page's BlueFlame half lands in the one sink page, as in
+        // `write64` (which indexes it by `(offset / 8) & 511`).
+        let _ = uar_offset;
+        let sink = self.doorbell_sink.as_ref()?;
+        std::ptr::NonNull::new(sink.as_ptr().cast_mut().cast::<u8>())
+    }
+
     unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()> {
         // SAFETY: the caller guarantees the memory stays valid and unmoved until dma_unmap.
         unsafe { self.dev.dma_map(iova, vaddr, len as u64) }.map_err(|e| Error::Os {

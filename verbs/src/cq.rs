@@ -2,7 +2,7 @@
 //! `ibv_req_notify_cq`, `ibv_create_comp_channel`, `ibv_get_cq_event`, `ibv_ack_cq_events`,
 //! `ibv_resize_cq`.
 
-use crate::context::Context;
+use crate::context::{Context, Shared};
 use crate::types::*;
 use crate::{Error, Result};
 use std::collections::VecDeque;
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqRing, Cqe, opcode};
+use umlx_driver::datapath::{CqRing, Cqe, CqeRef, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -67,8 +67,8 @@ impl<B: Backend> Context<B> {
         if let Some(c) = channel {
             c.sns.lock().unwrap_or_else(|e| e.into_inner()).push((cq.cqn(), sn.clone()));
         }
-        let ring =
-            CqRing::new(&cq.mem.buf, log).ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
+        let ring = CqRing::new(&cq.mem.buf, &cq.mem.dbr, log)
+            .ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
         Ok(Cq { ctx: self.clone(), ring, resized: None, cq, sn, channel: channel.cloned(), events: 0 })
     }
 }
@@ -158,14 +158,14 @@ fn status_of(syndrome: u8) -> WcStatus {
     }
 }
 
-/// Requester completion opcode and byte_len by send WQE opcode (u32::MAX: the CQE's byte count).
-const SEND_WC: [(WcOpcode, u32); 32] = {
-    let mut t = [(WcOpcode::Send, 0u32); 32];
-    t[opcode::RDMA_WRITE as usize] = (WcOpcode::RdmaWrite, 0);
-    t[opcode::RDMA_WRITE_IMM as usize] = (WcOpcode::RdmaWrite, 0);
-    t[opcode::RDMA_READ as usize] = (WcOpcode::RdmaRead, u32::MAX);
-    t[opcode::ATOMIC_CS as usize] = (WcOpcode::CompSwap, 8);
-    t[opcode::ATOMIC_FA as usize] = (WcOpcode::FetchAdd, 8);
+/// Requester completion opcode by send WQE opcode (the byte the CQE echoes).
+const SEND_WC: [WcOpcode; 256] = {
+    let mut t = [WcOpcode::Send; 256];
+    t[opcode::RDMA_WRITE as usize] = WcOpcode::RdmaWrite;
+    t[opcode::RDMA_WRITE_IMM as usize] = WcOpcode::RdmaWrite;
+    t[opcode::RDMA_READ as usize] = WcOpcode::RdmaRead;
+    t[opcode::ATOMIC_CS as usize] = WcOpcode::CompSwap;
+    t[opcode::ATOMIC_FA as usize] = WcOpcode::FetchAdd;
     t
 };
 
@@ -191,68 +191,98 @@ impl<B: Backend> Cq<B> {
     }
 
     /// `ibv_poll_cq`: fills `wc` with up to `wc.len()` completions; returns how many.
+    ///
+    /// As with ibverbs, each completion sets the fields valid for it (see [`Wc`]); the others
+    /// keep whatever the entry held.
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        let shared = &*self.ctx.shared;
+        // The QP of the previous CQE, valid for this call only (rdma-core's `cur_rsc`).
+        let mut last: Option<(u32, &WrRing)> = None;
+        let mut ring_cursor = self.ring.cursor();
         let mut n = 0;
-        while n < wc.len() {
-            let Some(cqe) = self.ring.next_cqe() else { break };
-            if self.translate(&cqe, &mut wc[n]) {
-                n += 1;
+        // The inner loop takes requester successes and calls nothing, so its state stays in
+        // registers; any other CQE goes through the outer loop, one at a time.
+        'cqes: while n < wc.len() {
+            while n < wc.len() {
+                let Some(cqe) = ring_cursor.peek() else { break 'cqes };
+                if cqe.opcode() != 0 {
+                    break;
+                }
+                let t = cqe.tail();
+                let ring = match last {
+                    Some((qpn, ring)) if qpn == t.qpn() => Some(ring),
+                    _ => {
+                        let ring = shared.qps.get(t.qpn());
+                        last = ring.map(|r| (t.qpn(), r));
+                        ring
+                    }
+                };
+                if let Some(ring) = ring {
+                    let w = &mut wc[n];
+                    w.wr_id = ring.complete_send(t.wqe_counter());
+                    w.status = WcStatus::Success;
+                    w.opcode = SEND_WC[t.wqe_opcode() as usize];
+                    w.byte_len = cqe.byte_cnt();
+                    w.qp_num = t.qpn();
+                    w.wc_flags = WcFlags(0);
+                    n += 1;
+                }
+                // A CQE of a QP no longer known is consumed and skipped.
+                ring_cursor.advance();
             }
+            if n == wc.len() {
+                break;
+            }
+            let Some(cqe) = ring_cursor.peek() else { break };
+            let filled = Self::translate_other(shared, cqe, &mut wc[n]);
+            ring_cursor.advance();
+            n += filled as usize;
         }
-        if n > 0 || self.ring.ci() != 0 {
-            self.ring.update_ci(&self.cq.mem.dbr);
-        }
+        ring_cursor.finish();
         n
     }
 
-    /// Fills `w` from `cqe`; false for a CQE that is not a work completion.
-    #[inline(always)]
-    fn translate(&self, cqe: &Cqe, w: &mut Wc) -> bool {
-        let shared = &self.ctx.shared;
+    /// Any CQE but a requester success: responder successes (RESP_WR_IMM 1, RESP_SEND 2,
+    /// RESP_SEND_IMM 3) and errors (13, 14); others are not work completions.
+    #[inline(never)]
+    fn translate_other(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         match cqe.opcode() {
-            // Requester success: the common case, kept short.
-            0 => {
-                let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
-                let (opcode, byte_len) = SEND_WC[(cqe.wqe_opcode() & 0x1f) as usize];
-                *w = Wc {
-                    wr_id: ring.complete_send(cqe.wqe_counter()),
-                    opcode,
-                    byte_len: if byte_len == u32::MAX { cqe.byte_cnt() } else { byte_len },
-                    qp_num: cqe.qpn(),
-                    ..Wc::default()
-                };
-                true
-            }
-            // Responder: RESP_WR_IMM (1), RESP_SEND (2), RESP_SEND_IMM (3).
-            1..=3 => {
-                let srq = if cqe.srqn() != 0 { shared.srqs.get(cqe.srqn()) } else { None };
-                let Some(ring) = srq.or_else(|| shared.qps.get(cqe.qpn())) else { return false };
-                let with_imm = cqe.opcode() != 2;
-                let grh = (cqe.flags_rqpn() >> 28) & 3 != 0;
-                *w = Wc {
-                    wr_id: ring.complete_recv(cqe.wqe_counter()),
-                    opcode: if cqe.opcode() == 1 { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv },
-                    byte_len: cqe.byte_cnt(),
-                    imm_data: if with_imm { cqe.imm() } else { 0 },
-                    qp_num: cqe.qpn(),
-                    src_qp: cqe.flags_rqpn() & 0xff_ffff,
-                    wc_flags: WcFlags(((with_imm as u32) << 1) | grh as u32),
-                    sl: ((cqe.flags_rqpn() >> 24) & 0xf) as u8,
-                    ..Wc::default()
-                };
-                true
-            }
-            13 | 14 => self.translate_error(cqe, w),
+            1..=3 => Self::translate_recv(shared, cqe, w),
+            13 | 14 => Self::translate_error(shared, &cqe.copy(), w),
             _ => false,
         }
+    }
+
+    /// A responder success CQE.
+    #[inline(always)]
+    fn translate_recv(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+        let t = cqe.tail();
+        let srqn = cqe.srqn();
+        let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
+        let Some(ring) = srq.or_else(|| shared.qps.get(t.qpn())) else { return false };
+        let opcode = cqe.opcode();
+        let with_imm = opcode != 2;
+        let flags_rqpn = cqe.flags_rqpn();
+        let grh = (flags_rqpn >> 28) & 3 != 0;
+        w.wr_id = ring.complete_recv(t.wqe_counter());
+        w.status = WcStatus::Success;
+        w.opcode = if opcode == 1 { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
+        w.byte_len = cqe.byte_cnt();
+        w.imm_data = if with_imm { cqe.imm() } else { 0 };
+        w.qp_num = t.qpn();
+        w.src_qp = flags_rqpn & 0xff_ffff;
+        w.wc_flags = WcFlags(((with_imm as u32) << 1) | grh as u32);
+        w.pkey_index = 0;
+        w.slid = 0;
+        w.sl = ((flags_rqpn >> 24) & 0xf) as u8;
+        true
     }
 
     /// Error CQEs (requester 13, responder 14): off the fast path.
     #[cold]
     #[inline(never)]
-    fn translate_error(&self, cqe: &Cqe, w: &mut Wc) -> bool {
-        let shared = &self.ctx.shared;
+    fn translate_error(shared: &Shared<B>, cqe: &Cqe, w: &mut Wc) -> bool {
         let (wr_id, opcode) = if cqe.opcode() == 13 {
             let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
             (ring.complete_send(cqe.wqe_counter()), send_opcode(cqe.wqe_opcode()))
@@ -280,7 +310,7 @@ impl<B: Backend> Cq<B> {
         }
         let sn = self.sn.load(Ordering::Relaxed);
         let b = self.ctx.shared.hca.backend();
-        self.ring.arm(&**b, &self.cq.mem.dbr, self.ctx.shared.hca.uar(), self.cqn(), sn, solicited_only);
+        self.ring.arm(&**b, self.ctx.shared.hca.uar(), self.cqn(), sn, solicited_only);
         Ok(())
     }
 
@@ -340,11 +370,11 @@ impl<B: Backend> Cq<B> {
                 problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
             }));
         }
-        let ring = CqRing::resume(&new, log, self.ring.ci().wrapping_add(1))
+        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, self.ring.ci().wrapping_add(1))
             .ok_or_else(|| Error::Invalid("CQ ring".into()))?;
         self.ring = ring;
         self.resized = Some(new);
-        self.ring.update_ci(&self.cq.mem.dbr);
+        self.ring.update_ci();
         Ok(())
     }
 

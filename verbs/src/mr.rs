@@ -93,7 +93,7 @@ impl<B: Backend> Mr<B> {
 
     /// An SGE over `len` bytes at `offset`.
     pub fn sge(&self, offset: usize, len: u32) -> crate::types::Sge {
-        crate::types::Sge { addr: self.addr() + offset as u64, length: len, lkey: self.lkey() }
+        crate::types::Sge::new(self.addr() + offset as u64, len, self.lkey())
     }
 
     /// Copies bytes out of the region.

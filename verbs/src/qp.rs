@@ -8,8 +8,12 @@ use crate::mr::{Mr, access};
 use crate::types::*;
 use crate::{Error, Result};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{self, PostError, RecvQueue, SendQueue, SendWqe, SqGeometry, WrRing, opcode};
+use umlx_driver::datapath::{
+    self, PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode,
+};
+use umlx_driver::dma::DmaMemory;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
 use umlx_hwdesc::enums::QpServiceType;
@@ -120,15 +124,23 @@ impl<B: Backend> Pd<B> {
             uar_index: shared.uar.index(),
             max_sge: (wqe_bbs * 64 - fixed) / 16,
             max_inline,
+            sig_all: init.sq_sig_all,
         };
-        let mut sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, geo, ring.clone())
+        let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
             .map_err(|e| Error::Invalid(format!("SQ does not fit its buffer: {e:?}")))?;
-        sq.sig_all = init.sq_sig_all;
         let rq = match srq {
             Some(_) => None,
             None => Some(
-                RecvQueue::new(&qp.mem.buf, 0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false)
-                    .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
+                RecvQueue::new(
+                    &qp.mem.buf,
+                    &qp.mem.dbr,
+                    0,
+                    config.log_rq_size,
+                    config.rq_stride_shift,
+                    ring.clone(),
+                    false,
+                )
+                .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
             ),
         };
         let actual = QpCap {
@@ -138,7 +150,20 @@ impl<B: Backend> Pd<B> {
             max_recv_sge: if srq.is_some() { 0 } else { rq_stride / 16 },
             max_inline_data: max_inline,
         };
-        Ok(Qp { ctx: self.ctx.clone(), qp, sq, rq, state: QpState::Reset, qp_type, cap: actual, port: 1, dest_qpn: 0 })
+        Ok(Qp {
+            ctx: self.ctx.clone(),
+            qp,
+            sq,
+            rq,
+            state: QpState::Reset,
+            send_ok: false,
+            recv_ok: false,
+            fatal: shared.hca.fatal_handle(),
+            qp_type,
+            cap: actual,
+            port: 1,
+            dest_qpn: 0,
+        })
     }
 
     /// `ibv_create_srq` with `max_wr` WQEs of `max_sge` SGEs, and a limit (0: not armed).
@@ -154,8 +179,9 @@ impl<B: Backend> Pd<B> {
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new(srq.srqn(), 1, wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
-        let rq = RecvQueue::new(&srq.mem.buf, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
-            .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+        let rq =
+            RecvQueue::new(&srq.mem.buf, &srq.mem.dbr, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
+                .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 
@@ -182,17 +208,9 @@ pub struct Srq<B: Backend> {
 
 impl<B: Backend> Srq<B> {
     /// `ibv_post_srq_recv`.
+    #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
-        // As ibverbs: everything before the failing request is posted.
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self.rq.write_wqe(&self.srq.mem.buf, wr.wr_id, as_sges(wr.sg_list)) {
-                result = Err(PostFailure::from_driver(i, e));
-                break;
-            }
-        }
-        self.rq.ring_doorbell(&self.srq.mem.dbr);
-        result
+        post_recv_chain(&mut self.rq, wrs)
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: raise the limit event when fewer than `limit` WQEs
@@ -281,32 +299,6 @@ impl std::fmt::Display for PostFailure {
 
 impl std::error::Error for PostFailure {}
 
-#[inline]
-fn as_sges(s: &[Sge]) -> &[Sge] {
-    s
-}
-
-/// `fm_ce_se` by IBV_SEND_FENCE (1), SIGNALED (2), SOLICITED (4): FENCE, CQ_UPDATE, SOLICITED.
-const FM_CE_SE: [u8; 8] = {
-    let mut t = [0u8; 8];
-    let mut f = 0;
-    while f < 8 {
-        let mut v = 0;
-        if f & 1 != 0 {
-            v |= datapath::flags::FENCE;
-        }
-        if f & 2 != 0 {
-            v |= datapath::flags::CQ_UPDATE;
-        }
-        if f & 4 != 0 {
-            v |= datapath::flags::SOLICITED;
-        }
-        t[f] = v;
-        f += 1;
-    }
-    t
-};
-
 /// A queue pair (`struct ibv_qp`).
 pub struct Qp<B: Backend> {
     ctx: Context<B>,
@@ -314,6 +306,12 @@ pub struct Qp<B: Backend> {
     sq: SendQueue<B>,
     rq: Option<RecvQueue>,
     state: QpState,
+    /// The state accepts send WRs (RTS, SQD, ERR).
+    send_ok: bool,
+    /// The QP has its own RQ and is out of RESET.
+    recv_ok: bool,
+    /// The device's fatal-error flag.
+    fatal: Arc<AtomicBool>,
     qp_type: QpType,
     /// The capabilities the QP got.
     pub cap: QpCap,
@@ -505,6 +503,8 @@ impl<B: Backend> Qp<B> {
             self.qp.mem.dbr.write_u32_be(4, 0)?;
         }
         self.state = target;
+        self.send_ok = matches!(target, QpState::Rts | QpState::Err | QpState::Sqd);
+        self.recv_ok = target != QpState::Reset && self.rq.is_some();
         Ok(())
     }
 
@@ -565,155 +565,85 @@ impl<B: Backend> Qp<B> {
         })
     }
 
-    /// `ibv_post_send`: posts a chain of work requests with one doorbell.
+    /// `ibv_post_send`: posts a chain of work requests with one doorbell. As ibverbs: the
+    /// requests before the first failing one are posted; the failure names its index.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
-        if !matches!(self.state, QpState::Rts | QpState::Err | QpState::Sqd) {
-            return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
+        if !self.send_ok || self.fatal.load(Ordering::Relaxed) {
+            return Err(self.refusal());
         }
-        if self.ctx.shared.hca.fatal_flag() {
-            return Err(PostFailure { index: 0, kind: PostFailureKind::DeviceFatal });
+        let qp_type = self.qp_type;
+        let buf = &self.qp.mem.buf;
+        let mut chain = self.sq.begin();
+        if qp_type != QpType::Rc {
+            return post_send_rest(chain, buf, qp_type, 0, wrs);
         }
-        let mut posted = 0;
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = self.write_send(wr, i) {
-                result = Err(e);
+        // RC requests with one SGE and no inline data, while the ring has room known without
+        // reading the tail: one specialised copy per opcode, no calls, state in registers. At
+        // the first other request, `post_send_rest` takes over the rest of the chain.
+        let mut rest = wrs;
+        while let [wr, tail @ ..] = rest {
+            if !chain.has_room() {
                 break;
             }
-            posted += 1;
+            let (id, flags) = (wr.wr_id, wr.send_flags.0);
+            match (flags & SendFlags::INLINE.0, wr.sg_list, wr.op) {
+                (0, [sge], SendOp::RdmaWrite { remote_addr: addr, rkey }) => {
+                    chain.put_simple(id, opcode::RDMA_WRITE, flags, 0, Some(Remote { addr, rkey }), sge)
+                }
+                (0, [sge], SendOp::Send) => chain.put_simple(id, opcode::SEND, flags, 0, None, sge),
+                (0, [sge], SendOp::SendWithImm(imm)) => chain.put_simple(id, opcode::SEND_IMM, flags, imm, None, sge),
+                (0, [sge], SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm }) => {
+                    chain.put_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(Remote { addr, rkey }), sge)
+                }
+                (0, [sge], SendOp::RdmaRead { remote_addr: addr, rkey }) => {
+                    chain.put_simple(id, opcode::RDMA_READ, flags, 0, Some(Remote { addr, rkey }), sge)
+                }
+                _ => break,
+            }
+            rest = tail;
         }
-        if posted > 0 {
-            self.sq.ring_doorbell(&self.qp.mem.dbr);
+        if !rest.is_empty() {
+            return post_send_rest(chain, buf, qp_type, wrs.len() - rest.len(), rest);
         }
-        result
+        chain.finish();
+        Ok(())
     }
 
-    /// The fast path's parameters when `wr` qualifies: RC, at most one SGE, no inline data, no
-    /// atomics.
-    #[inline(always)]
-    fn fast_params(&self, wr: &SendWr<'_>) -> Option<(u8, u32, Option<datapath::Remote>)> {
-        if self.qp_type != QpType::Rc || wr.send_flags.0 & SendFlags::INLINE.0 != 0 || wr.sg_list.len() > 1 {
-            return None;
-        }
-        match wr.op {
-            SendOp::Send => Some((opcode::SEND, 0, None)),
-            SendOp::SendWithImm(imm) => Some((opcode::SEND_IMM, imm, None)),
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                Some((opcode::RDMA_WRITE, 0, Some(datapath::Remote { addr: remote_addr, rkey })))
-            }
-            SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
-                Some((opcode::RDMA_WRITE_IMM, imm, Some(datapath::Remote { addr: remote_addr, rkey })))
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                Some((opcode::RDMA_READ, 0, Some(datapath::Remote { addr: remote_addr, rkey })))
-            }
-            _ => None,
-        }
-    }
-
-    #[inline(always)]
-    fn write_send(&mut self, wr: &SendWr<'_>, i: usize) -> std::result::Result<(), PostFailure> {
-        match self.fast_params(wr) {
-            Some((op, imm, remote)) => {
-                let fm_ce_se = FM_CE_SE[(wr.send_flags.0 & 7) as usize];
-                let sge = wr.sg_list.first().copied().unwrap_or_default();
-                self.sq
-                    .write_simple(
-                        &self.qp.mem.buf,
-                        datapath::SimpleWqe { wr_id: wr.wr_id, opcode: op, fm_ce_se, imm, remote, sge },
-                    )
-                    .map_err(|e| PostFailure::from_driver(i, e))
-            }
-            None => self.write_send_general(wr, i),
-        }
-    }
-
-    #[inline(never)]
-    fn write_send_general(&mut self, wr: &SendWr<'_>, i: usize) -> std::result::Result<(), PostFailure> {
-        let invalid = PostFailure { index: i, kind: PostFailureKind::InvalidRequest };
-        let (op, imm, remote, atomic) = match wr.op {
-            SendOp::Send => (opcode::SEND, 0, Default::default(), (0, 0)),
-            SendOp::SendWithImm(imm) => (opcode::SEND_IMM, imm, Default::default(), (0, 0)),
-            SendOp::RdmaWrite { remote_addr, rkey } => {
-                (opcode::RDMA_WRITE, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
-            }
-            SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
-                (opcode::RDMA_WRITE_IMM, imm, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
-            }
-            SendOp::RdmaRead { remote_addr, rkey } => {
-                (opcode::RDMA_READ, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
-            }
-            SendOp::AtomicCmpAndSwp { remote_addr, rkey, compare_add, swap } => {
-                (opcode::ATOMIC_CS, 0, datapath::Remote { addr: remote_addr, rkey }, (swap, compare_add))
-            }
-            SendOp::AtomicFetchAndAdd { remote_addr, rkey, compare_add } => {
-                (opcode::ATOMIC_FA, 0, datapath::Remote { addr: remote_addr, rkey }, (compare_add, 0))
-            }
-        };
-        let ud = self.qp_type == QpType::Ud;
-        if ud && !matches!(op, opcode::SEND | opcode::SEND_IMM) {
-            return Err(invalid);
-        }
-        let mut av_buf;
-        let av = if ud {
-            let d = wr.ud.ok_or(invalid)?;
-            av_buf = d.ah.av;
-            av_buf[0..4].copy_from_slice(&d.remote_qkey.to_be_bytes());
-            av_buf[8..12].copy_from_slice(&(d.remote_qpn | 0x8000_0000).to_be_bytes());
-            Some(&av_buf)
+    /// Why this QP refuses posts now: the device is dead, or the state does not allow them.
+    #[cold]
+    fn refusal(&self) -> PostFailure {
+        let kind = if self.fatal.load(Ordering::Relaxed) {
+            PostFailureKind::DeviceFatal
         } else {
-            None
+            PostFailureKind::WrongState(self.state)
         };
-        let is_atomic = matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA);
-        if is_atomic && (wr.sg_list.len() != 1 || wr.sg_list[0].length != 8) {
-            return Err(invalid);
-        }
-        let inline = if wr.send_flags.contains(SendFlags::INLINE) {
-            if op == opcode::RDMA_READ || is_atomic {
-                return Err(invalid);
-            }
-            Some(wr.inline_data.ok_or(invalid)?)
-        } else {
-            None
-        };
-        let mut flags = 0u8;
-        if wr.send_flags.contains(SendFlags::SIGNALED) {
-            flags |= datapath::flags::CQ_UPDATE;
-        }
-        if wr.send_flags.contains(SendFlags::SOLICITED) {
-            flags |= datapath::flags::SOLICITED;
-        }
-        if wr.send_flags.contains(SendFlags::FENCE) {
-            flags |= datapath::flags::FENCE;
-        }
-        let w =
-            SendWqe { wr_id: wr.wr_id, opcode: op, flags, imm, remote, atomic, sges: as_sges(wr.sg_list), inline, av };
-        self.sq.write_wqe(&self.qp.mem.buf, &w).map_err(|e| PostFailure::from_driver(i, e))
+        PostFailure { index: 0, kind }
     }
 
     /// `ibv_post_recv`.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
-        if self.state == QpState::Reset {
-            return Err(PostFailure { index: 0, kind: PostFailureKind::WrongState(self.state) });
+        if !self.recv_ok || self.fatal.load(Ordering::Relaxed) {
+            return Err(self.recv_refusal());
         }
-        if self.ctx.shared.hca.fatal_flag() {
-            return Err(PostFailure { index: 0, kind: PostFailureKind::DeviceFatal });
+        match &mut self.rq {
+            Some(rq) => post_recv_chain(rq, wrs),
+            None => Err(self.recv_refusal()),
         }
-        let Some(rq) = &mut self.rq else {
-            return Err(PostFailure { index: 0, kind: PostFailureKind::InvalidRequest });
+    }
+
+    /// Why this QP refuses receives now.
+    #[cold]
+    fn recv_refusal(&self) -> PostFailure {
+        let kind = if self.state == QpState::Reset {
+            PostFailureKind::WrongState(self.state)
+        } else if self.fatal.load(Ordering::Relaxed) {
+            PostFailureKind::DeviceFatal
+        } else {
+            PostFailureKind::InvalidRequest
         };
-        // As ibverbs: everything before the failing request is posted.
-        let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = rq.write_wqe(&self.qp.mem.buf, wr.wr_id, as_sges(wr.sg_list)) {
-                result = Err(PostFailure::from_driver(i, e));
-                break;
-            }
-        }
-        rq.ring_doorbell(&self.qp.mem.dbr);
-        result
+        PostFailure { index: 0, kind }
     }
 
     /// The context.
@@ -726,4 +656,151 @@ impl<B: Backend> Drop for Qp<B> {
     fn drop(&mut self) {
         self.ctx.shared.qps.remove(self.qp.qpn());
     }
+}
+
+/// Posts receive WRs on `rq` and updates its doorbell record once. As ibverbs: the requests
+/// before the first failing one are posted. One-SGE requests with room known are written here;
+/// at the first other one, [`post_recv_rest`] takes over the rest of the chain (out of line, so
+/// this loop keeps its state in registers).
+#[inline(always)]
+fn post_recv_chain(rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+    let mut rest = wrs;
+    while let [wr, tail @ ..] = rest {
+        match wr.sg_list {
+            [sge] if rq.try_write_one(wr.wr_id, sge) => rest = tail,
+            _ => return post_recv_rest(rq, wrs.len() - rest.len(), rest),
+        }
+    }
+    rq.ring_doorbell();
+    Ok(())
+}
+
+/// The rest of a receive chain from index `first` on, any request shape; rings the doorbell
+/// record.
+#[inline(never)]
+fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+    let mut result = Ok(());
+    for (i, wr) in rest.iter().enumerate() {
+        if let Err(e) = rq.write_wqe(wr.wr_id, wr.sg_list) {
+            result = Err(PostFailure::from_driver(first + i, e));
+            break;
+        }
+    }
+    rq.ring_doorbell();
+    result
+}
+
+/// The rest of a send chain from index `first` on, any request shape: RC short-path requests
+/// (with the tail read when the ring looks full), everything else through
+/// [`write_send_general`]. Ends the chain (doorbell). Out of line, so the caller's loop stays
+/// free of calls.
+#[inline(never)]
+fn post_send_rest<B: Backend>(
+    mut chain: SqChain<'_, B>,
+    buf: &DmaMemory,
+    qp_type: QpType,
+    first: usize,
+    rest: &[SendWr<'_>],
+) -> std::result::Result<(), PostFailure> {
+    let mut result = Ok(());
+    for (i, wr) in rest.iter().enumerate() {
+        let (id, flags) = (wr.wr_id, wr.send_flags.0);
+        let short = qp_type == QpType::Rc && flags & SendFlags::INLINE.0 == 0;
+        let r = match (wr.sg_list, wr.op) {
+            ([sge], SendOp::RdmaWrite { remote_addr: addr, rkey }) if short => {
+                chain.write_simple(id, opcode::RDMA_WRITE, flags, 0, Some(Remote { addr, rkey }), sge)
+            }
+            ([sge], SendOp::Send) if short => chain.write_simple(id, opcode::SEND, flags, 0, None, sge),
+            ([sge], SendOp::SendWithImm(imm)) if short => {
+                chain.write_simple(id, opcode::SEND_IMM, flags, imm, None, sge)
+            }
+            ([sge], SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm }) if short => {
+                chain.write_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(Remote { addr, rkey }), sge)
+            }
+            ([sge], SendOp::RdmaRead { remote_addr: addr, rkey }) if short => {
+                chain.write_simple(id, opcode::RDMA_READ, flags, 0, Some(Remote { addr, rkey }), sge)
+            }
+            _ => match chain.with_queue(|sq| write_send_general(sq, buf, qp_type, wr)) {
+                Ok(()) => Ok(()),
+                Err(kind) => {
+                    result = Err(PostFailure { index: first + i, kind });
+                    break;
+                }
+            },
+        };
+        if let Err(e) = r {
+            result = Err(PostFailure::from_driver(first + i, e));
+            break;
+        }
+    }
+    chain.finish();
+    result
+}
+
+/// Any send WR the short path does not take: UD, inline data, SGE lists, atomics.
+#[inline(never)]
+fn write_send_general<B: Backend>(
+    sq: &mut SendQueue<B>,
+    buf: &DmaMemory,
+    qp_type: QpType,
+    wr: &SendWr<'_>,
+) -> std::result::Result<(), PostFailureKind> {
+    let invalid = PostFailureKind::InvalidRequest;
+    let (op, imm, remote, atomic) = match wr.op {
+        SendOp::Send => (opcode::SEND, 0, Default::default(), (0, 0)),
+        SendOp::SendWithImm(imm) => (opcode::SEND_IMM, imm, Default::default(), (0, 0)),
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            (opcode::RDMA_WRITE, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+        }
+        SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
+            (opcode::RDMA_WRITE_IMM, imm, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            (opcode::RDMA_READ, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+        }
+        SendOp::AtomicCmpAndSwp { remote_addr, rkey, compare_add, swap } => {
+            (opcode::ATOMIC_CS, 0, datapath::Remote { addr: remote_addr, rkey }, (swap, compare_add))
+        }
+        SendOp::AtomicFetchAndAdd { remote_addr, rkey, compare_add } => {
+            (opcode::ATOMIC_FA, 0, datapath::Remote { addr: remote_addr, rkey }, (compare_add, 0))
+        }
+    };
+    let ud = qp_type == QpType::Ud;
+    if ud && !matches!(op, opcode::SEND | opcode::SEND_IMM) {
+        return Err(invalid);
+    }
+    let mut av_buf;
+    let av = if ud {
+        let d = wr.ud.ok_or(invalid)?;
+        av_buf = d.ah.av;
+        av_buf[0..4].copy_from_slice(&d.remote_qkey.to_be_bytes());
+        av_buf[8..12].copy_from_slice(&(d.remote_qpn | 0x8000_0000).to_be_bytes());
+        Some(&av_buf)
+    } else {
+        None
+    };
+    let is_atomic = matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA);
+    if is_atomic && (wr.sg_list.len() != 1 || wr.sg_list[0].length() != 8) {
+        return Err(invalid);
+    }
+    let inline = if wr.send_flags.contains(SendFlags::INLINE) {
+        if op == opcode::RDMA_READ || is_atomic {
+            return Err(invalid);
+        }
+        Some(wr.inline_data.ok_or(invalid)?)
+    } else {
+        None
+    };
+    let w = SendWqe {
+        wr_id: wr.wr_id,
+        opcode: op,
+        send_flags: wr.send_flags.0 & 7,
+        imm,
+        remote,
+        atomic,
+        sges: wr.sg_list,
+        inline,
+        av,
+    };
+    sq.write_wqe(buf, &w).map_err(|e| PostFailure::from_driver(0, e).kind)
 }

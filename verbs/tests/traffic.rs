@@ -281,7 +281,7 @@ fn error_completions_carry_the_ibverbs_status() {
     let fabric = Fabric::perfect();
     let (mut a, b, mut qa, _qb) = rc_pair(&fabric, 34, &RcOpts { rnr_retry: 0, ..Default::default() });
     // Bad lkey: local protection error.
-    let bad = [Sge { addr: a.mr.addr(), length: 8, lkey: a.mr.lkey() ^ 0x5500 }];
+    let bad = [Sge::new(a.mr.addr(), 8, a.mr.lkey() ^ 0x5500)];
     qa.post_send(&[wr(1, &bad, SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() })]).unwrap();
     let w = wait_wc(&mut a.cq, 1);
     assert_eq!((w[0].status, w[0].wr_id), (WcStatus::LocProtErr, 1));

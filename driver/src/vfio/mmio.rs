@@ -71,6 +71,16 @@ impl Bar {
         self.ptr.as_ptr()
     }
 
+    /// The 4 KiB page at `offset` (page-aligned, wholly inside the BAR) as a raw pointer into
+    /// the mapping, valid as long as `self`; `None` otherwise.
+    pub fn page(&self, offset: usize) -> Option<NonNull<u8>> {
+        if offset & 0xfff != 0 || offset.checked_add(4096).is_none_or(|e| e > self.len) {
+            return None;
+        }
+        // SAFETY: offset + 4096 <= len (checked), so the address lies in the mapping.
+        NonNull::new(unsafe { self.ptr.as_ptr().add(offset) })
+    }
+
     #[inline(always)]
     fn check(&self, offset: usize, size: usize) {
         // len >= 4096 is not guaranteed for every BAR; compare without underflow.

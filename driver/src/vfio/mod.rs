@@ -442,6 +442,10 @@ impl Backend for VfioBackend {
         self.bar0.write64(offset, value)
     }
 
+    fn doorbell_page(&self, uar_offset: usize) -> Option<std::ptr::NonNull<u8>> {
+        self.bar0.page(uar_offset)
+    }
+
     #[inline]
     fn write_block(&self, offset: usize, data: &[u64]) {
         self.bar0.write_block(offset, data)

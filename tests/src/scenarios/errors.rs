@@ -50,7 +50,7 @@ pub fn err_bad_lkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
     let other_pd = a.ep.ctx.alloc_pd()?;
     let foreign = other_pd.alloc_mr(4096, all_access())?;
     let cases = [
-        (Sge { addr: a.mr.addr(), length: 8, lkey: a.mr.lkey() ^ 0x5500 }, "corrupted lkey"),
+        (Sge::new(a.mr.addr(), 8, a.mr.lkey() ^ 0x5500), "corrupted lkey"),
         (foreign.sge(0, 8), "lkey of another PD's MR"),
         (a.mr.sge(a.mr.len() - 4, 8), "SGE past the end of the MR"),
     ];
@@ -69,7 +69,7 @@ pub fn err_bad_lkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
     untouched("an MR without local write", &no_local_write, 0, 4096, GUARD)?;
     // A bad lkey in a receive WQE: the responder cannot place the data.
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &o)?;
-    qb.post_recv(&[recv(9, &[Sge { addr: b.mr.addr(), length: 64, lkey: b.mr.lkey() ^ 0x7700 }])])?;
+    qb.post_recv(&[recv(9, &[Sge::new(b.mr.addr(), 64, b.mr.lkey() ^ 0x7700)])])?;
     qa.post_send(&[wr(3, &[a.mr.sge(0, 16)], SendOp::Send)])?;
     let w = wait_wcs(&mut b.cq, 1, env.timeout)?;
     ensure!(

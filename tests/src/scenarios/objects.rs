@@ -35,7 +35,7 @@ pub fn pd_and_mr_registration<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
     ensure!(owned.write(end - 2, b"xyz").is_err(), "a write past the end of an owned MR must fail");
     ensure!(owned.read(end, &mut [0u8; 1]).is_err(), "a read past the end of an owned MR must fail");
     let s = owned.sge(12, 34);
-    ensure_eq!((s.addr, s.length, s.lkey), (owned.addr() + 12, 34, owned.lkey()), "Mr::sge");
+    ensure_eq!((s.addr(), s.length(), s.lkey()), (owned.addr() + 12, 34, owned.lkey()), "Mr::sge");
     ensure!(owned.dereg().is_none(), "an owned MR gives no buffer back");
 
     // Caller's-buffer variant: three pages and an odd tail, contents kept.

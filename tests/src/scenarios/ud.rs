@@ -99,8 +99,8 @@ pub fn ud_immediate_inline_and_gather<B: Backend>(env: &mut Env<B>) -> Result<Ou
     a.mr.write(0, &pattern(200, 8))?;
     let mut want3 = Vec::new();
     for (k, s) in pieces.iter().enumerate() {
-        let p = pattern(s.length as usize, 20 + k as u8);
-        a.mr.write((s.addr - a.mr.addr()) as usize, &p)?;
+        let p = pattern(s.length() as usize, 20 + k as u8);
+        a.mr.write((s.addr() - a.mr.addr()) as usize, &p)?;
         want3.extend(p);
     }
     qa.post_send(&[imm, inl, gather])?;

@@ -351,7 +351,7 @@ impl<B: Backend> Resources<B> {
         signaled: bool,
         wr_id: u64,
     ) -> Result<(), String> {
-        let sge = [Sge { addr: self.mr.addr() + local_off, length: size as u32, lkey: self.mr.lkey() }];
+        let sge = [Sge::new(self.mr.addr() + local_off, size as u32, self.mr.lkey())];
         let (raddr, rkey) = remote.unwrap_or((0, 0));
         let op = match self.test {
             Test::WriteBw | Test::WriteLat => SendOp::RdmaWrite { remote_addr: raddr, rkey },
@@ -387,7 +387,7 @@ impl<B: Backend> Resources<B> {
         let base = self.mr.addr() + self.recv_base(q);
         for k in first..first + count {
             let off = if walk { geo.offset(size, k) } else { 0 };
-            let sge = [Sge { addr: base + off, length: size as u32, lkey: self.mr.lkey() }];
+            let sge = [Sge::new(base + off, size as u32, self.mr.lkey())];
             let qp = &mut self.qps[q];
             qp.post_recv(&[RecvWr { wr_id: q as u64, sg_list: &sge }])
                 .map_err(|e| format!("ibv_post_recv on QP {:#x}: {e}", qp.qp_num()))?;
