@@ -72,3 +72,31 @@ fn wire_decode_prints_every_frame_of_a_real_capture() {
     let (ok, _, err) = umlx(&["wire", "decode", "/nonexistent.pcap"]);
     assert!(!ok && err.contains("/nonexistent.pcap"));
 }
+
+#[test]
+fn bench_datapath_json_reports_every_kernel() {
+    // Each kernel checks that every one of its operations succeeded (and, for polling, that
+    // every CQE is a successful completion); a failure makes the command fail.
+    let (ok, out, err) = umlx(&["bench", "datapath", "--json", "--no-instructions"]);
+    assert!(ok, "{err}");
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            "import json,sys; d=json.load(sys.stdin); \
+             print(' '.join(sorted(k for k, v in d.items() if v['ns'] > 0 and v['instructions'] is None)))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    use std::io::Write;
+    py.stdin.take().unwrap().write_all(out.as_bytes()).unwrap();
+    let res = py.wait_with_output().unwrap();
+    assert!(res.status.success(), "not valid JSON: {out}");
+    assert_eq!(
+        String::from_utf8_lossy(&res.stdout).trim(),
+        "poll_cq_batch1 poll_cq_batch16 post_recv_1 post_send_1 post_send_chain32"
+    );
+    assert!(out.contains("\"poll_cq_batch16\": {\"ns\": "), "{out}");
+    assert!(out.contains("\"rdma_core_instructions\": 308, \"target_instructions\": 100"), "{out}");
+}
