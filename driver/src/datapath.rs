@@ -313,6 +313,8 @@ pub struct SendQueue<B: Backend> {
     qpn_ds: u32,
     /// `fm_ce_se` by the low three send-flag bits (sig_all folded in).
     fm_ce_se: [u8; 8],
+    /// The same, placed in the control segment's second 8 bytes as stored (big-endian).
+    fm_ce_se_word: [u64; 8],
     /// The WQE-id slots of the ring (`mask + 1` of them, kept alive by `ring`).
     slots: *const SqSlot,
     /// WQEBBs retired by completions (in `ring`).
@@ -388,6 +390,7 @@ impl<B: Backend> SendQueue<B> {
             mask: (1 << geo.log_bbs) - 1,
             qpn_ds: geo.qpn << 8,
             fm_ce_se: fm_ce_se_table(geo.sig_all),
+            fm_ce_se_word: fm_ce_se_table(geo.sig_all).map(|f| ((f as u64) << 32).to_be()),
             slots: ring.sq.as_ptr(),
             tail: &*ring.sq_tail as *const AtomicU32,
             limit: 1 << geo.log_bbs,
@@ -575,17 +578,18 @@ impl<B: Backend> SendQueue<B> {
     /// BlueFlame register with the first 8 bytes of the last WQE.
     #[inline(always)]
     pub fn ring_doorbell(&mut self) {
+        // Everything read before the barriers (which the compiler treats as touching all memory).
+        let (counter, ctrl, bf_offset) = ((self.cur_post & 0xffff).to_be(), self.last_ctrl, self.bf_offset);
         dma_wmb();
         // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
         // keeps it alive); 4-byte aligned.
-        unsafe { self.dbr.write_volatile((self.cur_post & 0xffff).to_be()) };
+        unsafe { self.dbr.write_volatile(counter) };
         dma_wmb();
-        let ctrl = self.last_ctrl;
         match self.uar_page {
             // SAFETY: the backend keeps the UAR page mapped while it lives (this writer holds
             // it); bf_offset is 0x800 or 0x900, 8-byte aligned, within the page.
-            Some(page) => unsafe { page.as_ptr().add(self.bf_offset).cast::<u64>().write_volatile(ctrl) },
-            None => self.backend.write64(self.uar_offset + self.bf_offset, u64::from_be(ctrl)),
+            Some(page) => unsafe { page.as_ptr().add(bf_offset).cast::<u64>().write_volatile(ctrl) },
+            None => self.backend.write64(self.uar_offset + bf_offset, u64::from_be(ctrl)),
         }
         self.bf_offset ^= 0x100;
     }
@@ -613,6 +617,12 @@ impl<B: Backend> SqChain<'_, B> {
         self.bb != self.limit
     }
 
+    /// WQEBBs known free without reading the tail.
+    #[inline(always)]
+    pub fn room(&self) -> u32 {
+        self.limit.wrapping_sub(self.bb)
+    }
+
     /// [`SqChain::put_simple`] after making sure of room (reading the tail if needed).
     #[inline(always)]
     pub fn write_simple(
@@ -626,6 +636,7 @@ impl<B: Backend> SqChain<'_, B> {
     ) -> Result<(), PostError> {
         if self.bb == self.limit {
             self.limit = self.sq.fresh_limit();
+            self.sq.limit = self.limit;
             if self.bb == self.limit {
                 return Err(PostError::QueueFull);
             }
@@ -643,10 +654,10 @@ impl<B: Backend> SqChain<'_, B> {
     pub fn put_simple(&mut self, wr_id: u64, opcode: u8, send_flags: u32, imm: u32, remote: Option<Remote>, sge: &Sge) {
         let sq = &*self.sq;
         let bb = self.bb;
-        let fm_ce_se = sq.fm_ce_se[(send_flags & 7) as usize];
         let ds = 1 + remote.is_some() as u32 + !sge.is_empty() as u32;
         let ctrl0 = ((((bb & 0xffff) << 8) | opcode as u32) as u64) << 32 | (sq.qpn_ds | ds) as u64;
-        let ctrl1 = ((fm_ce_se as u64) << 32) | imm as u64;
+        // Byte swapping distributes over OR: the flags word is stored pre-swapped.
+        let ctrl1_be = sq.fm_ce_se_word[(send_flags & 7) as usize] | (imm as u64).to_be();
         self.last_ctrl = ctrl0.to_be();
         let idx = (bb & sq.mask) as usize;
         // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
@@ -655,7 +666,7 @@ impl<B: Backend> SqChain<'_, B> {
         unsafe {
             let p = sq.base.add(idx << 6).cast::<u64>();
             p.write_volatile(self.last_ctrl);
-            p.add(1).write_volatile(ctrl1.to_be());
+            p.add(1).write_volatile(ctrl1_be);
             let d = match remote {
                 Some(r) => {
                     p.add(2).write_volatile(r.addr.to_be());
@@ -704,8 +715,8 @@ impl<B: Backend> SqChain<'_, B> {
     /// the doorbell rings once.
     #[inline(always)]
     pub fn finish(self) {
+        // (`limit` is written back where it changes.)
         self.sq.cur_post = self.bb;
-        self.sq.limit = self.limit;
         self.sq.last_ctrl = self.last_ctrl;
         if self.bb != self.start {
             self.sq.ring_doorbell();
@@ -875,10 +886,11 @@ impl RecvQueue {
     /// SRQ alike).
     #[inline(always)]
     pub fn ring_doorbell(&self) {
+        let counter = (self.head & 0xffff).to_be();
         dma_wmb();
         // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the owner
         // keeps it alive); 4-byte aligned.
-        unsafe { self.dbr.write_volatile((self.head & 0xffff).to_be()) };
+        unsafe { self.dbr.write_volatile(counter) };
     }
 }
 

@@ -66,31 +66,36 @@ fn setup(plain: bool) -> Result<Bench, String> {
     Ok(Bench { ctx, _pd: pd, cq, qp, mr })
 }
 
+// Each kernel returns how many operations succeeded, stopping at the first failure.
+
 #[inline(never)]
 fn kernel_post_send_single(qp: &mut Qp<SimBackend>, wr: &SendWr<'_>, n: usize) -> usize {
-    let mut ok = 0;
-    for _ in 0..n {
-        ok += qp.post_send(std::slice::from_ref(black_box(wr))).is_ok() as usize;
+    for i in 0..n {
+        if qp.post_send(std::slice::from_ref(black_box(wr))).is_err() {
+            return i;
+        }
     }
-    ok
+    n
 }
 
 #[inline(never)]
 fn kernel_post_send_chain32(qp: &mut Qp<SimBackend>, chain: &[SendWr<'_>], n: usize) -> usize {
-    let mut ok = 0;
-    for _ in 0..n / 32 {
-        ok += qp.post_send(black_box(chain)).is_ok() as usize * 32;
+    for i in 0..n / 32 {
+        if qp.post_send(black_box(chain)).is_err() {
+            return i * 32;
+        }
     }
-    ok
+    n / 32 * 32
 }
 
 #[inline(never)]
 fn kernel_post_recv(qp: &mut Qp<SimBackend>, wr: &RecvWr<'_>, n: usize) -> usize {
-    let mut ok = 0;
-    for _ in 0..n {
-        ok += qp.post_recv(std::slice::from_ref(black_box(wr))).is_ok() as usize;
+    for i in 0..n {
+        if qp.post_recv(std::slice::from_ref(black_box(wr))).is_err() {
+            return i;
+        }
     }
-    ok
+    n
 }
 
 #[inline(never)]

@@ -569,6 +569,25 @@ impl<B: Backend> Qp<B> {
     /// requests before the first failing one are posted; the failure names its index.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
+        // One request (the most common post) of the short kind on an RC QP: straight through,
+        // in a few registers; anything else in `post_send_chain`.
+        if let [wr] = wrs
+            && self.send_ok
+            && self.qp_type == QpType::Rc
+            && !self.fatal.load(Ordering::Relaxed)
+        {
+            let mut chain = self.sq.begin();
+            if short_one(&mut chain, wr) {
+                chain.finish();
+                return Ok(());
+            }
+        }
+        self.post_send_chain(wrs)
+    }
+
+    /// `post_send` for everything but a single short request.
+    #[inline(never)]
+    fn post_send_chain(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
         if !self.send_ok || self.fatal.load(Ordering::Relaxed) {
             return Err(self.refusal());
         }
@@ -579,29 +598,42 @@ impl<B: Backend> Qp<B> {
             return post_send_rest(chain, buf, qp_type, 0, wrs);
         }
         // RC requests with one SGE and no inline data, while the ring has room known without
-        // reading the tail: one specialised copy per opcode, no calls, state in registers. At
-        // the first other request, `post_send_rest` takes over the rest of the chain.
+        // reading the tail: a run of one opcode goes through one loop specialised for it (one
+        // compare per request, no calls, state in registers). At the first other request,
+        // `post_send_rest` takes over the rest of the chain.
         let mut rest = wrs;
-        while let [wr, tail @ ..] = rest {
-            if !chain.has_room() {
-                break;
-            }
-            let (id, flags) = (wr.wr_id, wr.send_flags.0);
-            match (flags & SendFlags::INLINE.0, wr.sg_list, wr.op) {
-                (0, [sge], SendOp::RdmaWrite { remote_addr: addr, rkey }) => {
-                    chain.put_simple(id, opcode::RDMA_WRITE, flags, 0, Some(Remote { addr, rkey }), sge)
+        while let Some(wr) = rest.first() {
+            let before = rest.len();
+            match wr.op {
+                SendOp::RdmaWrite { .. } => short_run(&mut chain, &mut rest, opcode::RDMA_WRITE, |op| match *op {
+                    SendOp::RdmaWrite { remote_addr: addr, rkey } => Some((0, Some(Remote { addr, rkey }))),
+                    _ => None,
+                }),
+                SendOp::Send => short_run(&mut chain, &mut rest, opcode::SEND, |op| match *op {
+                    SendOp::Send => Some((0, None)),
+                    _ => None,
+                }),
+                SendOp::SendWithImm(_) => short_run(&mut chain, &mut rest, opcode::SEND_IMM, |op| match *op {
+                    SendOp::SendWithImm(imm) => Some((imm, None)),
+                    _ => None,
+                }),
+                SendOp::RdmaWriteWithImm { .. } => {
+                    short_run(&mut chain, &mut rest, opcode::RDMA_WRITE_IMM, |op| match *op {
+                        SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm } => {
+                            Some((imm, Some(Remote { addr, rkey })))
+                        }
+                        _ => None,
+                    })
                 }
-                (0, [sge], SendOp::Send) => chain.put_simple(id, opcode::SEND, flags, 0, None, sge),
-                (0, [sge], SendOp::SendWithImm(imm)) => chain.put_simple(id, opcode::SEND_IMM, flags, imm, None, sge),
-                (0, [sge], SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm }) => {
-                    chain.put_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(Remote { addr, rkey }), sge)
-                }
-                (0, [sge], SendOp::RdmaRead { remote_addr: addr, rkey }) => {
-                    chain.put_simple(id, opcode::RDMA_READ, flags, 0, Some(Remote { addr, rkey }), sge)
-                }
+                SendOp::RdmaRead { .. } => short_run(&mut chain, &mut rest, opcode::RDMA_READ, |op| match *op {
+                    SendOp::RdmaRead { remote_addr: addr, rkey } => Some((0, Some(Remote { addr, rkey }))),
+                    _ => None,
+                }),
                 _ => break,
             }
-            rest = tail;
+            if rest.len() == before {
+                break;
+            }
         }
         if !rest.is_empty() {
             return post_send_rest(chain, buf, qp_type, wrs.len() - rest.len(), rest);
@@ -688,6 +720,56 @@ fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> std:
     }
     rq.ring_doorbell();
     result
+}
+
+/// Writes `wr` if it takes the short path (one non-empty SGE, no inline data, SEND(_IMM),
+/// RDMA_WRITE(_IMM) or RDMA_READ) and the ring has room known without reading the tail.
+#[inline(always)]
+fn short_one<B: Backend>(chain: &mut SqChain<'_, B>, wr: &SendWr<'_>) -> bool {
+    let [sge] = wr.sg_list else { return false };
+    let (id, flags) = (wr.wr_id, wr.send_flags.0);
+    if flags & SendFlags::INLINE.0 != 0 || sge.is_empty() || !chain.has_room() {
+        return false;
+    }
+    match wr.op {
+        SendOp::RdmaWrite { remote_addr: addr, rkey } => {
+            chain.put_simple(id, opcode::RDMA_WRITE, flags, 0, Some(Remote { addr, rkey }), sge)
+        }
+        SendOp::Send => chain.put_simple(id, opcode::SEND, flags, 0, None, sge),
+        SendOp::SendWithImm(imm) => chain.put_simple(id, opcode::SEND_IMM, flags, imm, None, sge),
+        SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm } => {
+            chain.put_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(Remote { addr, rkey }), sge)
+        }
+        SendOp::RdmaRead { remote_addr: addr, rkey } => {
+            chain.put_simple(id, opcode::RDMA_READ, flags, 0, Some(Remote { addr, rkey }), sge)
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Writes the leading requests of `rest` that are all `opcode` (as `extract` recognises them,
+/// giving the immediate and the remote side), have one non-empty SGE and no inline data, as
+/// many as the ring has room for without reading the tail; advances `rest` past them.
+#[inline(always)]
+fn short_run<B: Backend>(
+    chain: &mut SqChain<'_, B>,
+    rest: &mut &[SendWr<'_>],
+    opcode: u8,
+    extract: impl Fn(&SendOp) -> Option<(u32, Option<Remote>)>,
+) {
+    let room = (chain.room() as usize).min(rest.len());
+    let mut done = 0;
+    for wr in &rest[..room] {
+        let Some((imm, remote)) = extract(&wr.op) else { break };
+        let [sge] = wr.sg_list else { break };
+        if wr.send_flags.0 & SendFlags::INLINE.0 != 0 || sge.is_empty() {
+            break;
+        }
+        chain.put_simple(wr.wr_id, opcode, wr.send_flags.0, imm, remote, sge);
+        done += 1;
+    }
+    *rest = &rest[done..];
 }
 
 /// The rest of a send chain from index `first` on, any request shape: RC short-path requests
