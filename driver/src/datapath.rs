@@ -171,6 +171,8 @@ pub enum PostError {
     InlineTooLarge,
     /// The WQE would exceed the maximum WQE size (EINVAL).
     WqeTooLarge,
+    /// The queue is closed: its QP is in RESET (EINVAL).
+    Closed,
 }
 
 /// One SQ slot: the work-request id of the WQE starting at that WQEBB and the SQ head after
@@ -730,12 +732,15 @@ pub struct RecvQueue {
     base: *mut u8,
     /// Producer counter.
     head: u32,
-    /// Where the known free space ends (refreshed from the tail when `head` reaches it).
+    /// Where the known free space ends (refreshed from the tail when `head` reaches it); held
+    /// at `head` while the queue is closed, so the fast path needs no other check.
     limit: u32,
+    /// Closed: posts are refused (the QP is in RESET).
+    closed: bool,
     /// WQEs in the queue minus one (a power of two minus one).
-    mask: u32,
+    mask: usize,
     /// Bytes per WQE (a power of two).
-    stride: u32,
+    stride: usize,
     /// Whether a one-SGE WQE needs a terminating entry (room for more than one SGE).
     terminate_one: bool,
     /// The WQE-id slots (`mask + 1` of them, kept alive by `ring`).
@@ -780,6 +785,7 @@ impl RecvQueue {
             base,
             head: 0,
             limit: 1 << log_wqes,
+            closed: false,
             mask: (1 << log_wqes) - 1,
             stride: 1 << stride_shift,
             terminate_one: per > 1,
@@ -791,19 +797,39 @@ impl RecvQueue {
         })
     }
 
-    /// Resets the producer state (QP back to RESET).
+    /// Resets the producer state and closes the queue (QP back to RESET).
     pub fn reset(&mut self) {
         self.head = 0;
         self.ring.rq_tail.store(0, Ordering::Release);
-        self.limit = self.mask + 1;
+        self.close();
+    }
+
+    /// Closes the queue: posts fail with [`PostError::Closed`] until [`RecvQueue::open`].
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.limit = self.head;
+    }
+
+    /// Opens the queue for posts.
+    pub fn open(&mut self) {
+        self.closed = false;
+        self.limit = self.fresh_limit();
+    }
+
+    #[inline(always)]
+    fn fresh_limit(&self) -> u32 {
+        // SAFETY: `tail` points into `ring`, which this writer keeps alive.
+        unsafe { (*self.tail).load(Ordering::Acquire) }.wrapping_add(self.mask as u32 + 1)
     }
 
     /// Room for one more WQE (refreshing the known limit from the tail if needed).
     #[inline(always)]
     fn reserve(&mut self) -> Result<(), PostError> {
         if self.head == self.limit {
-            // SAFETY: `tail` points into `ring`, which this writer keeps alive.
-            self.limit = unsafe { (*self.tail).load(Ordering::Acquire) }.wrapping_add(self.mask + 1);
+            if self.closed {
+                return Err(PostError::Closed);
+            }
+            self.limit = self.fresh_limit();
             if self.head == self.limit {
                 return Err(PostError::QueueFull);
             }
@@ -816,14 +842,14 @@ impl RecvQueue {
     fn wqe(&self) -> *mut u64 {
         // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
         // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
-        unsafe { self.base.add(((self.head & self.mask) * self.stride) as usize).cast::<u64>() }
+        unsafe { self.base.add((self.head as usize & self.mask) * self.stride).cast::<u64>() }
     }
 
     /// Records `wr_id` for the WQE at `head` and moves on.
     #[inline(always)]
     fn record(&mut self, wr_id: u64) {
         // SAFETY: `slots` has mask + 1 entries kept alive by `ring`; the index is masked.
-        unsafe { &*self.slots.add((self.head & self.mask) as usize) }.store(wr_id, Ordering::Release);
+        unsafe { &*self.slots.add(self.head as usize & self.mask) }.store(wr_id, Ordering::Release);
         self.head = self.head.wrapping_add(1);
     }
 
@@ -1164,6 +1190,25 @@ pub struct CqCursor<'r> {
 }
 
 impl CqCursor<'_> {
+    /// The CQE at the consumer index if the device has produced it and it is a requester
+    /// success (opcode 0): the common case, in one test. `None` says nothing about other CQEs
+    /// (see [`CqCursor::peek`]).
+    #[inline(always)]
+    pub fn peek_requester(&self) -> Option<CqeRef<'_>> {
+        let ci = self.ci;
+        // SAFETY: as in `peek_at`.
+        let p = unsafe { self.base.add(((ci & self.mask) as usize) << 6) };
+        // SAFETY: as in `peek_at`; byte 63 of the CQE.
+        let op_own = unsafe { p.add(63).read_volatile() };
+        // Opcode 0 and the owner bit of this pass: op_own's bits 7:4 and 0 against the pass.
+        let pass = (ci & (self.mask + 1) != 0) as u8;
+        if (op_own ^ pass) & 0xf1 != 0 {
+            return None;
+        }
+        dma_rmb();
+        Some(CqeRef { p, op_own, _ring: std::marker::PhantomData })
+    }
+
     /// The CQE at the consumer index, if the device has produced it. Does not consume it.
     #[inline(always)]
     pub fn peek(&self) -> Option<CqeRef<'_>> {
@@ -1203,6 +1248,9 @@ struct Keep {
 pub struct QpTable {
     dir: Box<[AtomicPtr<Leaf>]>,
     keep: Mutex<Keep>,
+    /// Bumped by every removal: a [`QpCache`] from before it may name a QP that is gone (or
+    /// whose number was reused).
+    generation: AtomicU64,
 }
 
 impl Default for QpTable {
@@ -1210,6 +1258,7 @@ impl Default for QpTable {
         QpTable {
             dir: (0..4096).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             keep: Mutex::new(Keep::default()),
+            generation: AtomicU64::new(0),
         }
     }
 }
@@ -1247,6 +1296,9 @@ impl QpTable {
             // SAFETY: as in `insert`.
             unsafe { (*leaf)[(qpn & 0xfff) as usize].store(std::ptr::null_mut(), Ordering::Release) };
         }
+        // Under the lock: removals are serialised, so a plain increment suffices.
+        let g = self.generation.load(Ordering::Relaxed);
+        self.generation.store(g.wrapping_add(1), Ordering::Release);
     }
 
     /// Looks a QP's rings up (data path: two loads, no lock).
@@ -1262,4 +1314,76 @@ impl QpTable {
         // SAFETY: as above.
         if p.is_null() { None } else { Some(unsafe { &*p }) }
     }
+
+    /// [`QpTable::get`] through `cache`, which remembers the last QP found: consecutive
+    /// lookups of one QP cost one compare.
+    #[inline(always)]
+    pub fn get_cached<'t>(&'t self, cache: &mut BoundQpCache<'t>, qpn: u32) -> Option<&'t WrRing> {
+        if qpn == cache.qpn {
+            // SAFETY: `cache.ring` was set together with `cache.qpn` by a lookup in this table
+            // (`bind` checked the table and that no QP was removed since), and rings live as
+            // long as the table.
+            return Some(unsafe { &*cache.ring });
+        }
+        self.get_missed(cache, qpn)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn get_missed<'t>(&'t self, cache: &mut BoundQpCache<'t>, qpn: u32) -> Option<&'t WrRing> {
+        let ring = self.get(qpn)?;
+        cache.qpn = qpn;
+        cache.ring = ring;
+        Some(ring)
+    }
+}
+
+/// The last QP a poller found (kept by a CQ between polls, as rdma-core's `cur_rsc` is within
+/// one): valid for the table it came from while no QP has been removed from it since.
+pub struct QpCache {
+    table: *const QpTable,
+    generation: u64,
+    qpn: u32,
+    ring: *const WrRing,
+}
+
+// SAFETY: the pointers are only dereferenced through `QpTable::get_cached` after `bind` has
+// checked them against the table in hand; moving the cache between threads moves no access.
+unsafe impl Send for QpCache {}
+
+impl Default for QpCache {
+    fn default() -> Self {
+        QpCache { table: std::ptr::null(), generation: 0, qpn: u32::MAX, ring: std::ptr::null() }
+    }
+}
+
+impl QpCache {
+    /// The cache, usable with `table` if it came from it and no QP has been removed since;
+    /// empty otherwise.
+    #[inline(always)]
+    pub fn bind<'t>(&self, table: &'t QpTable) -> BoundQpCache<'t> {
+        let generation = table.generation.load(Ordering::Acquire);
+        let valid = std::ptr::eq(self.table, table) && self.generation == generation;
+        BoundQpCache {
+            table,
+            generation,
+            // u32::MAX: no QPN has it (they are 24-bit).
+            qpn: if valid { self.qpn } else { u32::MAX },
+            ring: self.ring,
+        }
+    }
+
+    /// Keeps what `bound` learned.
+    #[inline(always)]
+    pub fn store(&mut self, bound: BoundQpCache<'_>) {
+        *self = QpCache { table: bound.table, generation: bound.generation, qpn: bound.qpn, ring: bound.ring };
+    }
+}
+
+/// A [`QpCache`] checked against one table, for one poll.
+pub struct BoundQpCache<'t> {
+    table: &'t QpTable,
+    generation: u64,
+    qpn: u32,
+    ring: *const WrRing,
 }

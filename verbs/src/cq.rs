@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqRing, Cqe, CqeRef, WrRing, opcode};
+use umlx_driver::datapath::{CqRing, Cqe, CqeRef, CqeTail, QpCache, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -69,7 +69,16 @@ impl<B: Backend> Context<B> {
         }
         let ring = CqRing::new(&cq.mem.buf, &cq.mem.dbr, log)
             .ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
-        Ok(Cq { ctx: self.clone(), ring, resized: None, cq, sn, channel: channel.cloned(), events: 0 })
+        Ok(Cq {
+            ctx: self.clone(),
+            ring,
+            resized: None,
+            cq,
+            sn,
+            channel: channel.cloned(),
+            events: 0,
+            qp_cache: QpCache::default(),
+        })
     }
 }
 
@@ -131,6 +140,8 @@ pub struct Cq<B: Backend> {
     sn: Arc<AtomicU32>,
     channel: Option<Arc<CompChannel<B>>>,
     events: u32,
+    /// The QP of the last requester CQE polled.
+    qp_cache: QpCache,
 }
 
 impl<B: Backend> std::fmt::Debug for Cq<B> {
@@ -156,6 +167,17 @@ fn status_of(syndrome: u8) -> WcStatus {
         0x22 => WcStatus::RemAbortErr,
         _ => WcStatus::GeneralErr,
     }
+}
+
+/// Fills `w` from a requester success CQE of the QP whose rings are `ring`.
+#[inline(always)]
+fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, t: CqeTail) {
+    w.wr_id = ring.complete_send(t.wqe_counter());
+    w.status = WcStatus::Success;
+    w.opcode = SEND_WC[t.wqe_opcode() as usize];
+    w.byte_len = cqe.byte_cnt();
+    w.qp_num = t.qpn();
+    w.wc_flags = WcFlags(0);
 }
 
 /// Requester completion opcode by send WQE opcode (the byte the CQE echoes).
@@ -197,49 +219,33 @@ impl<B: Backend> Cq<B> {
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         let shared = &*self.ctx.shared;
-        // The QP of the previous CQE, valid for this call only (rdma-core's `cur_rsc`).
-        let mut last: Option<(u32, &WrRing)> = None;
+        // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls.
+        let mut last = self.qp_cache.bind(&shared.qps);
         let mut ring_cursor = self.ring.cursor();
         let mut n = 0;
         // The inner loop takes requester successes and calls nothing, so its state stays in
         // registers; any other CQE goes through the outer loop, one at a time.
-        'cqes: while n < wc.len() {
-            while n < wc.len() {
-                let Some(cqe) = ring_cursor.peek() else { break 'cqes };
-                if cqe.opcode() != 0 {
-                    break;
-                }
+        while n < wc.len() {
+            for w in wc[n..].iter_mut() {
+                let Some(cqe) = ring_cursor.peek_requester() else { break };
                 let t = cqe.tail();
-                let ring = match last {
-                    Some((qpn, ring)) if qpn == t.qpn() => Some(ring),
-                    _ => {
-                        let ring = shared.qps.get(t.qpn());
-                        last = ring.map(|r| (t.qpn(), r));
-                        ring
-                    }
-                };
-                if let Some(ring) = ring {
-                    let w = &mut wc[n];
-                    w.wr_id = ring.complete_send(t.wqe_counter());
-                    w.status = WcStatus::Success;
-                    w.opcode = SEND_WC[t.wqe_opcode() as usize];
-                    w.byte_len = cqe.byte_cnt();
-                    w.qp_num = t.qpn();
-                    w.wc_flags = WcFlags(0);
-                    n += 1;
-                }
-                // A CQE of a QP no longer known is consumed and skipped.
+                let Some(ring) = shared.qps.get_cached(&mut last, t.qpn()) else { break };
+                fill_send(w, ring, cqe, t);
+                n += 1;
                 ring_cursor.advance();
             }
             if n == wc.len() {
                 break;
             }
+            // A CQE the loop above does not take: another kind, or one of a QP no longer
+            // known (consumed and skipped); or none.
             let Some(cqe) = ring_cursor.peek() else { break };
             let filled = Self::translate_other(shared, cqe, &mut wc[n]);
             ring_cursor.advance();
             n += filled as usize;
         }
         ring_cursor.finish();
+        self.qp_cache.store(last);
         n
     }
 
@@ -248,6 +254,13 @@ impl<B: Backend> Cq<B> {
     #[inline(never)]
     fn translate_other(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         match cqe.opcode() {
+            0 => match shared.qps.get(cqe.tail().qpn()) {
+                Some(ring) => {
+                    fill_send(w, ring, cqe, cqe.tail());
+                    true
+                }
+                None => false,
+            },
             1..=3 => Self::translate_recv(shared, cqe, w),
             13 | 14 => Self::translate_error(shared, &cqe.copy(), w),
             _ => false,

@@ -143,6 +143,11 @@ impl<B: Backend> Pd<B> {
                 .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
             ),
         };
+        let mut rq = rq;
+        if let Some(rq) = &mut rq {
+            // Closed until the QP leaves RESET.
+            rq.close();
+        }
         let actual = QpCap {
             max_send_wr: sq_bbs / wqe_bbs,
             max_recv_wr: if srq.is_some() { 0 } else { rq_wqes },
@@ -157,7 +162,6 @@ impl<B: Backend> Pd<B> {
             rq,
             state: QpState::Reset,
             send_ok: false,
-            recv_ok: false,
             fatal: shared.hca.fatal_handle(),
             qp_type,
             cap: actual,
@@ -266,6 +270,8 @@ impl PostFailure {
             PostError::QueueFull => PostFailureKind::QueueFull,
             PostError::TooManySges => PostFailureKind::TooManySges,
             PostError::InlineTooLarge | PostError::WqeTooLarge => PostFailureKind::InlineTooLarge,
+            // Only a QP's RQ closes, in RESET.
+            PostError::Closed => PostFailureKind::WrongState(QpState::Reset),
         };
         PostFailure { index, kind }
     }
@@ -308,8 +314,6 @@ pub struct Qp<B: Backend> {
     state: QpState,
     /// The state accepts send WRs (RTS, SQD, ERR).
     send_ok: bool,
-    /// The QP has its own RQ and is out of RESET.
-    recv_ok: bool,
     /// The device's fatal-error flag.
     fatal: Arc<AtomicBool>,
     qp_type: QpType,
@@ -504,7 +508,15 @@ impl<B: Backend> Qp<B> {
         }
         self.state = target;
         self.send_ok = matches!(target, QpState::Rts | QpState::Err | QpState::Sqd);
-        self.recv_ok = target != QpState::Reset && self.rq.is_some();
+        if let Some(rq) = &mut self.rq {
+            // The RQ refuses posts in RESET by itself (a closed queue looks full to the fast
+            // path), so posting checks no state.
+            if target == QpState::Reset {
+                rq.close();
+            } else {
+                rq.open();
+            }
+        }
         Ok(())
     }
 
@@ -656,26 +668,14 @@ impl<B: Backend> Qp<B> {
     /// `ibv_post_recv`.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
-        if !self.recv_ok || self.fatal.load(Ordering::Relaxed) {
-            return Err(self.recv_refusal());
-        }
+        // The RQ is closed in RESET (see `modify`). As ibverbs (and `Srq::post_recv`), no
+        // device-state check: receives posted to a dead device are harmless and never complete;
+        // the fatal state shows in sends, control calls and the async event.
         match &mut self.rq {
             Some(rq) => post_recv_chain(rq, wrs),
-            None => Err(self.recv_refusal()),
+            // Attached to an SRQ: post there.
+            None => Err(PostFailure { index: 0, kind: PostFailureKind::InvalidRequest }),
         }
-    }
-
-    /// Why this QP refuses receives now.
-    #[cold]
-    fn recv_refusal(&self) -> PostFailure {
-        let kind = if self.state == QpState::Reset {
-            PostFailureKind::WrongState(self.state)
-        } else if self.fatal.load(Ordering::Relaxed) {
-            PostFailureKind::DeviceFatal
-        } else {
-            PostFailureKind::InvalidRequest
-        };
-        PostFailure { index: 0, kind }
     }
 
     /// The context.
