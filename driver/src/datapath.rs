@@ -337,7 +337,6 @@ pub struct SendQueue<B: Backend> {
     backend: Arc<B>,
     ring: Arc<WrRing>,
     sq_offset: usize,
-    sig_all: bool,
     /// Max SGEs per WQE.
     pub max_sge: u32,
     /// Max inline bytes per WQE.
@@ -404,7 +403,6 @@ impl<B: Backend> SendQueue<B> {
             backend,
             ring,
             sq_offset: geo.sq_offset,
-            sig_all: geo.sig_all,
             max_sge: geo.max_sge,
             max_inline: geo.max_inline,
         })
@@ -431,11 +429,6 @@ impl<B: Backend> SendQueue<B> {
     /// The producer counter (WQEBBs).
     pub fn cur_post(&self) -> u32 {
         self.cur_post
-    }
-
-    /// Whether `sq_sig_all` is set.
-    pub fn sig_all(&self) -> bool {
-        self.sig_all
     }
 
     /// Resets the producer state (QP back to RESET).
@@ -474,11 +467,6 @@ impl<B: Backend> SendQueue<B> {
         let ring_bytes = (self.mask as usize + 1) * 64;
         let abs = (bb & self.mask) as usize * 64 + seg16 as usize * 16;
         self.sq_offset + abs % ring_bytes
-    }
-
-    #[inline(never)]
-    fn write_wqe_outlined(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
-        self.write_wqe(buf, w)
     }
 
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
@@ -687,12 +675,6 @@ impl<B: Backend> SqChain<'_, B> {
         self.bb = bb.wrapping_add(1);
     }
 
-    /// Any other WQE, through [`SendQueue::write_wqe`] (kept out of line).
-    #[inline(always)]
-    pub fn write_wqe(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
-        self.with_queue(|sq| sq.write_wqe_outlined(buf, w))
-    }
-
     /// Runs `f` on the queue itself with the chain's producer state synced in and out: for
     /// WQEs built by the caller through [`SendQueue::write_wqe`].
     #[inline(always)]
@@ -705,12 +687,6 @@ impl<B: Backend> SqChain<'_, B> {
         self.limit = self.sq.limit;
         self.last_ctrl = self.sq.last_ctrl;
         r
-    }
-
-    /// Whether the chain has written any WQE.
-    #[inline(always)]
-    pub fn is_empty(&self) -> bool {
-        self.bb == self.start
     }
 
     /// Ends the chain: the producer state goes back to the queue and, if any WQE was written,
@@ -1117,26 +1093,6 @@ impl CqRing {
     #[inline(always)]
     pub fn cursor(&mut self) -> CqCursor<'_> {
         CqCursor { base: self.base, mask: self.mask, ci: self.ci, start: self.ci, ring: self }
-    }
-
-    /// The CQE at the consumer index, if the device has produced it (see [`CqCursor::peek`]).
-    #[inline(always)]
-    pub fn peek(&self) -> Option<CqeRef<'_>> {
-        peek_at(self.base, self.mask, self.ci)
-    }
-
-    /// Consumes the CQE [`CqRing::peek`] returned.
-    #[inline(always)]
-    pub fn advance(&mut self) {
-        self.ci = self.ci.wrapping_add(1);
-    }
-
-    /// Reads and consumes the next CQE if the device produced one.
-    #[inline]
-    pub fn next_cqe(&mut self) -> Option<Cqe> {
-        let cqe = self.peek()?.copy();
-        self.advance();
-        Some(cqe)
     }
 
     /// Publishes the consumer index in the CQ doorbell record.

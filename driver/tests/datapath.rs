@@ -1,0 +1,214 @@
+//! The data path against the PRM's byte layouts: send WQEs (control, remote address and data
+//! segments), the SQ doorbell record and BlueFlame doorbell, receive WQEs with their
+//! terminator, CQE ownership across passes over the ring, and the pollers' QP cache.
+
+use std::sync::Arc;
+use umlx_driver::SimBackend;
+use umlx_driver::datapath::{
+    CqRing, PostError, QpCache, QpTable, RecvQueue, Remote, SendQueue, Sge, SqGeometry, WrRing, opcode, send_flags,
+};
+use umlx_driver::dma::DmaMemory;
+use umlx_sim::SimConfig;
+
+fn bytes(m: &DmaMemory, off: usize, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    m.read_bytes(off, &mut b).unwrap();
+    b
+}
+
+fn be32(m: &DmaMemory, off: usize) -> u32 {
+    u32::from_be_bytes(bytes(m, off, 4).try_into().unwrap())
+}
+
+#[test]
+fn sge_is_held_as_the_data_segment() {
+    let s = Sge::new(0x1122_3344_5566_7788, 0x0a0b_0c0d, 0x0102_0304);
+    assert_eq!((s.addr(), s.length(), s.lkey()), (0x1122_3344_5566_7788, 0x0a0b_0c0d, 0x0102_0304));
+    let wire: Vec<u8> = s.wire().iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // byte_count, lkey, address: big-endian, as the device reads a data segment.
+    assert_eq!(wire, [0x0a, 0x0b, 0x0c, 0x0d, 1, 2, 3, 4, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+    assert!(!s.is_empty());
+    assert!(Sge::new(0x1000, 0, 5).is_empty());
+    assert!(format!("{s:?}").contains("addr: 0x1122334455667788"));
+}
+
+struct Sq {
+    backend: Arc<SimBackend>,
+    buf: DmaMemory,
+    dbr: DmaMemory,
+    ring: Arc<WrRing>,
+    sq: SendQueue<SimBackend>,
+}
+
+/// A four-WQEBB SQ of QP 0x1234 with its doorbell going to plain memory.
+fn sq() -> Sq {
+    let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
+    let buf = DmaMemory::new(4096).unwrap();
+    let dbr = DmaMemory::new(64).unwrap();
+    let ring = Arc::new(WrRing::new(0x1234, 4, 1));
+    let geo =
+        SqGeometry { qpn: 0x1234, sq_offset: 0, log_bbs: 2, uar_index: 0, max_sge: 1, max_inline: 0, sig_all: false };
+    let sq = SendQueue::new(backend.clone(), &buf, &dbr, geo, ring.clone()).unwrap();
+    Sq { backend, buf, dbr, ring, sq }
+}
+
+#[test]
+fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
+    let mut q = sq();
+    let sge = Sge::new(0xaaaa_0000, 64, 0x55);
+    let mut chain = q.sq.begin();
+    let write = Some(Remote { addr: 0xbbbb_0000_1111, rkey: 0x77 });
+    chain.write_simple(7, opcode::RDMA_WRITE, send_flags::SIGNALED, 0, write, &sge).unwrap();
+    chain
+        .write_simple(8, opcode::SEND_IMM, send_flags::SOLICITED | send_flags::FENCE, 0xdead_beef, None, &sge)
+        .unwrap();
+    chain.finish();
+
+    // WQE 0: control (index 0, opcode 0x08, QPN, DS 3, CQ_UPDATE), remote address, data.
+    let w0 = bytes(&q.buf, 0, 48);
+    assert_eq!(&w0[0..8], &[0, 0, 0, 0x08, 0x00, 0x12, 0x34, 3]);
+    assert_eq!(&w0[8..16], &[0, 0, 0, 0x08, 0, 0, 0, 0]);
+    assert_eq!(&w0[16..32], &[0, 0, 0xbb, 0xbb, 0, 0, 0x11, 0x11, 0, 0, 0, 0x77, 0, 0, 0, 0]);
+    assert_eq!(&w0[32..48], &[0, 0, 0, 64, 0, 0, 0, 0x55, 0, 0, 0, 0, 0xaa, 0xaa, 0, 0]);
+    // WQE 1: index 1, SEND_IMM, DS 2, fence and solicited, the immediate, then data.
+    let w1 = bytes(&q.buf, 64, 32);
+    assert_eq!(&w1[0..8], &[0, 0, 1, 0x0b, 0x00, 0x12, 0x34, 2]);
+    assert_eq!(&w1[8..16], &[0, 0, 0, 0x80 | 0x02, 0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(&w1[16..32], &[0, 0, 0, 64, 0, 0, 0, 0x55, 0, 0, 0, 0, 0xaa, 0xaa, 0, 0]);
+    // One doorbell: the record holds the producer counter, the BlueFlame register the first
+    // 8 bytes of the last WQE.
+    assert_eq!(be32(&q.dbr, 4), 2);
+    let db = q.backend.plain_doorbell(0x800).unwrap();
+    assert_eq!(&db.to_ne_bytes()[..], &w1[0..8]);
+    assert_eq!(q.backend.plain_doorbell(0x900), Some(0), "only one doorbell was rung");
+
+    // The ring holds four: two more fit, the fifth is refused.
+    let mut chain = q.sq.begin();
+    chain.write_simple(9, opcode::SEND, 0, 0, None, &sge).unwrap();
+    chain.write_simple(10, opcode::SEND, 0, 0, None, &sge).unwrap();
+    assert_eq!(chain.write_simple(11, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
+    chain.finish();
+    assert_eq!(be32(&q.dbr, 4), 4);
+    assert_ne!(q.backend.plain_doorbell(0x900), Some(0), "the second doorbell uses the other register");
+
+    // A completion of WQE 0 frees its WQEBB: the next WQE wraps to slot 0 with index 4, and a
+    // zero-length SGE is left out (DS 1).
+    assert_eq!(q.ring.complete_send(0), 7);
+    let mut chain = q.sq.begin();
+    chain.write_simple(12, opcode::SEND, 0, 0, None, &Sge::new(0, 0, 0x55)).unwrap();
+    assert_eq!(chain.write_simple(13, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
+    chain.finish();
+    assert_eq!(&bytes(&q.buf, 0, 8), &[0, 0, 4, 0x0a, 0x00, 0x12, 0x34, 1]);
+    assert_eq!(q.ring.complete_send(4), 12);
+}
+
+#[test]
+fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
+    let buf = DmaMemory::new(4096).unwrap();
+    let dbr = DmaMemory::new(64).unwrap();
+    let ring = Arc::new(WrRing::new(1, 1, 4));
+    // Four WQEs of 32 bytes: room for two SGEs, so one SGE is followed by a terminator.
+    let mut rq = RecvQueue::new(&buf, &dbr, 0, 2, 5, ring.clone(), false).unwrap();
+    assert_eq!(rq.max_sge, 2);
+    let sge = Sge::new(0xcafe_0000, 256, 0x99);
+    assert!(rq.try_write_one(5, &sge));
+    rq.ring_doorbell();
+    assert_eq!(
+        bytes(&buf, 0, 32),
+        [0, 0, 1, 0, 0, 0, 0, 0x99, 0, 0, 0, 0, 0xca, 0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    );
+    assert_eq!(be32(&dbr, 0), 1);
+
+    // A zero-length SGE is not the short path; written in full it leaves only the terminator.
+    assert!(!rq.try_write_one(6, &Sge::new(0x1000, 0, 0x99)));
+    rq.write_wqe(6, &[Sge::new(0x1000, 0, 0x99)]).unwrap();
+    assert_eq!(bytes(&buf, 32, 16), [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+
+    // Closed (its QP in RESET): refused on both paths, nothing written.
+    rq.close();
+    assert!(!rq.try_write_one(7, &sge));
+    assert_eq!(rq.write_wqe(7, &[sge]), Err(PostError::Closed));
+    rq.open();
+    rq.write_wqe(7, &[sge]).unwrap();
+    assert!(rq.try_write_one(8, &sge));
+    assert_eq!(rq.write_wqe(9, &[sge]), Err(PostError::QueueFull));
+    assert_eq!(rq.write_wqe(9, &[sge, sge, sge]), Err(PostError::TooManySges));
+    // One completion frees one WQE.
+    assert_eq!(ring.complete_recv(0), 5);
+    rq.write_wqe(9, &[sge]).unwrap();
+    rq.ring_doorbell();
+    assert_eq!(be32(&dbr, 0), 5);
+}
+
+/// Writes a CQE's last 8 bytes: send opcode and QPN, WQE counter, op_own.
+fn put_cqe(buf: &DmaMemory, index: usize, qpn: u32, counter: u16, op_own: u8) {
+    let off = index * 64;
+    buf.write_bytes(off + 0x38, &((0x08 << 24) | qpn).to_be_bytes()).unwrap();
+    buf.write_bytes(off + 0x3c, &counter.to_be_bytes()).unwrap();
+    buf.write_u8(off + 0x3f, op_own).unwrap();
+}
+
+#[test]
+fn cqe_ownership_follows_the_pass_over_the_ring() {
+    let buf = DmaMemory::new(4096).unwrap();
+    let dbr = DmaMemory::new(64).unwrap();
+    for i in 0..4 {
+        buf.write_u8(i * 64 + 63, 0xf0).unwrap(); // INVALID, owner 0: as the driver initialises
+    }
+    let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
+    {
+        let mut c = ring.cursor();
+        assert!(c.peek_requester().is_none() && c.peek().is_none(), "an INVALID CQE is not handed over");
+        put_cqe(&buf, 0, 0x1234, 7, 0x00); // requester, first pass (owner 0)
+        let cqe = c.peek_requester().expect("a requester CQE of this pass");
+        let t = cqe.tail();
+        assert_eq!((t.qpn(), t.wqe_counter(), t.wqe_opcode(), cqe.opcode()), (0x1234, 7, 0x08, 0));
+        c.advance();
+        put_cqe(&buf, 1, 0x1234, 0, 0x20); // responder SEND: only the general peek takes it
+        assert!(c.peek_requester().is_none());
+        assert_eq!(c.peek().map(|c| c.opcode()), Some(2));
+        c.advance();
+        put_cqe(&buf, 2, 0x1234, 8, 0x01); // owner 1 in the first pass: not yet the device's
+        assert!(c.peek_requester().is_none() && c.peek().is_none());
+        c.finish();
+    }
+    assert_eq!(be32(&dbr, 0), 2, "the consumer index reaches the doorbell record");
+    // Second pass: index 0 again, now owner 1.
+    put_cqe(&buf, 2, 0x1234, 8, 0x00);
+    put_cqe(&buf, 3, 0x1234, 9, 0x00);
+    let mut c = ring.cursor();
+    c.advance();
+    c.advance();
+    assert!(c.peek_requester().is_none(), "CQE 0's owner bit is still from the first pass");
+    put_cqe(&buf, 0, 0x1234, 10, 0x01);
+    assert_eq!(c.peek_requester().map(|c| c.tail().wqe_counter()), Some(10));
+    c.advance();
+    c.finish();
+    assert_eq!(be32(&dbr, 0), 5);
+}
+
+#[test]
+fn the_pollers_qp_cache_forgets_removed_qps() {
+    let table = QpTable::default();
+    let first = Arc::new(WrRing::new(0x10, 1, 1));
+    table.insert(first.clone());
+    let mut cache = QpCache::default();
+    let mut bound = cache.bind(&table);
+    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*first));
+    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*first));
+    assert!(table.get_cached(&mut bound, 0x11).is_none());
+    cache.store(bound);
+    // QP 0x10 destroyed, its number reused: the cache must not hand out the old rings.
+    table.remove(0x10);
+    let second = Arc::new(WrRing::new(0x10, 1, 1));
+    table.insert(second.clone());
+    let mut bound = cache.bind(&table);
+    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*second));
+    cache.store(bound);
+    // A cache from another table is not trusted either.
+    let other = QpTable::default();
+    let third = Arc::new(WrRing::new(0x10, 1, 1));
+    other.insert(third.clone());
+    let mut bound = cache.bind(&other);
+    assert!(std::ptr::eq(other.get_cached(&mut bound, 0x10).unwrap(), &*third));
+}
