@@ -14,6 +14,21 @@ fn umlx(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Runs a Python one-liner on `input` (Python's JSON parser is on every CI machine); its
+/// output, or `None` if it failed (not valid JSON).
+fn python(script: &str, input: &str) -> Option<String> {
+    use std::io::Write;
+    let mut py = Command::new("python3")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    py.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = py.wait_with_output().unwrap();
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 #[test]
 fn layout_json_is_generated_from_the_declarations() {
     let (ok, json, err) = umlx(&["layout", "--json"]);
@@ -31,18 +46,9 @@ fn layout_json_is_generated_from_the_declarations() {
     assert!(json.contains(&plain), "cqe64");
     assert!(json.contains("\"op_own\": {\"offset_bytes\": 63, \"size_bytes\": 1}"));
     assert!(!json.contains("r#"), "raw identifiers are printed by their real name");
-    // Well-formed JSON: Python's parser (present on every CI machine) must accept it.
-    let mut py = Command::new("python3")
-        .args(["-c", "import json,sys; d=json.load(sys.stdin); print(len(d['ifc']), len(d['plain']))"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    use std::io::Write;
-    py.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
-    let out = py.wait_with_output().unwrap();
-    assert!(out.status.success(), "the layout dump is not valid JSON");
-    let counts = String::from_utf8_lossy(&out.stdout);
+    // Well-formed JSON: Python's parser must accept it.
+    let counts = python("import json,sys; d=json.load(sys.stdin); print(len(d['ifc']), len(d['plain']))", &json)
+        .expect("the layout dump is not valid JSON");
     let n: Vec<usize> = counts.split_whitespace().map(|x| x.parse().unwrap()).collect();
     assert_eq!(n, vec![umlx_hwdesc::registry::IFC.len(), umlx_hwdesc::registry::PLAIN.len()]);
 }
@@ -79,23 +85,15 @@ fn bench_datapath_json_reports_every_kernel() {
     // every CQE is a successful completion); a failure makes the command fail.
     let (ok, out, err) = umlx(&["bench", "datapath", "--json", "--no-instructions"]);
     assert!(ok, "{err}");
-    let mut py = Command::new("python3")
-        .args([
-            "-c",
-            "import json,sys; d=json.load(sys.stdin); \
-             print(' '.join(sorted(k for k, v in d.items() if v['ns'] > 0 and v['instructions'] is None)))",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    use std::io::Write;
-    py.stdin.take().unwrap().write_all(out.as_bytes()).unwrap();
-    let res = py.wait_with_output().unwrap();
-    assert!(res.status.success(), "not valid JSON: {out}");
+    let kernels = python(
+        "import json,sys; d=json.load(sys.stdin); \
+         print(' '.join(sorted(k for k, v in d.items() if v['ns'] > 0 and v['instructions'] is None)))",
+        &out,
+    );
     assert_eq!(
-        String::from_utf8_lossy(&res.stdout).trim(),
-        "poll_cq_batch1 poll_cq_batch16 post_recv_1 post_send_1 post_send_chain32"
+        kernels.as_deref(),
+        Some("poll_cq_batch1 poll_cq_batch16 post_recv_1 post_send_1 post_send_chain32"),
+        "{out}"
     );
     assert!(out.contains("\"poll_cq_batch16\": {\"ns\": "), "{out}");
     assert!(out.contains("\"rdma_core_instructions\": 308, \"target_instructions\": 100"), "{out}");
