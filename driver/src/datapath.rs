@@ -987,25 +987,25 @@ pub struct CqeRef<'r> {
     _ring: std::marker::PhantomData<&'r ()>,
 }
 
-/// The last 8 bytes of a CQE: `sop_drop_qpn`, `wqe_counter`, `signature`, `op_own`.
-#[derive(Clone, Copy, Debug)]
-pub struct CqeTail(u64);
+/// A CQE's QPN bytes as they lie in memory (the opcode byte masked off): equal keys are equal
+/// QPNs, and no key equals [`QpnKey::NONE`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpnKey(u32);
 
-impl CqeTail {
-    /// Local QPN.
+impl QpnKey {
+    const MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
+    /// Matches no CQE (the masked byte is set).
+    pub const NONE: QpnKey = QpnKey(u32::MAX);
+
+    /// The key of `qpn` (its low 24 bits).
+    pub fn from_qpn(qpn: u32) -> QpnKey {
+        QpnKey((qpn & 0xff_ffff).to_be())
+    }
+
+    /// The QPN.
     #[inline(always)]
     pub fn qpn(self) -> u32 {
-        (self.0 >> 32) as u32 & 0xff_ffff
-    }
-    /// For requester CQEs: the send WQE opcode.
-    #[inline(always)]
-    pub fn wqe_opcode(self) -> u8 {
-        (self.0 >> 56) as u8
-    }
-    /// WQE counter.
-    #[inline(always)]
-    pub fn wqe_counter(self) -> u16 {
-        (self.0 >> 16) as u16
+        u32::from_be(self.0)
     }
 }
 
@@ -1023,11 +1023,32 @@ impl CqeRef<'_> {
         self.op_own >> 4
     }
 
-    /// QPN, WQE counter and send opcode in one 8-byte load.
+    /// Local QPN (low 24 bits of `sop_drop_qpn`).
     #[inline(always)]
-    pub fn tail(&self) -> CqeTail {
-        // SAFETY: as in `be32`; offset 0x38 is 8-byte aligned, 8 bytes inside the CQE.
-        CqeTail(u64::from_be(unsafe { self.p.add(0x38).cast::<u64>().read_volatile() }))
+    pub fn qpn(&self) -> u32 {
+        self.be32(0x38) & 0xff_ffff
+    }
+
+    /// The QPN as it lies in the CQE, for comparing without byte swapping (see [`QpnKey`]).
+    #[inline(always)]
+    pub fn qpn_key(&self) -> QpnKey {
+        // SAFETY: as in `be32`; offset 0x38, 4 bytes.
+        let raw = unsafe { self.p.add(0x38).cast::<u32>().read_volatile() };
+        QpnKey(raw & QpnKey::MASK)
+    }
+
+    /// For requester CQEs: the send WQE opcode (top byte of `sop_drop_qpn`).
+    #[inline(always)]
+    pub fn wqe_opcode(&self) -> u8 {
+        // SAFETY: as in `be32`; byte 0x38 of the CQE.
+        unsafe { self.p.add(0x38).read_volatile() }
+    }
+
+    /// WQE counter.
+    #[inline(always)]
+    pub fn wqe_counter(&self) -> u16 {
+        // SAFETY: as in `be32`; offset 0x3c is 2-aligned, 2 bytes inside the CQE.
+        u16::from_be(unsafe { self.p.add(0x3c).cast::<u16>().read_volatile() })
     }
 
     /// Byte count.
@@ -1058,7 +1079,7 @@ impl CqeRef<'_> {
     #[inline]
     pub fn copy(&self) -> Cqe {
         let w = |off: usize| ((self.be32(off) as u64) << 32) | self.be32(off + 4) as u64;
-        Cqe { op_own: self.op_own, w2: w(0x18), w4: w(0x20), w5: w(0x28), w6: w(0x30), w7: self.tail().0 }
+        Cqe { op_own: self.op_own, w2: w(0x18), w4: w(0x20), w5: w(0x28), w6: w(0x30), w7: w(0x38) }
     }
 }
 
@@ -1145,24 +1166,38 @@ pub struct CqCursor<'r> {
     start: u32,
 }
 
-impl CqCursor<'_> {
-    /// The CQE at the consumer index if the device has produced it and it is a requester
-    /// success (opcode 0): the common case, in one test. `None` says nothing about other CQEs
-    /// (see [`CqCursor::peek`]).
+impl<'r> CqCursor<'r> {
+    /// Takes requester successes (the common case) into `out`, one entry each, while `take`
+    /// accepts them (it fills the entry, or returns false to leave that CQE unconsumed): at
+    /// most `out.len()`, and not past the ring's end, so the owner bit stays fixed and the next
+    /// CQE is 64 bytes on. Returns how many were taken; stops at any other CQE (see
+    /// [`CqCursor::peek`]).
     #[inline(always)]
-    pub fn peek_requester(&self) -> Option<CqeRef<'_>> {
-        let ci = self.ci;
-        // SAFETY: as in `peek_at`.
-        let p = unsafe { self.base.add(((ci & self.mask) as usize) << 6) };
-        // SAFETY: as in `peek_at`; byte 63 of the CQE.
-        let op_own = unsafe { p.add(63).read_volatile() };
-        // Opcode 0 and the owner bit of this pass: op_own's bits 7:4 and 0 against the pass.
-        let pass = (ci & (self.mask + 1) != 0) as u8;
-        if (op_own ^ pass) & 0xf1 != 0 {
-            return None;
+    pub fn take_requesters<T>(&mut self, out: &mut [T], mut take: impl FnMut(CqeRef<'_>, &mut T) -> bool) -> usize {
+        let index = self.ci & self.mask;
+        let n = ((self.mask - index) as usize + 1).min(out.len());
+        let pass = (self.ci & (self.mask + 1) != 0) as u8;
+        // SAFETY: index <= mask, so the CQE lies in the ring (see `peek_at`); the loop below
+        // visits n CQEs from it, which end at or before the ring's end.
+        let mut p = unsafe { self.base.add((index as usize) << 6) };
+        let start = p;
+        for w in &mut out[..n] {
+            // SAFETY: p is one of the n CQEs (see above); byte 63 of it.
+            let op_own = unsafe { p.add(63).read_volatile() };
+            // Opcode 0 and the owner bit of this pass: op_own's bits 7:4 and 0 against it.
+            if (op_own ^ pass) & 0xf1 != 0 {
+                break;
+            }
+            dma_rmb();
+            if !take(CqeRef { p, op_own, _ring: std::marker::PhantomData }, w) {
+                break;
+            }
+            // SAFETY: at most one past the last of the n CQEs: the ring's end at most.
+            p = unsafe { p.add(64) };
         }
-        dma_rmb();
-        Some(CqeRef { p, op_own, _ring: std::marker::PhantomData })
+        let taken = (p as usize - start as usize) >> 6;
+        self.ci = self.ci.wrapping_add(taken as u32);
+        taken
     }
 
     /// The CQE at the consumer index, if the device has produced it. Does not consume it.
@@ -1274,21 +1309,21 @@ impl QpTable {
     /// [`QpTable::get`] through `cache`, which remembers the last QP found: consecutive
     /// lookups of one QP cost one compare.
     #[inline(always)]
-    pub fn get_cached<'t>(&'t self, cache: &mut BoundQpCache<'t>, qpn: u32) -> Option<&'t WrRing> {
-        if qpn == cache.qpn {
-            // SAFETY: `cache.ring` was set together with `cache.qpn` by a lookup in this table
+    pub fn get_cached<'t>(&'t self, cache: &mut BoundQpCache<'t>, key: QpnKey) -> Option<&'t WrRing> {
+        if key == cache.key {
+            // SAFETY: `cache.ring` was set together with `cache.key` by a lookup in this table
             // (`bind` checked the table and that no QP was removed since), and rings live as
             // long as the table.
             return Some(unsafe { &*cache.ring });
         }
-        self.get_missed(cache, qpn)
+        self.get_missed(cache, key)
     }
 
     #[cold]
     #[inline(never)]
-    fn get_missed<'t>(&'t self, cache: &mut BoundQpCache<'t>, qpn: u32) -> Option<&'t WrRing> {
-        let ring = self.get(qpn)?;
-        cache.qpn = qpn;
+    fn get_missed<'t>(&'t self, cache: &mut BoundQpCache<'t>, key: QpnKey) -> Option<&'t WrRing> {
+        let ring = self.get(key.qpn())?;
+        cache.key = key;
         cache.ring = ring;
         Some(ring)
     }
@@ -1299,7 +1334,7 @@ impl QpTable {
 pub struct QpCache {
     table: *const QpTable,
     generation: u64,
-    qpn: u32,
+    key: QpnKey,
     ring: *const WrRing,
 }
 
@@ -1309,7 +1344,7 @@ unsafe impl Send for QpCache {}
 
 impl Default for QpCache {
     fn default() -> Self {
-        QpCache { table: std::ptr::null(), generation: 0, qpn: u32::MAX, ring: std::ptr::null() }
+        QpCache { table: std::ptr::null(), generation: 0, key: QpnKey::NONE, ring: std::ptr::null() }
     }
 }
 
@@ -1320,19 +1355,13 @@ impl QpCache {
     pub fn bind<'t>(&self, table: &'t QpTable) -> BoundQpCache<'t> {
         let generation = table.generation.load(Ordering::Acquire);
         let valid = std::ptr::eq(self.table, table) && self.generation == generation;
-        BoundQpCache {
-            table,
-            generation,
-            // u32::MAX: no QPN has it (they are 24-bit).
-            qpn: if valid { self.qpn } else { u32::MAX },
-            ring: self.ring,
-        }
+        BoundQpCache { table, generation, key: if valid { self.key } else { QpnKey::NONE }, ring: self.ring }
     }
 
     /// Keeps what `bound` learned.
     #[inline(always)]
     pub fn store(&mut self, bound: BoundQpCache<'_>) {
-        *self = QpCache { table: bound.table, generation: bound.generation, qpn: bound.qpn, ring: bound.ring };
+        *self = QpCache { table: bound.table, generation: bound.generation, key: bound.key, ring: bound.ring };
     }
 }
 
@@ -1340,6 +1369,6 @@ impl QpCache {
 pub struct BoundQpCache<'t> {
     table: &'t QpTable,
     generation: u64,
-    qpn: u32,
+    key: QpnKey,
     ring: *const WrRing,
 }

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use umlx_driver::SimBackend;
 use umlx_driver::datapath::{
-    CqRing, PostError, QpCache, QpTable, RecvQueue, Remote, SendQueue, Sge, SqGeometry, WrRing, opcode, send_flags,
+    CqRing, PostError, QpCache, QpTable, QpnKey, RecvQueue, Remote, SendQueue, Sge, SqGeometry, WrRing, opcode,
+    send_flags,
 };
 use umlx_driver::dma::DmaMemory;
 use umlx_sim::SimConfig;
@@ -156,34 +157,40 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
         buf.write_u8(i * 64 + 63, 0xf0).unwrap(); // INVALID, owner 0: as the driver initialises
     }
     let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
+    // What `take_requesters` hands over: (QPN, WQE counter, send opcode) of each CQE taken.
+    let take = |ring: &mut CqRing, max: usize| {
+        let mut out = vec![(0u32, 0u16, 0u8); max];
+        let mut c = ring.cursor();
+        let n = c.take_requesters(&mut out, |cqe, o| {
+            *o = (cqe.qpn(), cqe.wqe_counter(), cqe.wqe_opcode());
+            assert_eq!(cqe.qpn_key(), QpnKey::from_qpn(cqe.qpn()), "the key ignores the opcode byte");
+            cqe.qpn() != 0xdead // a QP the caller does not know: left unconsumed
+        });
+        let next = c.peek().map(|c| c.opcode());
+        c.finish();
+        out.truncate(n);
+        (out, next)
+    };
+    assert_eq!(take(&mut ring, 4), (vec![], None), "an INVALID CQE is not handed over");
+    put_cqe(&buf, 0, 0x1234, 7, 0x00); // requester, first pass (owner 0)
+    put_cqe(&buf, 1, 0x1234, 0, 0x20); // responder SEND: only the general peek takes it
+    assert_eq!(take(&mut ring, 4), (vec![(0x1234, 7, 0x08)], Some(2)));
+    assert_eq!(be32(&dbr, 0), 1, "the consumer index reaches the doorbell record");
     {
         let mut c = ring.cursor();
-        assert!(c.peek_requester().is_none() && c.peek().is_none(), "an INVALID CQE is not handed over");
-        put_cqe(&buf, 0, 0x1234, 7, 0x00); // requester, first pass (owner 0)
-        let cqe = c.peek_requester().expect("a requester CQE of this pass");
-        let t = cqe.tail();
-        assert_eq!((t.qpn(), t.wqe_counter(), t.wqe_opcode(), cqe.opcode()), (0x1234, 7, 0x08, 0));
-        c.advance();
-        put_cqe(&buf, 1, 0x1234, 0, 0x20); // responder SEND: only the general peek takes it
-        assert!(c.peek_requester().is_none());
-        assert_eq!(c.peek().map(|c| c.opcode()), Some(2));
-        c.advance();
-        put_cqe(&buf, 2, 0x1234, 8, 0x01); // owner 1 in the first pass: not yet the device's
-        assert!(c.peek_requester().is_none() && c.peek().is_none());
+        c.advance(); // the responder CQE, consumed by a general poll
         c.finish();
     }
-    assert_eq!(be32(&dbr, 0), 2, "the consumer index reaches the doorbell record");
-    // Second pass: index 0 again, now owner 1.
+    put_cqe(&buf, 2, 0x1234, 8, 0x01); // owner 1 in the first pass: not yet the device's
+    assert_eq!(take(&mut ring, 4), (vec![], None));
     put_cqe(&buf, 2, 0x1234, 8, 0x00);
+    put_cqe(&buf, 3, 0xdead, 9, 0x00);
+    assert_eq!(take(&mut ring, 4), (vec![(0x1234, 8, 0x08)], Some(0)), "refused by the caller: left");
     put_cqe(&buf, 3, 0x1234, 9, 0x00);
-    let mut c = ring.cursor();
-    c.advance();
-    c.advance();
-    assert!(c.peek_requester().is_none(), "CQE 0's owner bit is still from the first pass");
+    // A run stops at the ring's end: CQE 0 of the second pass is owner 1, and still owner 0.
+    assert_eq!(take(&mut ring, 4), (vec![(0x1234, 9, 0x08)], None));
     put_cqe(&buf, 0, 0x1234, 10, 0x01);
-    assert_eq!(c.peek_requester().map(|c| c.tail().wqe_counter()), Some(10));
-    c.advance();
-    c.finish();
+    assert_eq!(take(&mut ring, 4), (vec![(0x1234, 10, 0x08)], None));
     assert_eq!(be32(&dbr, 0), 5);
 }
 
@@ -194,21 +201,21 @@ fn the_pollers_qp_cache_forgets_removed_qps() {
     table.insert(first.clone());
     let mut cache = QpCache::default();
     let mut bound = cache.bind(&table);
-    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*first));
-    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*first));
-    assert!(table.get_cached(&mut bound, 0x11).is_none());
+    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*first));
+    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*first));
+    assert!(table.get_cached(&mut bound, QpnKey::from_qpn(0x11)).is_none());
     cache.store(bound);
     // QP 0x10 destroyed, its number reused: the cache must not hand out the old rings.
     table.remove(0x10);
     let second = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(second.clone());
     let mut bound = cache.bind(&table);
-    assert!(std::ptr::eq(table.get_cached(&mut bound, 0x10).unwrap(), &*second));
+    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*second));
     cache.store(bound);
     // A cache from another table is not trusted either.
     let other = QpTable::default();
     let third = Arc::new(WrRing::new(0x10, 1, 1));
     other.insert(third.clone());
     let mut bound = cache.bind(&other);
-    assert!(std::ptr::eq(other.get_cached(&mut bound, 0x10).unwrap(), &*third));
+    assert!(std::ptr::eq(other.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*third));
 }

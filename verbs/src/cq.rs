@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqRing, Cqe, CqeRef, CqeTail, QpCache, WrRing, opcode};
+use umlx_driver::datapath::{CqRing, Cqe, CqeRef, QpCache, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -171,12 +171,12 @@ fn status_of(syndrome: u8) -> WcStatus {
 
 /// Fills `w` from a requester success CQE of the QP whose rings are `ring`.
 #[inline(always)]
-fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, t: CqeTail) {
-    w.wr_id = ring.complete_send(t.wqe_counter());
+fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, qpn: u32) {
+    w.wr_id = ring.complete_send(cqe.wqe_counter());
     w.status = WcStatus::Success;
-    w.opcode = SEND_WC[t.wqe_opcode() as usize];
+    w.opcode = SEND_WC[cqe.wqe_opcode() as usize];
     w.byte_len = cqe.byte_cnt();
-    w.qp_num = t.qpn();
+    w.qp_num = qpn;
     w.wc_flags = WcFlags(0);
 }
 
@@ -226,14 +226,12 @@ impl<B: Backend> Cq<B> {
         // The inner loop takes requester successes and calls nothing, so its state stays in
         // registers; any other CQE goes through the outer loop, one at a time.
         while n < wc.len() {
-            for w in wc[n..].iter_mut() {
-                let Some(cqe) = ring_cursor.peek_requester() else { break };
-                let t = cqe.tail();
-                let Some(ring) = shared.qps.get_cached(&mut last, t.qpn()) else { break };
-                fill_send(w, ring, cqe, t);
-                n += 1;
-                ring_cursor.advance();
-            }
+            n += ring_cursor.take_requesters(&mut wc[n..], |cqe, w| {
+                let key = cqe.qpn_key();
+                let Some(ring) = shared.qps.get_cached(&mut last, key) else { return false };
+                fill_send(w, ring, cqe, key.qpn());
+                true
+            });
             if n == wc.len() {
                 break;
             }
@@ -254,9 +252,9 @@ impl<B: Backend> Cq<B> {
     #[inline(never)]
     fn translate_other(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         match cqe.opcode() {
-            0 => match shared.qps.get(cqe.tail().qpn()) {
+            0 => match shared.qps.get(cqe.qpn()) {
                 Some(ring) => {
-                    fill_send(w, ring, cqe, cqe.tail());
+                    fill_send(w, ring, cqe, cqe.qpn());
                     true
                 }
                 None => false,
@@ -270,20 +268,20 @@ impl<B: Backend> Cq<B> {
     /// A responder success CQE.
     #[inline(always)]
     fn translate_recv(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
-        let t = cqe.tail();
+        let qpn = cqe.qpn();
         let srqn = cqe.srqn();
         let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
-        let Some(ring) = srq.or_else(|| shared.qps.get(t.qpn())) else { return false };
+        let Some(ring) = srq.or_else(|| shared.qps.get(qpn)) else { return false };
         let opcode = cqe.opcode();
         let with_imm = opcode != 2;
         let flags_rqpn = cqe.flags_rqpn();
         let grh = (flags_rqpn >> 28) & 3 != 0;
-        w.wr_id = ring.complete_recv(t.wqe_counter());
+        w.wr_id = ring.complete_recv(cqe.wqe_counter());
         w.status = WcStatus::Success;
         w.opcode = if opcode == 1 { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
         w.byte_len = cqe.byte_cnt();
         w.imm_data = if with_imm { cqe.imm() } else { 0 };
-        w.qp_num = t.qpn();
+        w.qp_num = qpn;
         w.src_qp = flags_rqpn & 0xff_ffff;
         w.wc_flags = WcFlags(((with_imm as u32) << 1) | grh as u32);
         w.pkey_index = 0;
