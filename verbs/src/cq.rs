@@ -172,12 +172,17 @@ fn status_of(syndrome: u8) -> WcStatus {
 /// Fills `w` from a requester success CQE of the QP whose rings are `ring`.
 #[inline(always)]
 fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, qpn: u32) {
+    let op = cqe.wqe_opcode();
     w.wr_id = ring.complete_send(cqe.wqe_counter());
+    w.opcode = SEND_WC[op as usize];
     w.status = WcStatus::Success;
-    w.opcode = SEND_WC[cqe.wqe_opcode() as usize];
-    w.byte_len = cqe.byte_cnt();
     w.qp_num = qpn;
     w.wc_flags = WcFlags(0);
+    // As ibverbs: the length of a READ or an atomic (opcodes 0x10 and up); undefined for the
+    // others.
+    if op >= opcode::RDMA_READ {
+        w.byte_len = cqe.byte_cnt();
+    }
 }
 
 /// Requester completion opcode by send WQE opcode (the byte the CQE echoes).

@@ -474,8 +474,8 @@ pub struct RecvWr<'a> {
 /// `struct ibv_wc`.
 ///
 /// As with ibverbs, a completion sets only the fields that are valid for it: `wr_id`,
-/// `status`, `opcode`, `qp_num`, `wc_flags` and `byte_len` always (for a send-side completion,
-/// the message length as the device reports it: READ and atomic lengths included); `imm_data` with `WcFlags::WITH_IMM`; `src_qp`, `sl`, `slid` and `pkey_index` for
+/// `status`, `opcode`, `qp_num` and `wc_flags` always; `byte_len` for receives, READs and
+/// atomics; `imm_data` with `WcFlags::WITH_IMM`; `src_qp`, `sl`, `slid` and `pkey_index` for
 /// receives; `vendor_err` for errors. Other fields keep what the entry held before the poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
