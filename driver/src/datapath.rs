@@ -1239,9 +1239,18 @@ struct Keep {
 pub struct QpTable {
     dir: Box<[AtomicPtr<Leaf>]>,
     keep: Mutex<Keep>,
-    /// Bumped by every removal: a [`QpCache`] from before it may name a QP that is gone (or
-    /// whose number was reused).
-    generation: AtomicU64,
+    /// A stamp taken from [`STAMPS`] at creation and at every removal, so no two tables and no
+    /// two moments between removals share one: a [`QpCache`] with another stamp may come from
+    /// another table or name a QP that is gone (or whose number was reused).
+    stamp: AtomicU64,
+}
+
+/// The source of [`QpTable`] stamps: it only grows (by one per table created or QP removed;
+/// 2^64 of those will not happen), and 0 is never handed out.
+static STAMPS: AtomicU64 = AtomicU64::new(1);
+
+fn next_stamp() -> u64 {
+    STAMPS.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Default for QpTable {
@@ -1249,7 +1258,7 @@ impl Default for QpTable {
         QpTable {
             dir: (0..4096).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             keep: Mutex::new(Keep::default()),
-            generation: AtomicU64::new(0),
+            stamp: AtomicU64::new(next_stamp()),
         }
     }
 }
@@ -1287,9 +1296,7 @@ impl QpTable {
             // SAFETY: as in `insert`.
             unsafe { (*leaf)[(qpn & 0xfff) as usize].store(std::ptr::null_mut(), Ordering::Release) };
         }
-        // Under the lock: removals are serialised, so a plain increment suffices.
-        let g = self.generation.load(Ordering::Relaxed);
-        self.generation.store(g.wrapping_add(1), Ordering::Release);
+        self.stamp.store(next_stamp(), Ordering::Release);
     }
 
     /// Looks a QP's rings up (data path: two loads, no lock).
@@ -1312,8 +1319,8 @@ impl QpTable {
     pub fn get_cached<'t>(&'t self, cache: &mut BoundQpCache<'t>, key: QpnKey) -> Option<&'t WrRing> {
         if key == cache.key {
             // SAFETY: `cache.ring` was set together with `cache.key` by a lookup in this table
-            // (`bind` checked the table and that no QP was removed since), and rings live as
-            // long as the table.
+            // (`bind` checked by the stamp that it is this table and no QP was removed since),
+            // and rings live as long as the table.
             return Some(unsafe { &*cache.ring });
         }
         self.get_missed(cache, key)
@@ -1325,26 +1332,29 @@ impl QpTable {
         let ring = self.get(key.qpn())?;
         cache.key = key;
         cache.ring = ring;
+        cache.changed = true;
         Some(ring)
     }
 }
 
 /// The last QP a poller found (kept by a CQ between polls, as rdma-core's `cur_rsc` is within
-/// one): valid for the table it came from while no QP has been removed from it since.
+/// one): valid for the table it came from while no QP has been removed from it since, which
+/// the table's stamp tells.
 pub struct QpCache {
-    table: *const QpTable,
-    generation: u64,
+    stamp: u64,
     key: QpnKey,
     ring: *const WrRing,
 }
 
-// SAFETY: the pointers are only dereferenced through `QpTable::get_cached` after `bind` has
-// checked them against the table in hand; moving the cache between threads moves no access.
+// SAFETY: the pointer is only dereferenced through `QpTable::get_cached` after `bind` has
+// checked the stamp against the table in hand; moving the cache between threads moves no
+// access.
 unsafe impl Send for QpCache {}
 
 impl Default for QpCache {
     fn default() -> Self {
-        QpCache { table: std::ptr::null(), generation: 0, key: QpnKey::NONE, ring: std::ptr::null() }
+        // Stamp 0 is never a table's.
+        QpCache { stamp: 0, key: QpnKey::NONE, ring: std::ptr::null() }
     }
 }
 
@@ -1353,22 +1363,32 @@ impl QpCache {
     /// empty otherwise.
     #[inline(always)]
     pub fn bind<'t>(&self, table: &'t QpTable) -> BoundQpCache<'t> {
-        let generation = table.generation.load(Ordering::Acquire);
-        let valid = std::ptr::eq(self.table, table) && self.generation == generation;
-        BoundQpCache { table, generation, key: if valid { self.key } else { QpnKey::NONE }, ring: self.ring }
+        let stamp = table.stamp.load(Ordering::Acquire);
+        let valid = self.stamp == stamp;
+        BoundQpCache {
+            changed: !valid,
+            stamp,
+            key: if valid { self.key } else { QpnKey::NONE },
+            ring: self.ring,
+            _table: std::marker::PhantomData,
+        }
     }
 
     /// Keeps what `bound` learned.
     #[inline(always)]
     pub fn store(&mut self, bound: BoundQpCache<'_>) {
-        *self = QpCache { table: bound.table, generation: bound.generation, key: bound.key, ring: bound.ring };
+        if bound.changed {
+            *self = QpCache { stamp: bound.stamp, key: bound.key, ring: bound.ring };
+        }
     }
 }
 
 /// A [`QpCache`] checked against one table, for one poll.
 pub struct BoundQpCache<'t> {
-    table: &'t QpTable,
-    generation: u64,
+    stamp: u64,
     key: QpnKey,
     ring: *const WrRing,
+    /// Whether it differs from the cache it was bound from.
+    changed: bool,
+    _table: std::marker::PhantomData<&'t QpTable>,
 }

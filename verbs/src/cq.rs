@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqRing, Cqe, CqeRef, QpCache, WrRing, opcode};
+use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, QpCache, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -227,25 +227,25 @@ impl<B: Backend> Cq<B> {
         // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls.
         let mut last = self.qp_cache.bind(&shared.qps);
         let mut ring_cursor = self.ring.cursor();
-        let mut n = 0;
-        // The inner loop takes requester successes and calls nothing, so its state stays in
-        // registers; any other CQE goes through the outer loop, one at a time.
-        while n < wc.len() {
-            n += ring_cursor.take_requesters(&mut wc[n..], |cqe, w| {
+        // Requester successes go through a loop that calls nothing, so its state stays in
+        // registers; any other CQE goes through `translate_other`, one at a time.
+        let mut take = |cursor: &mut CqCursor<'_>, out: &mut [Wc]| {
+            cursor.take_requesters(out, |cqe, w| {
                 let key = cqe.qpn_key();
                 let Some(ring) = shared.qps.get_cached(&mut last, key) else { return false };
                 fill_send(w, ring, cqe, key.qpn());
                 true
-            });
-            if n == wc.len() {
-                break;
-            }
-            // A CQE the loop above does not take: another kind, or one of a QP no longer
-            // known (consumed and skipped); or none.
+            })
+        };
+        let mut n = take(&mut ring_cursor, wc);
+        while n < wc.len() {
+            // A CQE the loop does not take: another kind, or one of a QP no longer known
+            // (consumed and skipped), or the first of the next pass over the ring; or none.
             let Some(cqe) = ring_cursor.peek() else { break };
             let filled = Self::translate_other(shared, cqe, &mut wc[n]);
             ring_cursor.advance();
             n += filled as usize;
+            n += take(&mut ring_cursor, &mut wc[n..]);
         }
         ring_cursor.finish();
         self.qp_cache.store(last);
