@@ -1012,8 +1012,9 @@ impl QpnKey {
 impl CqeRef<'_> {
     #[inline(always)]
     fn be32(&self, off: usize) -> u32 {
-        // SAFETY: `p` is a 64-byte aligned CQE inside the ring (see `CqRing::peek`), which
-        // outlives this reference; off + 4 <= 64 and 4-aligned at every call site.
+        // SAFETY: `p` is a 64-byte aligned CQE inside the ring (see `peek_at` and
+        // `CqCursor::take_requesters`), which outlives this reference; off + 4 <= 64 and
+        // 4-aligned at every call site.
         u32::from_be(unsafe { self.p.add(off).cast::<u32>().read_volatile() })
     }
 
