@@ -103,22 +103,18 @@ impl SimDevice {
 
     /// Writes the 32-bit big-endian register at BAR0 + `offset`.
     pub fn bar0_write32(&self, offset: u64, value: u32) {
-        let out = {
-            let mut h = self.lock();
-            h.bar_write32(offset, value);
-            h.take_outbox()
-        };
-        self.inner.port.transmit(out);
+        let mut h = self.lock();
+        h.bar_write32(offset, value);
+        // Sent before the lock is released: see `engine`.
+        self.inner.port.transmit(h.take_outbox());
     }
 
     /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells.
     pub fn bar0_write64(&self, offset: u64, value: u64) {
-        let out = {
-            let mut h = self.lock();
-            h.bar_write64(offset, value);
-            h.take_outbox()
-        };
-        self.inner.port.transmit(out);
+        let mut h = self.lock();
+        h.bar_write64(offset, value);
+        // Sent before the lock is released: see `engine`.
+        self.inner.port.transmit(h.take_outbox());
     }
 
     /// The device's Ethernet port (attach it to a [`crate::fabric::Fabric`] or a UDP wire).
@@ -255,9 +251,11 @@ impl SimDevice {
 
 /// The engine: time-driven device work, until the device is dropped.
 ///
-/// Each round takes the frames the port received, hands them to the transport and runs the
-/// timers under the device lock, then sends what the transport queued after dropping it. The
-/// port wakes the engine when a frame arrives.
+/// Each round takes the frames the port received, hands them to the transport, runs the timers
+/// and sends what the transport queued, all under the device lock. Sending before the lock is
+/// released matters: a CQE is visible to the host as soon as it is written, and a host that
+/// then tears the device down (its next command waits for the lock) must not lose the ACK
+/// queued with that CQE. The port wakes the engine when a frame arrives.
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
@@ -265,14 +263,14 @@ fn engine(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let frames = inner.port.take_rx();
-        let (busy, out) = {
+        let busy = {
             let mut h = inner.hca.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             inner.port.process(&mut h, frames, now);
             h.tick(now);
-            (h.has_timed_work(), h.take_outbox())
+            inner.port.transmit(h.take_outbox());
+            h.has_timed_work()
         };
-        inner.port.transmit(out);
         drop(inner);
         std::thread::park_timeout(if busy { Duration::from_micros(100) } else { Duration::from_millis(1) });
     }

@@ -157,7 +157,8 @@ impl Port {
         self.inner.inject(frame);
     }
 
-    /// Sends frames on the wire (called without the device lock).
+    /// Sends frames on the wire (the device calls it under its own lock: it takes only port and
+    /// fabric locks, never a device lock).
     pub fn transmit(&self, frames: Vec<Vec<u8>>) {
         if frames.is_empty() {
             return;
