@@ -97,6 +97,17 @@ impl DurationClock {
     pub fn window(&self) -> (Instant, Instant) {
         (self.start + self.margin, self.start + self.total - self.margin)
     }
+
+    /// The sampling window's length, ns.
+    pub fn window_ns(&self) -> u64 {
+        let (a, b) = self.window();
+        b.duration_since(a).as_nanos() as u64
+    }
+
+    /// Whether `dur` is a duration run now in its sampling window (an iteration then counts).
+    pub fn sampling(dur: Option<DurationClock>) -> bool {
+        dur.is_some_and(|d| d.phase(Instant::now()) == Phase::Sample)
+    }
 }
 
 /// The live progress line on stderr (overwritten with `\r`), shown once a run lasts a second.
@@ -674,17 +685,14 @@ impl<B: Backend> Resources<B> {
                     break;
                 }
                 ccnt += 1;
-                if let Some(d) = dur
-                    && d.phase(Instant::now()) == Phase::Sample
-                {
+                if DurationClock::sampling(dur) {
                     run.msgs += 1;
                 }
             }
         }
         progress.finish();
         if let Some(d) = dur {
-            let (a, b) = d.window();
-            run.window_ns = b.duration_since(a).as_nanos() as u64;
+            run.window_ns = d.window_ns();
         }
         Ok(run)
     }
@@ -732,9 +740,7 @@ impl<B: Backend> Resources<B> {
                         return Err(wc_error("receive", w.qp_num, &w, rcnt, iters));
                     }
                     rcnt += 1;
-                    if let Some(d) = dur
-                        && d.phase(Instant::now()) == Phase::Sample
-                    {
+                    if DurationClock::sampling(dur) {
                         run.msgs += 1;
                     }
                     if in_dur || rcnt + rx_depth <= iters {
@@ -764,8 +770,7 @@ impl<B: Backend> Resources<B> {
         }
         progress.finish();
         if let Some(d) = dur {
-            let (a, b) = d.window();
-            run.window_ns = b.duration_since(a).as_nanos() as u64;
+            run.window_ns = d.window_ns();
         }
         Ok(run)
     }
@@ -798,16 +803,13 @@ impl<B: Backend> Resources<B> {
             if !self.poll_one_send("RDMA READ", scnt - 1, iters, &ended)? {
                 break;
             }
-            if let Some(d) = dur
-                && d.phase(Instant::now()) == Phase::Sample
-            {
+            if DurationClock::sampling(dur) {
                 run.msgs += 1;
             }
         }
         progress.finish();
         if let Some(d) = dur {
-            let (a, b) = d.window();
-            run.window_ns = b.duration_since(a).as_nanos() as u64;
+            run.window_ns = d.window_ns();
         }
         Ok(run)
     }
