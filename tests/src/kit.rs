@@ -317,25 +317,10 @@ pub fn rtr_attr<B: Backend>(
 }
 
 /// The attribute mask INIT→RTR needs for RC.
-pub const RTR_MASK: QpAttrMask = QpAttrMask(
-    QpAttrMask::STATE.0
-        | QpAttrMask::AV.0
-        | QpAttrMask::PATH_MTU.0
-        | QpAttrMask::DEST_QPN.0
-        | QpAttrMask::RQ_PSN.0
-        | QpAttrMask::MAX_DEST_RD_ATOMIC.0
-        | QpAttrMask::MIN_RNR_TIMER.0,
-);
+pub const RTR_MASK: QpAttrMask = QpAttrMask::RC_RTR;
 
 /// The attribute mask RTR→RTS needs for RC.
-pub const RTS_MASK: QpAttrMask = QpAttrMask(
-    QpAttrMask::STATE.0
-        | QpAttrMask::SQ_PSN.0
-        | QpAttrMask::TIMEOUT.0
-        | QpAttrMask::RETRY_CNT.0
-        | QpAttrMask::RNR_RETRY.0
-        | QpAttrMask::MAX_QP_RD_ATOMIC.0,
-);
+pub const RTS_MASK: QpAttrMask = QpAttrMask::RC_RTS;
 
 /// The RTR→RTS attributes with first PSN `sq_psn`.
 pub fn rts_attr(sq_psn: u32, o: &RcOpts) -> QpAttr {
