@@ -90,6 +90,14 @@ fn wait(cq: &mut Cq<SimBackend>) -> Wc {
     wc[0]
 }
 
+/// Sends the first `size` bytes of `s`'s buffer, signaled.
+fn send(s: &mut Side, wr_id: u64, size: u32) -> std::result::Result<(), Error> {
+    let sge = [s.mr.sge(0, size)];
+    let wr =
+        SendWr { wr_id, sg_list: &sge, op: SendOp::Send, send_flags: SendFlags::SIGNALED, inline_data: None, ud: None };
+    s.qp.post_send(&[wr]).map_err(|e| Error::Invalid(e.to_string()))
+}
+
 fn main() -> std::result::Result<(), Error> {
     let fabric = Fabric::perfect();
     let mut a = open(&fabric, 1)?;
@@ -110,27 +118,9 @@ fn main() -> std::result::Result<(), Error> {
             .map_err(|e| Error::Invalid(e.to_string()))?;
         a.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &[a.mr.sge(2048, size)] }])
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        let ping = [a.mr.sge(0, size)];
-        a.qp.post_send(&[SendWr {
-            wr_id: 3,
-            sg_list: &ping,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        send(&mut a, 3, size)?; // ping
         wait(&mut b.cq);
-        let pong = [b.mr.sge(0, size)];
-        b.qp.post_send(&[SendWr {
-            wr_id: 4,
-            sg_list: &pong,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .map_err(|e| Error::Invalid(e.to_string()))?;
+        send(&mut b, 4, size)?; // pong
         wait(&mut b.cq);
         wait(&mut a.cq);
         wait(&mut a.cq);
