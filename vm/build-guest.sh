@@ -12,6 +12,8 @@
 set -euo pipefail
 W=${UMLX_VM_DIR:-/tmp/umlx-vm}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=vm/common.sh
+. "$HERE/common.sh"
 export DEBIAN_FRONTEND=noninteractive
 mkdir -p "$W/debs"
 
@@ -72,18 +74,7 @@ rm -rf "$R"
 mkdir -p "$R"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,root,lib/modules}
 cp /bin/busybox "$R/bin/busybox"
 for a in $(/bin/busybox --list); do [ -e "$R/bin/$a" ] || ln -s busybox "$R/bin/$a"; done
-: > "$R/modules.order"
-for m in vfio_iommu_type1 vfio-pci e1000 e1000e; do
-  kmod modprobe -d "$W/kernel" -S "$KVER" --show-depends "$m" | awk '$1=="insmod"{print $2}'
-done | awk '!seen[$0]++' | while read -r ko; do
-  name=$(basename "$ko")
-  case "$name" in
-    *.ko.xz) xz -dc "$ko" > "$R/lib/modules/${name%.xz}"; name=${name%.xz};;
-    *.ko.zst) zstd -qdc "$ko" > "$R/lib/modules/${name%.zst}"; name=${name%.zst};;
-    *) cp "$ko" "$R/lib/modules/$name";;
-  esac
-  echo "/lib/modules/$name" >> "$R/modules.order"
-done
+copy_modules "$R" "$W/kernel" "$KVER" vfio_iommu_type1 vfio-pci e1000 e1000e
 echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"
 echo 'root:x:0:' > "$R/etc/group"
 install -m 755 "$HERE/guest/init.sh" "$R/init"

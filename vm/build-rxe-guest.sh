@@ -11,6 +11,8 @@
 set -euo pipefail
 W=${UMLX_VM_DIR:-/tmp/umlx-vm}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=vm/common.sh
+. "$HERE/common.sh"
 export DEBIAN_FRONTEND=noninteractive
 
 # 1. Host tools, the kernel and kmod: shared with the VFIO suite.
@@ -70,18 +72,7 @@ echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"
 echo 'root:x:0:' > "$R/etc/group"
 printf '127.0.0.1 localhost\n' > "$R/etc/hosts"
 cp /etc/protocols /etc/services "$R/etc/" 2>/dev/null || true
-: > "$R/modules.order"
-for m in virtio_pci virtio_net crc32_generic rdma_rxe ib_uverbs; do
-  kmod modprobe -d "$W/kernel" -S "$KVER" --show-depends "$m" | awk '$1=="insmod"{print $2}'
-done | awk '!seen[$0]++' | while read -r ko; do
-  name=$(basename "$ko")
-  case "$name" in
-    *.ko.xz) xz -dc "$ko" > "$R/lib/modules/${name%.xz}"; name=${name%.xz};;
-    *.ko.zst) zstd -qdc "$ko" > "$R/lib/modules/${name%.zst}"; name=${name%.zst};;
-    *) cp "$ko" "$R/lib/modules/$name";;
-  esac
-  echo "/lib/modules/$name" >> "$R/modules.order"
-done
+copy_modules "$R" "$W/kernel" "$KVER" virtio_pci virtio_net crc32_generic rdma_rxe ib_uverbs
 install -m 755 "$HERE/guest/init.sh" "$R/init"
 (cd "$R" && find . | cpio -o -H newc --quiet | gzip -1 > "$W/initramfs-rxe.cpio.gz")
 echo "build-rxe-guest: kernel $KVER, modules: $(xargs -n1 basename < "$R/modules.order" | tr '\n' ' ')"

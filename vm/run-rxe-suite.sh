@@ -27,6 +27,8 @@
 set -euo pipefail
 exec </dev/null
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=vm/common.sh
+. "$ROOT/vm/common.sh"
 W=${UMLX_VM_DIR:-/tmp/umlx-vm}
 LOGS=${UMLX_VM_LOGS:-$W/logs/rxe-$(date +%Y%m%d-%H%M%S)}
 TIMEOUT=${UMLX_VM_TIMEOUT:-900}
@@ -74,16 +76,7 @@ tail -1 "$LOGS/build-guest.log"
 echo "   (guest ready at $(elapsed))"
 
 # 2. The umlx binary (it runs on the host only).
-echo "== cargo build --release -p umlx-tools --bin umlx (log: $LOGS/cargo-build.log)"
-if ! (cd "$ROOT" && cargo build --release -p umlx-tools --bin umlx) > "$LOGS/cargo-build.log" 2>&1; then
-  tail -30 "$LOGS/cargo-build.log"
-  echo "rxe suite: FAILED (cargo build; log $LOGS/cargo-build.log)"
-  exit 1
-fi
-TARGET_DIR=${CARGO_TARGET_DIR:-$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
-BIN=$TARGET_DIR/release/umlx
-[ -x "$BIN" ] || { echo "rxe suite: FAILED (no binary at $BIN)"; exit 1; }
+build_umlx "rxe suite"
 echo "   ($BIN ready at $(elapsed))"
 
 # 3. The case list: each case server-in-guest (gs), then server-on-host (hs).

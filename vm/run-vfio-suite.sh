@@ -23,6 +23,8 @@
 set -euo pipefail
 exec </dev/null
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=vm/common.sh
+. "$ROOT/vm/common.sh"
 W=${UMLX_VM_DIR:-/tmp/umlx-vm}
 LOGS=${UMLX_VM_LOGS:-$W/logs/$(date +%Y%m%d-%H%M%S)}
 TIMEOUT=${UMLX_VM_TIMEOUT:-900}
@@ -43,17 +45,8 @@ tail -2 "$LOGS/build-guest.log"
 echo "   (guest ready at $(elapsed))"
 
 # 2. The umlx binary.
-echo "== cargo build --release -p umlx-tools --bin umlx (log: $LOGS/cargo-build.log)"
-if ! (cd "$ROOT" && cargo build --release -p umlx-tools --bin umlx) > "$LOGS/cargo-build.log" 2>&1; then
-  tail -30 "$LOGS/cargo-build.log"
-  echo "VFIO suite: FAILED (cargo build; log $LOGS/cargo-build.log)"
-  exit 1
-fi
-TARGET_DIR=${CARGO_TARGET_DIR:-$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
-BIN=$TARGET_DIR/release/umlx
+build_umlx "VFIO suite"
 echo "   ($BIN ready at $(elapsed))"
-[ -x "$BIN" ] || { echo "VFIO suite: FAILED (no binary at $BIN)"; exit 1; }
 
 # 3. The per-run archive: umlx (debug info stripped), its shared libraries, /test.sh.
 OV=$W/overlay
