@@ -19,6 +19,7 @@ fn decode_to_string(bytes: &[u8]) -> (umlx_sim::wire::decode::DecodeSummary, Str
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn read2_lines_and_summary() {
     let mut out = Vec::new();
     let s = decode_pcap_file(vectors_dir().join("read2.pcap"), &mut out).unwrap();
@@ -67,6 +68,7 @@ fn read2_lines_and_summary() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn every_vector_pcap_decodes_clean() {
     for &(name, v2, v1) in PCAP_COUNTS {
         let mut sink = Vec::new();
@@ -163,6 +165,7 @@ fn crafted_capture_counts_every_kind() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn damaged_files() {
     let full = std::fs::read(vectors_dir().join("read2.pcap")).unwrap();
     // Cut inside the 10th record: the first 9 are decoded, then a pcap error line.

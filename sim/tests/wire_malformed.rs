@@ -53,6 +53,7 @@ fn fix_ipv4_checksum(frame: &mut [u8], l3: usize) {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn truncation_at_every_length() {
     for (name, frame) in sample_frames() {
         assert!(parse_frame_verified(&frame).is_ok(), "{name}");
@@ -82,6 +83,7 @@ fn truncation_at_every_length() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn flipped_bits_are_caught() {
     for (name, frame) in sample_frames() {
         let p = parse_frame(&frame).unwrap();
@@ -136,6 +138,7 @@ fn flipped_bits_are_caught() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn bad_opcodes() {
     let (_, ack) = sample_frames().into_iter().find(|(n, _)| n == "read2 #8").unwrap();
     let bth = 14 + 20 + 8;
@@ -176,6 +179,7 @@ fn bad_opcodes() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn bad_lengths_and_headers() {
     let (_, f) = sample_frames().into_iter().find(|(n, _)| n == "read2 #11").unwrap();
     let l3 = 14;
@@ -235,6 +239,7 @@ fn bad_lengths_and_headers() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn random_mutations_never_panic() {
     let mut rng = XorShift::new(0x5EED_0001);
     let mut seeds: Vec<Vec<u8>> = sample_frames().into_iter().map(|(_, f)| f).collect();
@@ -397,6 +402,7 @@ fn builder_rejects_invalid_input() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn wire_stats_count_by_reason() {
     use umlx_sim::wire::WireStats;
     let frames = sample_frames();

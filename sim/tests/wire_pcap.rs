@@ -51,6 +51,7 @@ fn writer_reader_round_trip_both_resolutions() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn real_file_round_trips_byte_for_byte() {
     // read2.pcap is a microsecond little-endian file with snaplen 10000: rewriting its
     // records with the same options reproduces it exactly.

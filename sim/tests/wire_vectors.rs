@@ -54,6 +54,7 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn every_pcap_frame_verifies_with_readme_counts() {
     let (mut total_v2, mut total_v1) = (0, 0);
     for &(name, want_v2, want_v1) in PCAP_COUNTS {
@@ -82,6 +83,7 @@ fn every_pcap_frame_verifies_with_readme_counts() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn opcode_mix_matches_readme() {
     let (_, _, _, ops) = check_pcap("rocev2_test.pcap");
     assert_eq!(ops.get("RC_SEND_FIRST"), Some(&120));
@@ -104,6 +106,7 @@ fn opcode_mix_matches_readme() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn read2_fields() {
     let frames = pcap_frames("read2.pcap");
     let get = |n: u64| frames.iter().find(|f| f.0 == n).unwrap().1.clone();
@@ -159,6 +162,7 @@ fn read2_fields() {
 /// Rebuilds read2 #11 (WRITE_ONLY, PadCnt 2) from explicitly written fields rather than
 /// from `from_packet`: what a port would do.
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn read2_write_only_rebuilt_by_hand() {
     let frames = pcap_frames("read2.pcap");
     let orig = &frames.iter().find(|f| f.0 == 11).unwrap().1;
@@ -236,6 +240,7 @@ fn cnp_hand_vector() {
 /// scapy's synthetic UC SEND_ONLY: checks the values its test asserts, including a correct
 /// non-zero UDP checksum over IPv4, which the builder reproduces.
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn scapy_uc_send_only() {
     let (_, frame) =
         scapy_vectors().into_iter().find(|(n, _)| n == "scapy_uc_send_only_ipv4_synthetic").expect("vector present");
@@ -258,6 +263,7 @@ fn scapy_uc_send_only() {
 }
 
 #[test]
+#[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn rocev1_vectors() {
     for (name, frame) in scapy_vectors() {
         if !name.starts_with("scapy_rocev1") {

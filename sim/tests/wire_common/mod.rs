@@ -6,13 +6,16 @@ use std::path::PathBuf;
 
 use umlx_sim::wire::pcap::PcapReader;
 
-/// `shared/rocev2_vectors`, next to the workspace. CI always has it.
+/// The real ConnectX captures: `shared/rocev2_vectors` beside the workspace, or `UMLX_VECTORS`
+/// (found by `sim/build.rs`). Tests that read them carry
+/// `#[cfg_attr(not(umlx_vectors), ignore = ...)]`, so on a clone without them they report as
+/// ignored; with `UMLX_REQUIRE_VECTORS=1` (CI) they run, and a missing directory fails here.
 pub fn vectors_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/rocev2_vectors");
+    let dir = PathBuf::from(env!("UMLX_VECTORS_DIR"));
     assert!(
         dir.is_dir(),
-        "RoCE test vectors not found at {} (expected shared/rocev2_vectors beside the \
-         workspace; CI always provides it)",
+        "the RoCE captures are not at {} (UMLX_REQUIRE_VECTORS=1 asks for them): put \
+         shared/rocev2_vectors beside the workspace or point UMLX_VECTORS at the directory",
         dir.display()
     );
     dir
