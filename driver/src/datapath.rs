@@ -18,6 +18,13 @@
 //! so posting copies it. Callers keep the general cases (SGE lists, inline data, atomics, UD,
 //! full queues) out of line, so the short loops make no calls.
 //!
+//! Polling has two shapes. [`CqRing::take_requester`] is the straight-line one for a poll that
+//! finds nothing or one requester success: the ring keeps the head CQE's address and owner bit
+//! beside the consumer counter (two loads to look), and the poller's [`QpCache`] is keyed by
+//! the CQE's whole `sop_drop_qpn` dword ([`SopDropQpn`]: QP and send opcode), so a hit also
+//! answers what the completion's opcode is. [`CqCursor::take_requesters`] takes runs of
+//! requester successes for batches, with a [`BoundQpCache`] checked once per poll.
+//!
 //! This is one of the driver's `unsafe` modules (raw pointers into the queues' DMA buffers and
 //! the QP table).
 
@@ -973,6 +980,10 @@ pub struct CqRing {
     mask: u32,
     log_size: u32,
     ci: u32,
+    /// The CQE at `ci` and the owner bit it has when the device has written it on this pass
+    /// (bit `log_size` of `ci`): kept with `ci` so that looking at the head costs two loads.
+    head: *const u8,
+    owner: u8,
     /// The consumer-index word of the CQ doorbell record (the CQ keeps it alive).
     dbr: *mut u32,
 }
@@ -987,27 +998,39 @@ pub struct CqeRef<'r> {
     _ring: std::marker::PhantomData<&'r ()>,
 }
 
-/// A CQE's QPN bytes as they lie in memory (the opcode byte masked off): equal keys are equal
-/// QPNs, and no key equals [`QpnKey::NONE`].
+/// A CQE's `sop_drop_qpn` dword as it lies in memory: for a requester CQE the send WQE's
+/// opcode (bits 31:24) and the QPN (bits 23:0). Compared as is, without byte swapping: equal
+/// values are the same opcode on the same QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpnKey(u32);
+pub struct SopDropQpn(u32);
 
-impl QpnKey {
-    const MASK: u32 = u32::from_ne_bytes([0, 0xff, 0xff, 0xff]);
-    /// Matches no CQE (the masked byte is set).
-    pub const NONE: QpnKey = QpnKey(u32::MAX);
-
-    /// The key of `qpn` (its low 24 bits).
-    pub fn from_qpn(qpn: u32) -> QpnKey {
-        QpnKey((qpn & 0xff_ffff).to_be())
+impl SopDropQpn {
+    /// The dword of a CQE for `qpn` (its low 24 bits) and `wqe_opcode`.
+    pub fn new(wqe_opcode: u8, qpn: u32) -> SopDropQpn {
+        SopDropQpn((((wqe_opcode as u32) << 24) | (qpn & 0xff_ffff)).to_be())
     }
 
     /// The QPN.
     #[inline(always)]
     pub fn qpn(self) -> u32 {
-        u32::from_be(self.0)
+        u32::from_be(self.0) & 0xff_ffff
+    }
+
+    /// The send WQE opcode (requester CQEs).
+    #[inline(always)]
+    pub fn wqe_opcode(self) -> u8 {
+        (u32::from_be(self.0) >> 24) as u8
+    }
+
+    /// As a cache key: no `SopDropQpn` equals [`NO_SOP_DROP_QPN`].
+    #[inline(always)]
+    fn key(self) -> u64 {
+        self.0 as u64
     }
 }
+
+/// A cache key no CQE has.
+const NO_SOP_DROP_QPN: u64 = u64::MAX;
 
 impl CqeRef<'_> {
     #[inline(always)]
@@ -1030,12 +1053,11 @@ impl CqeRef<'_> {
         self.be32(0x38) & 0xff_ffff
     }
 
-    /// The QPN as it lies in the CQE, for comparing without byte swapping (see [`QpnKey`]).
+    /// The `sop_drop_qpn` dword as it lies in the CQE (see [`SopDropQpn`]).
     #[inline(always)]
-    pub fn qpn_key(&self) -> QpnKey {
+    pub fn sop_drop_qpn(&self) -> SopDropQpn {
         // SAFETY: as in `be32`; offset 0x38, 4 bytes.
-        let raw = unsafe { self.p.add(0x38).cast::<u32>().read_volatile() };
-        QpnKey(raw & QpnKey::MASK)
+        SopDropQpn(unsafe { self.p.add(0x38).cast::<u32>().read_volatile() })
     }
 
     /// For requester CQEs: the send WQE opcode (top byte of `sop_drop_qpn`).
@@ -1091,12 +1113,25 @@ impl CqRing {
         if log_size > 24 || (64usize << log_size) > buf.len() || dbr.len() < 8 {
             return None;
         }
-        Some(CqRing { base: buf.as_ptr(), mask: (1 << log_size) - 1, log_size, ci: 0, dbr: dbr.as_ptr().cast::<u32>() })
+        let base = buf.as_ptr().cast_const();
+        let (mask, dbr) = ((1 << log_size) - 1, dbr.as_ptr().cast::<u32>());
+        Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr })
     }
 
     /// A consumer over a new ring (after a resize) continuing at consumer counter `ci`.
     pub fn resume(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
-        CqRing::new(buf, dbr, log_size).map(|r| CqRing { ci, ..r })
+        let mut r = CqRing::new(buf, dbr, log_size)?;
+        r.set_ci(ci);
+        Some(r)
+    }
+
+    /// Moves the consumer counter to `ci`, and the head CQE and owner bit with it.
+    #[inline(always)]
+    fn set_ci(&mut self, ci: u32) {
+        self.ci = ci;
+        // SAFETY: the index is masked, so the CQE lies in the ring (see `CqRing::new`).
+        self.head = unsafe { self.base.add(((ci & self.mask) as usize) << 6) };
+        self.owner = (ci & (self.mask + 1) != 0) as u8;
     }
 
     /// log2 of the number of CQEs.
@@ -1117,6 +1152,51 @@ impl CqRing {
         CqCursor { base: self.base, mask: self.mask, ci: self.ci, start: self.ci, ring: self }
     }
 
+    /// The CQE at the consumer index, sorted for the poll fast path (one load of the owner
+    /// byte; the read barrier is passed for a requester success).
+    #[inline(always)]
+    pub fn head(&self) -> CqHead<'_> {
+        let p = self.head;
+        // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the CQ
+        // owns the buffer; see `set_ci` and `advance`); byte 63 of it.
+        let op_own = unsafe { p.add(63).read_volatile() };
+        let x = op_own ^ self.owner;
+        // Opcode 0 (requester) and the owner bit of this pass: bits 7:4 and 0 against it.
+        if x & 0xf1 == 0 {
+            dma_rmb();
+            return CqHead::RequesterSuccess(CqeRef { p, op_own, _ring: std::marker::PhantomData });
+        }
+        // As in `peek_at`: rotated right by one, an owner mismatch lands in bit 7 and the
+        // opcode in bits 6:3; INVALID (15) or a stale owner is at least 0x78.
+        if x.rotate_right(1) >= 0x78 { CqHead::Empty } else { CqHead::Other }
+    }
+
+    /// The poll fast path: if the head CQE is a requester success, shows it to `f` with a
+    /// view of the CQE after it, and if `f` takes it (returns true), consumes it and publishes
+    /// the consumer index in the doorbell record. The ring's next state is worked out before
+    /// `f` runs, so it stays in registers across `f`'s stores.
+    #[inline(always)]
+    pub fn take_requester(&mut self, f: impl FnOnce(CqeRef<'_>, NextCqe<'_>) -> bool) -> HeadTaken {
+        let cqe = match self.head() {
+            CqHead::RequesterSuccess(cqe) => cqe,
+            CqHead::Empty => return HeadTaken::Empty,
+            CqHead::Other => return HeadTaken::Other,
+        };
+        let ci = self.ci.wrapping_add(1);
+        let wrap = ci & self.mask == 0;
+        // SAFETY: when the head is not the ring's last CQE, the next one is in the ring.
+        let next = if wrap { self.base } else { unsafe { cqe.p.add(64) } };
+        let owner = self.owner ^ wrap as u8;
+        if !f(cqe, NextCqe { p: next, owner, _ring: std::marker::PhantomData }) {
+            return HeadTaken::Declined;
+        }
+        self.ci = ci;
+        self.head = next;
+        self.owner = owner;
+        self.update_ci();
+        HeadTaken::Taken
+    }
+
     /// Publishes the consumer index in the CQ doorbell record.
     #[inline(always)]
     pub fn update_ci(&self) {
@@ -1134,6 +1214,46 @@ impl CqRing {
         unsafe { self.dbr.add(1).write_volatile(hi.to_be()) };
         dma_wmb();
         backend.write64(((uar as usize) << 12) + 0x20, ((hi as u64) << 32) | cqn as u64);
+    }
+}
+
+/// What [`CqRing::head`] found at the consumer index.
+pub enum CqHead<'r> {
+    /// No CQE: the device has not written one there on this pass.
+    Empty,
+    /// A requester success (CQE opcode 0).
+    RequesterSuccess(CqeRef<'r>),
+    /// Any other CQE (responder, error, resize): see [`CqCursor::peek`].
+    Other,
+}
+
+/// What [`CqRing::take_requester`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadTaken {
+    /// No CQE at the head.
+    Empty,
+    /// A CQE other than a requester success at the head: not shown.
+    Other,
+    /// A requester success the caller did not take.
+    Declined,
+    /// A requester success taken and consumed.
+    Taken,
+}
+
+/// The CQE after the head, as [`CqRing::take_requester`] shows it.
+pub struct NextCqe<'r> {
+    p: *const u8,
+    owner: u8,
+    _ring: std::marker::PhantomData<&'r ()>,
+}
+
+impl NextCqe<'_> {
+    /// Whether the device has not written it yet.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        // SAFETY: `p` is a CQE of the ring (see `take_requester`); byte 63 of it.
+        let op_own = unsafe { self.p.add(63).read_volatile() };
+        (op_own ^ self.owner).rotate_right(1) >= 0x78
     }
 }
 
@@ -1217,7 +1337,7 @@ impl<'r> CqCursor<'r> {
     /// doorbell record.
     #[inline(always)]
     pub fn finish(self) {
-        self.ring.ci = self.ci;
+        self.ring.set_ci(self.ci);
         if self.ci != self.start {
             self.ring.update_ci();
         }
@@ -1314,52 +1434,66 @@ impl QpTable {
         if p.is_null() { None } else { Some(unsafe { &*p }) }
     }
 
-    /// [`QpTable::get`] through `cache`, which remembers the last QP found: consecutive
-    /// lookups of one QP cost one compare.
-    #[inline(always)]
-    pub fn get_cached<'t>(&'t self, cache: &mut BoundQpCache<'t>, key: QpnKey) -> Option<&'t WrRing> {
-        if key == cache.key {
-            // SAFETY: `cache.ring` was set together with `cache.key` by a lookup in this table
-            // (`bind` checked by the stamp that it is this table and no QP was removed since),
-            // and rings live as long as the table.
-            return Some(unsafe { &*cache.ring });
-        }
-        self.get_missed(cache, key)
-    }
-
+    /// Looks up the QP of `word` for a poll whose cache missed, and makes `cache` remember
+    /// it (off the fast path).
     #[cold]
     #[inline(never)]
-    fn get_missed<'t>(&'t self, cache: &mut BoundQpCache<'t>, key: QpnKey) -> Option<&'t WrRing> {
-        let ring = self.get(key.qpn())?;
-        cache.key = key;
+    pub fn learn<'t>(&'t self, cache: &mut BoundQpCache<'t>, word: SopDropQpn) -> Option<&'t WrRing> {
+        let ring = self.get(word.qpn())?;
+        cache.word = word.key();
         cache.ring = ring;
         cache.changed = true;
         Some(ring)
     }
 }
 
-/// The last QP a poller found (kept by a CQ between polls, as rdma-core's `cur_rsc` is within
-/// one): valid for the table it came from while no QP has been removed from it since, which
-/// the table's stamp tells.
+/// The last requester CQE's QP and send opcode a poller found (kept by a CQ between polls,
+/// as rdma-core's `cur_rsc` is within one): valid for the table it came from while no QP has
+/// been removed from it since, which the table's stamp tells.
 pub struct QpCache {
     stamp: u64,
-    key: QpnKey,
+    /// A [`SopDropQpn`] key, or [`NO_SOP_DROP_QPN`].
+    word: u64,
     ring: *const WrRing,
 }
 
-// SAFETY: the pointer is only dereferenced through `QpTable::get_cached` after `bind` has
-// checked the stamp against the table in hand; moving the cache between threads moves no
-// access.
+// SAFETY: the pointer is only dereferenced after the stamp has been checked against the table
+// in hand (`hit`, `BoundQpCache::hit`); moving the cache between threads moves no access.
 unsafe impl Send for QpCache {}
 
 impl Default for QpCache {
     fn default() -> Self {
         // Stamp 0 is never a table's.
-        QpCache { stamp: 0, key: QpnKey::NONE, ring: std::ptr::null() }
+        QpCache { stamp: 0, word: NO_SOP_DROP_QPN, ring: std::ptr::null() }
     }
 }
 
 impl QpCache {
+    /// The cached QP's rings if `word` is the one cached and the cache is valid for `table`
+    /// (no QP removed since): one compare of the word and one of the stamp, no lookup.
+    #[inline(always)]
+    pub fn hit<'t>(&self, table: &'t QpTable, word: SopDropQpn) -> Option<&'t WrRing> {
+        if word.key() != self.word || self.stamp != table.stamp.load(Ordering::Acquire) {
+            return None;
+        }
+        // SAFETY: `ring` was set with `word` by a lookup in the table whose stamp is `stamp`
+        // (`learn`, `store`); the stamp is unique to that table and changes at every removal,
+        // so the QP is still in this table, and rings live as long as the table.
+        Some(unsafe { &*self.ring })
+    }
+
+    /// Looks up the QP of `word` in `table` and remembers it (off the fast path).
+    #[cold]
+    #[inline(never)]
+    pub fn learn<'t>(&mut self, table: &'t QpTable, word: SopDropQpn) -> Option<&'t WrRing> {
+        // The stamp first: a removal after it changes the stamp, so a ring found below that
+        // is being removed is not trusted again.
+        let stamp = table.stamp.load(Ordering::Acquire);
+        let ring = table.get(word.qpn())?;
+        *self = QpCache { stamp, word: word.key(), ring };
+        Some(ring)
+    }
+
     /// The cache, usable with `table` if it came from it and no QP has been removed since;
     /// empty otherwise.
     #[inline(always)]
@@ -1369,7 +1503,7 @@ impl QpCache {
         BoundQpCache {
             changed: !valid,
             stamp,
-            key: if valid { self.key } else { QpnKey::NONE },
+            word: if valid { self.word } else { NO_SOP_DROP_QPN },
             ring: self.ring,
             _table: std::marker::PhantomData,
         }
@@ -1379,7 +1513,7 @@ impl QpCache {
     #[inline(always)]
     pub fn store(&mut self, bound: BoundQpCache<'_>) {
         if bound.changed {
-            *self = QpCache { stamp: bound.stamp, key: bound.key, ring: bound.ring };
+            *self = QpCache { stamp: bound.stamp, word: bound.word, ring: bound.ring };
         }
     }
 }
@@ -1387,9 +1521,22 @@ impl QpCache {
 /// A [`QpCache`] checked against one table, for one poll.
 pub struct BoundQpCache<'t> {
     stamp: u64,
-    key: QpnKey,
+    word: u64,
     ring: *const WrRing,
     /// Whether it differs from the cache it was bound from.
     changed: bool,
     _table: std::marker::PhantomData<&'t QpTable>,
+}
+
+impl<'t> BoundQpCache<'t> {
+    /// The cached QP's rings if `word` is the one cached (the stamp was checked by `bind`).
+    #[inline(always)]
+    pub fn hit(&self, word: SopDropQpn) -> Option<&'t WrRing> {
+        if word.key() != self.word {
+            return None;
+        }
+        // SAFETY: `word` is cached only with the ring a lookup in this table found (`learn`,
+        // or `bind` after checking the stamp), and rings live as long as the table.
+        Some(unsafe { &*self.ring })
+    }
 }

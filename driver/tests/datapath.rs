@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use umlx_driver::SimBackend;
 use umlx_driver::datapath::{
-    CqRing, PostError, QpCache, QpTable, QpnKey, RecvQueue, Remote, SendQueue, Sge, SqGeometry, WrRing, opcode,
-    send_flags,
+    CqRing, HeadTaken, PostError, QpCache, QpTable, RecvQueue, Remote, SendQueue, Sge, SopDropQpn, SqGeometry, WrRing,
+    opcode, send_flags,
 };
 use umlx_driver::dma::DmaMemory;
 use umlx_sim::SimConfig;
@@ -163,7 +163,7 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
         let mut c = ring.cursor();
         let n = c.take_requesters(&mut out, |cqe, o| {
             *o = (cqe.qpn(), cqe.wqe_counter(), cqe.wqe_opcode());
-            assert_eq!(cqe.qpn_key(), QpnKey::from_qpn(cqe.qpn()), "the key ignores the opcode byte");
+            assert_eq!(cqe.sop_drop_qpn(), SopDropQpn::new(cqe.wqe_opcode(), cqe.qpn()));
             cqe.qpn() != 0xdead // a QP the caller does not know: left unconsumed
         });
         let next = c.peek().map(|c| c.opcode());
@@ -196,26 +196,82 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
 
 #[test]
 fn the_pollers_qp_cache_forgets_removed_qps() {
+    let write = |qpn| SopDropQpn::new(opcode::RDMA_WRITE, qpn);
     let table = QpTable::default();
     let first = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(first.clone());
     let mut cache = QpCache::default();
+    assert!(cache.hit(&table, write(0x10)).is_none(), "an empty cache hits nothing");
     let mut bound = cache.bind(&table);
-    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*first));
-    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*first));
-    assert!(table.get_cached(&mut bound, QpnKey::from_qpn(0x11)).is_none());
+    assert!(bound.hit(write(0x10)).is_none());
+    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*first));
+    assert!(std::ptr::eq(bound.hit(write(0x10)).unwrap(), &*first));
+    assert!(bound.hit(SopDropQpn::new(opcode::SEND, 0x10)).is_none(), "the opcode is part of the key");
+    assert!(table.learn(&mut bound, write(0x11)).is_none(), "an unknown QP is not learnt");
     cache.store(bound);
+    assert!(std::ptr::eq(cache.hit(&table, write(0x10)).unwrap(), &*first), "kept between polls");
     // QP 0x10 destroyed, its number reused: the cache must not hand out the old rings.
     table.remove(0x10);
+    assert!(cache.hit(&table, write(0x10)).is_none(), "a removal invalidates the cache");
     let second = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(second.clone());
     let mut bound = cache.bind(&table);
-    assert!(std::ptr::eq(table.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*second));
+    assert!(bound.hit(write(0x10)).is_none());
+    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*second));
     cache.store(bound);
+    // The fast path learns too.
+    let mut fast = QpCache::default();
+    assert!(std::ptr::eq(fast.learn(&table, write(0x10)).unwrap(), &*second));
+    assert!(std::ptr::eq(fast.hit(&table, write(0x10)).unwrap(), &*second));
     // A cache from another table is not trusted either.
     let other = QpTable::default();
     let third = Arc::new(WrRing::new(0x10, 1, 1));
     other.insert(third.clone());
+    assert!(cache.hit(&other, write(0x10)).is_none());
     let mut bound = cache.bind(&other);
-    assert!(std::ptr::eq(other.get_cached(&mut bound, QpnKey::from_qpn(0x10)).unwrap(), &*third));
+    assert!(bound.hit(write(0x10)).is_none());
+    assert!(std::ptr::eq(other.learn(&mut bound, write(0x10)).unwrap(), &*third));
+}
+
+#[test]
+fn the_poll_fast_path_takes_one_requester_cqe_and_publishes_it() {
+    let buf = DmaMemory::new(4096).unwrap();
+    let dbr = DmaMemory::new(64).unwrap();
+    for i in 0..4 {
+        buf.write_u8(i * 64 + 63, 0xf0).unwrap();
+    }
+    let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
+    // (what the closure saw: QPN, counter, whether the next CQE is empty), and what happened.
+    let take = |ring: &mut CqRing, accept: bool| {
+        let mut seen = None;
+        let r = ring.take_requester(|cqe, next| {
+            seen = Some((cqe.qpn(), cqe.wqe_counter(), next.is_empty()));
+            accept
+        });
+        (r, seen)
+    };
+    assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
+    put_cqe(&buf, 0, 0x1234, 7, 0x00);
+    assert_eq!(take(&mut ring, false), (HeadTaken::Declined, Some((0x1234, 7, true))));
+    assert_eq!((ring.ci(), be32(&dbr, 0)), (0, 0), "declined: not consumed, not published");
+    put_cqe(&buf, 1, 0x1234, 8, 0x00);
+    assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 7, false))), "the next one is there");
+    assert_eq!((ring.ci(), be32(&dbr, 0)), (1, 1), "taken: consumed and published");
+    assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 8, true))));
+    put_cqe(&buf, 2, 0x1234, 0, 0x20); // responder SEND
+    assert_eq!(take(&mut ring, true), (HeadTaken::Other, None), "not a requester success: not shown");
+    {
+        let mut c = ring.cursor();
+        c.advance();
+        c.finish();
+    }
+    put_cqe(&buf, 3, 0x1234, 9, 0x00);
+    // The next CQE is slot 0 again, on the second pass: its owner bit must be 1.
+    assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 9, true))), "slot 0 is still pass 0's");
+    assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
+    put_cqe(&buf, 0, 0x1234, 10, 0x01);
+    assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 10, true))), "wrapped: owner 1");
+    assert_eq!((ring.ci(), be32(&dbr, 0)), (5, 5));
+    put_cqe(&buf, 1, 0x1234, 11, 0x00);
+    assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None), "owner 0 on the second pass is stale");
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, QpCache, WrRing, opcode};
+use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, HeadTaken, QpCache, SopDropQpn, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
@@ -78,6 +78,7 @@ impl<B: Backend> Context<B> {
             channel: channel.cloned(),
             events: 0,
             qp_cache: QpCache::default(),
+            send_info: SendInfo::of(SopDropQpn::new(0, 0)),
         })
     }
 }
@@ -140,8 +141,10 @@ pub struct Cq<B: Backend> {
     sn: Arc<AtomicU32>,
     channel: Option<Arc<CompChannel<B>>>,
     events: u32,
-    /// The QP of the last requester CQE polled.
+    /// The QP and send opcode of the last requester CQE polled, and what they give a
+    /// completion (valid while `qp_cache` holds one).
     qp_cache: QpCache,
+    send_info: SendInfo,
 }
 
 impl<B: Backend> std::fmt::Debug for Cq<B> {
@@ -169,18 +172,31 @@ fn status_of(syndrome: u8) -> WcStatus {
     }
 }
 
+/// What a requester success CQE's `sop_drop_qpn` gives its completion.
+#[derive(Clone, Copy)]
+struct SendInfo {
+    opcode: WcOpcode,
+    /// As ibverbs: `byte_len` is set for a READ or an atomic (opcodes 0x10 and up) only.
+    with_len: bool,
+    qpn: u32,
+}
+
+impl SendInfo {
+    fn of(word: SopDropQpn) -> SendInfo {
+        let op = word.wqe_opcode();
+        SendInfo { opcode: SEND_WC[op as usize], with_len: op >= opcode::RDMA_READ, qpn: word.qpn() }
+    }
+}
+
 /// Fills `w` from a requester success CQE of the QP whose rings are `ring`.
 #[inline(always)]
-fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, qpn: u32) {
-    let op = cqe.wqe_opcode();
+fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, info: &SendInfo) {
     w.wr_id = ring.complete_send(cqe.wqe_counter());
-    w.opcode = SEND_WC[op as usize];
+    w.opcode = info.opcode;
     w.status = WcStatus::Success;
-    w.qp_num = qpn;
+    w.qp_num = info.qpn;
     w.wc_flags = WcFlags(0);
-    // As ibverbs: the length of a READ or an atomic (opcodes 0x10 and up); undefined for the
-    // others.
-    if op >= opcode::RDMA_READ {
+    if info.with_len {
         w.byte_len = cqe.byte_cnt();
     }
 }
@@ -223,17 +239,50 @@ impl<B: Backend> Cq<B> {
     /// keep whatever the entry held.
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        // Straight-line for the common calls: latency-bound programs poll for one completion,
+        // and a batch poll often finds none or one. One look at the head CQE and, for a
+        // requester success with the QP and opcode of the previous one, one entry filled.
+        // Batches and anything else go to `poll_batch`.
+        let one = wc.len() == 1;
+        let Some(first) = wc.first_mut() else { return 0 };
+        let (qps, cache, info) = (&self.ctx.shared.qps, &self.qp_cache, &self.send_info);
+        let taken = self.ring.take_requester(|cqe, next| {
+            let Some(ring) = cache.hit(qps, cqe.sop_drop_qpn()) else { return false };
+            if !one && !next.is_empty() {
+                return false; // a batch: the general loop takes it
+            }
+            fill_send(first, ring, cqe, info);
+            true
+        });
+        match taken {
+            HeadTaken::Taken => 1,
+            HeadTaken::Empty => 0,
+            HeadTaken::Other | HeadTaken::Declined => self.poll_batch(wc),
+        }
+    }
+
+    /// Polls into `wc` (the general case).
+    #[inline(never)]
+    fn poll_batch(&mut self, wc: &mut [Wc]) -> usize {
         let shared = &*self.ctx.shared;
         // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls.
         let mut last = self.qp_cache.bind(&shared.qps);
+        let mut info = self.send_info;
         let mut ring_cursor = self.ring.cursor();
         // Requester successes go through a loop that calls nothing, so its state stays in
         // registers; any other CQE goes through `translate_other`, one at a time.
         let mut take = |cursor: &mut CqCursor<'_>, out: &mut [Wc]| {
             cursor.take_requesters(out, |cqe, w| {
-                let key = cqe.qpn_key();
-                let Some(ring) = shared.qps.get_cached(&mut last, key) else { return false };
-                fill_send(w, ring, cqe, key.qpn());
+                let word = cqe.sop_drop_qpn();
+                let ring = match last.hit(word) {
+                    Some(ring) => ring,
+                    None => {
+                        let Some(ring) = shared.qps.learn(&mut last, word) else { return false };
+                        info = SendInfo::of(word);
+                        ring
+                    }
+                };
+                fill_send(w, ring, cqe, &info);
                 true
             })
         };
@@ -249,6 +298,7 @@ impl<B: Backend> Cq<B> {
         }
         ring_cursor.finish();
         self.qp_cache.store(last);
+        self.send_info = info;
         n
     }
 
@@ -259,7 +309,7 @@ impl<B: Backend> Cq<B> {
         match cqe.opcode() {
             0 => match shared.qps.get(cqe.qpn()) {
                 Some(ring) => {
-                    fill_send(w, ring, cqe, cqe.qpn());
+                    fill_send(w, ring, cqe, &SendInfo::of(cqe.sop_drop_qpn()));
                     true
                 }
                 None => false,

@@ -489,3 +489,102 @@ fn cq_resize_keeps_completions_waiting_and_takes_new_ones() {
     assert!(matches!(a.cq.resize(4), Err(Error::Invalid(_))));
     assert_eq!(wait_wc(&mut a.cq, 10).len(), 10);
 }
+
+/// Polls one entry at a time until `n` completions came.
+fn wait_wc_one_at_a_time(cq: &mut Cq<B>, n: usize) -> Vec<Wc> {
+    let mut out = Vec::new();
+    let start = Instant::now();
+    while out.len() < n {
+        let mut w = [Wc::default()];
+        match cq.poll(&mut w) {
+            0 => std::thread::sleep(Duration::from_micros(20)),
+            1 => out.push(w[0]),
+            k => panic!("a poll with room for one returned {k}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out with {} of {n} completions: {out:?}", out.len());
+    }
+    out
+}
+
+#[test]
+fn polls_of_one_and_of_sixteen_report_every_requester_opcode_across_ring_wraps() {
+    // A CQ of 8 entries wraps every 8 completions; each round posts WRITE, READ, SEND,
+    // FETCH_ADD and WRITE in one chain, so the poller's (QP, opcode) cache changes at
+    // every completion and the fast and general paths take turns.
+    let fabric = Fabric::perfect();
+    let a = side(&fabric, 64);
+    let mut b = side(&fabric, 65);
+    know_each_other(&a, &b);
+    let mut small = a.ctx.create_cq(7, None).unwrap();
+    assert_eq!(small.capacity(), 7);
+    let mut qa = rc_qp(&a, Some(&small));
+    let mut qb = rc_qp(&b, None);
+    let (na, nb) = (qa.qp_num(), qb.qp_num());
+    connect(&a, &mut qa, &b, nb, &RcOpts::default());
+    connect(&b, &mut qb, &a, na, &RcOpts::default());
+    let s = [a.mr.sge(0, 16)];
+    let r = [a.mr.sge(4096, 24)];
+    let f = [a.mr.sge(8192, 8)];
+    let round = |k: u64| {
+        let base = 100 * k;
+        [
+            wr(base, &s, SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() }),
+            wr(base + 1, &r, SendOp::RdmaRead { remote_addr: b.mr.addr() + 512, rkey: b.mr.rkey() }),
+            wr(base + 2, &s, SendOp::Send),
+            wr(
+                base + 3,
+                &f,
+                SendOp::AtomicFetchAndAdd { remote_addr: b.mr.addr() + 1024, rkey: b.mr.rkey(), compare_add: 1 },
+            ),
+            wr(base + 4, &s, SendOp::RdmaWrite { remote_addr: b.mr.addr() + 64, rkey: b.mr.rkey() }),
+        ]
+    };
+    let want = |k: u64| {
+        let base = 100 * k;
+        [
+            (base, WcOpcode::RdmaWrite, None),
+            (base + 1, WcOpcode::RdmaRead, Some(24)),
+            (base + 2, WcOpcode::Send, None),
+            (base + 3, WcOpcode::FetchAdd, Some(8)),
+            (base + 4, WcOpcode::RdmaWrite, None),
+        ]
+    };
+    let check = |k: u64, got: &[Wc]| {
+        assert_eq!(got.len(), 5);
+        for (w, (wr_id, opcode, len)) in got.iter().zip(want(k)) {
+            assert_eq!((w.status, w.opcode, w.wr_id, w.qp_num), (WcStatus::Success, opcode, wr_id, na), "{w:?}");
+            assert_eq!(w.wc_flags, WcFlags(0));
+            if let Some(len) = len {
+                assert_eq!(w.byte_len, len, "{w:?}");
+            }
+        }
+    };
+    for k in 0..8u64 {
+        qb.post_recv(&[RecvWr { wr_id: 900 + k, sg_list: &[b.mr.sge(2048, 64)] }]).unwrap();
+        qa.post_send(&round(k)).unwrap();
+        if k % 2 == 0 {
+            check(k, &wait_wc_one_at_a_time(&mut small, 5));
+        } else {
+            check(k, &wait_wc(&mut small, 5));
+        }
+        assert_eq!(small.poll(&mut [Wc::default(); 16]), 0, "nothing more");
+        assert_eq!(small.poll(&mut []), 0);
+    }
+    // One completion at a time into polls with room for 16: each finds exactly one.
+    for k in 0..12u64 {
+        qa.post_send(&[wr(5000 + k, &s, SendOp::RdmaWrite { remote_addr: b.mr.addr(), rkey: b.mr.rkey() })]).unwrap();
+        let mut w = [Wc::default(); 16];
+        let start = Instant::now();
+        let n = loop {
+            match small.poll(&mut w) {
+                0 => assert!(start.elapsed() < Duration::from_secs(30), "no completion"),
+                n => break n,
+            }
+        };
+        assert_eq!(n, 1);
+        assert_eq!((w[0].status, w[0].opcode, w[0].wr_id), (WcStatus::Success, WcOpcode::RdmaWrite, 5000 + k));
+        assert_eq!(w[1], Wc::default(), "only the first entry is written");
+    }
+    assert_eq!(wait_wc(&mut b.cq, 8).len(), 8, "the peer received every SEND");
+    assert_eq!(b.mr.to_vec(1024, 8).unwrap(), 8u64.to_be_bytes(), "eight fetch-and-adds of 1 (big-endian, as mlx5)");
+}
