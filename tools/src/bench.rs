@@ -19,7 +19,7 @@ const RUNS: usize = 15;
 
 struct Bench {
     ctx: Context<SimBackend>,
-    _pd: Pd<SimBackend>,
+    pd: Pd<SimBackend>,
     cq: Cq<SimBackend>,
     qp: Qp<SimBackend>,
     mr: Mr<SimBackend>,
@@ -63,7 +63,7 @@ fn setup(plain: bool) -> Result<Bench, String> {
     let cq = ctx.create_cq(4 * OPS as u32, None).map_err(|e| e.to_string())?;
     let qp = loopback_qp(&ctx, &pd, &cq, OPS as u32)?;
     let mr = pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).map_err(|e| e.to_string())?;
-    Ok(Bench { ctx, _pd: pd, cq, qp, mr })
+    Ok(Bench { ctx, pd, cq, qp, mr })
 }
 
 // Each kernel returns how many operations succeeded, stopping at the first failure.
@@ -100,6 +100,9 @@ fn kernel_post_recv(qp: &mut Qp<SimBackend>, wr: &RecvWr<'_>, n: usize) -> usize
 
 #[inline(never)]
 fn kernel_poll_cq(cq: &mut Cq<SimBackend>, wc: &mut [Wc], batch: usize) -> usize {
+    if batch == 1 {
+        return kernel_poll_cq_one(cq, wc);
+    }
     // Each poll fills the next `batch` entries of `wc` (checked by the caller afterwards).
     let mut got = 0;
     let mut spins = 0;
@@ -112,6 +115,42 @@ fn kernel_poll_cq(cq: &mut Cq<SimBackend>, wc: &mut [Wc], batch: usize) -> usize
     got
 }
 
+/// `ibv_poll_cq(cq, 1, &wc[i])` until it returns 1, for each entry in turn. Returns how many
+/// entries were filled (all, or 0 if the CQ stalled).
+#[inline(always)]
+fn kernel_poll_cq_one(cq: &mut Cq<SimBackend>, wc: &mut [Wc]) -> usize {
+    let mut spins = 0u32;
+    for w in wc.iter_mut() {
+        while cq.poll(std::slice::from_mut(w)) == 0 {
+            spins += 1;
+            if spins == 100_000_000 {
+                return 0;
+            }
+        }
+    }
+    wc.len()
+}
+
+#[inline(never)]
+fn kernel_poll_cq_one_each(cqs: &mut [Cq<SimBackend>], out: &mut [[Wc; 16]]) -> usize {
+    // One poll with room for 16 on each CQ, each holding one CQE; returns the completions
+    // (the caller checks that each poll filled its first entry and not its second).
+    let mut got = 0;
+    for (cq, wc) in cqs.iter_mut().zip(out.iter_mut()) {
+        got += cq.poll(wc);
+    }
+    got
+}
+
+#[inline(never)]
+fn kernel_poll_cq_empty(cq: &mut Cq<SimBackend>, wc: &mut [Wc; 16], n: usize) -> usize {
+    let mut empty = 0;
+    for _ in 0..n {
+        empty += (cq.poll(wc) == 0) as usize;
+    }
+    empty
+}
+
 /// What one kernel measures.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kernel {
@@ -120,10 +159,20 @@ enum Kernel {
     PostRecv,
     Poll1,
     Poll16,
+    Poll16One,
+    PollEmpty,
 }
 
 impl Kernel {
-    const ALL: [Kernel; 5] = [Kernel::PostSend1, Kernel::PostSend32, Kernel::PostRecv, Kernel::Poll1, Kernel::Poll16];
+    const ALL: [Kernel; 7] = [
+        Kernel::PostSend1,
+        Kernel::PostSend32,
+        Kernel::PostRecv,
+        Kernel::Poll1,
+        Kernel::Poll16,
+        Kernel::Poll16One,
+        Kernel::PollEmpty,
+    ];
 
     fn key(self) -> &'static str {
         match self {
@@ -132,6 +181,8 @@ impl Kernel {
             Kernel::PostRecv => "post_recv_1",
             Kernel::Poll1 => "poll_cq_batch1",
             Kernel::Poll16 => "poll_cq_batch16",
+            Kernel::Poll16One => "poll_cq_room16_one",
+            Kernel::PollEmpty => "poll_cq_empty",
         }
     }
 
@@ -142,6 +193,8 @@ impl Kernel {
             Kernel::PostRecv => "post_recv, 1 SGE",
             Kernel::Poll1 => "poll_cq per CQE, batch 1",
             Kernel::Poll16 => "poll_cq per CQE, batch 16",
+            Kernel::Poll16One => "poll_cq, room for 16, 1 CQE there",
+            Kernel::PollEmpty => "poll_cq, empty CQ",
         }
     }
 
@@ -151,24 +204,31 @@ impl Kernel {
             Kernel::PostSend32 => "kernel_post_send_chain32",
             Kernel::PostRecv => "kernel_post_recv",
             Kernel::Poll1 | Kernel::Poll16 => "kernel_poll_cq",
+            Kernel::Poll16One => "kernel_poll_cq_one_each",
+            Kernel::PollEmpty => "kernel_poll_cq_empty",
         }
     }
 
-    /// rdma-core 65 mlx5 baseline (instructions) and our target, where the issue gives them
-    /// (it gives none for polling one CQE at a time).
+    /// rdma-core 65 mlx5 baseline (instructions, single-threaded, -O2, hot caches, doorbell
+    /// to plain memory) and our target.
     fn baseline(self) -> Option<(u32, u32)> {
         match self {
             Kernel::PostSend1 => Some((308, 100)),
             Kernel::PostSend32 => Some((188, 60)),
             Kernel::PostRecv => Some((120, 40)),
-            Kernel::Poll1 => None,
+            Kernel::Poll1 => Some((180, 60)),
             Kernel::Poll16 => Some((110, 40)),
+            Kernel::Poll16One => Some((204, 70)),
+            Kernel::PollEmpty => Some((83, 25)),
         }
     }
 }
 
 /// Runs one kernel `runs` times over `OPS` operations; returns ns per op of each run.
 fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
+    if k == Kernel::Poll16One {
+        return run_poll_one_each(runs);
+    }
     let plain = !matches!(k, Kernel::Poll1 | Kernel::Poll16);
     let mut b = setup(plain)?;
     let sge = [b.mr.sge(0, 64)];
@@ -234,11 +294,90 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
                 check(good, OPS, k)?;
                 e
             }
+            Kernel::PollEmpty => {
+                let mut wc = [Wc::default(); 16];
+                let t = Instant::now();
+                let empty = kernel_poll_cq_empty(&mut b.cq, &mut wc, OPS);
+                let e = t.elapsed();
+                check(empty, OPS, k)?;
+                e
+            }
+            Kernel::Poll16One => unreachable!("run_poll_one_each"),
         };
         out.push(ns.as_nanos() as f64 / OPS as f64);
         reset(&mut b)?;
     }
     Ok(out)
+}
+
+/// CQs polled by one round of `poll_cq_room16_one` (each holds one CQE per round).
+const EACH_CQS: usize = 128;
+
+/// `poll_cq_room16_one`: `EACH_CQS` CQs, each the send CQ of its own QP connected to itself.
+/// A round has every QP complete one signaled WRITE (untimed), then polls each CQ once with
+/// room for 16 (timed). The first round is not counted: it fills each CQ's QP cache, as a
+/// program's earlier polls would. `OPS / EACH_CQS` counted rounds make a run.
+fn run_poll_one_each(runs: usize) -> Result<Vec<f64>, String> {
+    let k = Kernel::Poll16One;
+    let b = setup(false)?;
+    let mut cqs = Vec::with_capacity(EACH_CQS);
+    let mut qps = Vec::with_capacity(EACH_CQS);
+    for _ in 0..EACH_CQS {
+        let cq = b.ctx.create_cq(64, None).map_err(|e| e.to_string())?;
+        qps.push(loopback_qp(&b.ctx, &b.pd, &cq, 16)?);
+        cqs.push(cq);
+    }
+    let sge = [b.mr.sge(0, 64)];
+    let wr = SendWr {
+        wr_id: 11,
+        sg_list: &sge,
+        op: SendOp::RdmaWrite { remote_addr: b.mr.addr() + 4096, rkey: b.mr.rkey() },
+        send_flags: SendFlags::SIGNALED,
+        inline_data: None,
+        ud: None,
+    };
+    let mut out = vec![[Wc::default(); 16]; EACH_CQS];
+    let mut round = |timed: bool| -> Result<std::time::Duration, String> {
+        let mut bases = Vec::with_capacity(EACH_CQS);
+        for (qp, cq) in qps.iter_mut().zip(&cqs) {
+            bases.push(cq.device_produced().map_err(|e| e.to_string())?);
+            qp.post_send(std::slice::from_ref(&wr)).map_err(|e| e.to_string())?;
+        }
+        for (cq, base) in cqs.iter().zip(bases) {
+            wait_produced(cq, base.wrapping_add(1))?;
+        }
+        out.iter_mut().for_each(|w| w[..2].fill(Wc::default()));
+        if !timed {
+            // Outside the kernel function, which callgrind counts.
+            for (cq, w) in cqs.iter_mut().zip(out.iter_mut()) {
+                cq.poll(w);
+            }
+            return Ok(std::time::Duration::ZERO);
+        }
+        let t = Instant::now();
+        let one = kernel_poll_cq_one_each(&mut cqs, &mut out);
+        let e = t.elapsed();
+        {
+            check(one, EACH_CQS, k)?;
+            let good = out
+                .iter()
+                .filter(|w| (w[0].status, w[0].opcode, w[0].wr_id) == (WcStatus::Success, WcOpcode::RdmaWrite, 11))
+                .filter(|w| w[1] == Wc::default())
+                .count();
+            check(good, EACH_CQS, k)?;
+        }
+        Ok(e)
+    };
+    round(false)?;
+    let mut ns = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let mut total = std::time::Duration::ZERO;
+        for _ in 0..OPS / EACH_CQS {
+            total += round(true)?;
+        }
+        ns.push(total.as_nanos() as f64 / OPS as f64);
+    }
+    Ok(ns)
 }
 
 /// Waits until the device has written CQEs up to producer counter `target`.

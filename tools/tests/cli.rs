@@ -92,9 +92,13 @@ fn bench_datapath_json_reports_every_kernel() {
     );
     assert_eq!(
         kernels.as_deref(),
-        Some("poll_cq_batch1 poll_cq_batch16 post_recv_1 post_send_1 post_send_chain32"),
+        Some(
+            "poll_cq_batch1 poll_cq_batch16 poll_cq_empty poll_cq_room16_one post_recv_1 post_send_1 post_send_chain32"
+        ),
         "{out}"
     );
     assert!(out.contains("\"poll_cq_batch16\": {\"ns\": "), "{out}");
     assert!(out.contains("\"rdma_core_instructions\": 308, \"target_instructions\": 100"), "{out}");
+    assert!(out.contains("\"rdma_core_instructions\": 180, \"target_instructions\": 60"), "{out}");
+    assert!(out.contains("\"rdma_core_instructions\": 83, \"target_instructions\": 25"), "{out}");
 }
