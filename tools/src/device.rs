@@ -7,6 +7,7 @@
 //! 10.77.0.2 and find each other's MAC with ARP on that wire. `--wire udp:LOCAL,PEER` names the
 //! endpoints instead (for a VM or a second machine), `--pcap FILE` records every frame.
 
+use clap::Args;
 use std::net::{IpAddr, SocketAddr};
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_verbs::{Context, SimBackend, VfioBackend};
@@ -54,62 +55,51 @@ pub fn parse_wire(s: &str) -> Result<WireArg, String> {
     Ok(WireArg::Udp(l, p))
 }
 
-/// Device options common to every tool.
-#[derive(Clone, Debug)]
+/// Device options common to every tool (flattened into each subcommand's options).
+#[derive(Args, Clone, Debug, Default)]
 pub struct DeviceOpts {
-    /// `-d`.
-    pub device: DeviceArg,
+    /// `-d`: `None` is the default, the embedded sim.
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        visible_alias = "device",
+        value_name = "DEV",
+        value_parser = parse_device,
+        help = "device: sim (default, an embedded software ConnectX) or pci:0000:3b:00.0"
+    )]
+    pub device: Option<DeviceArg>,
     /// `--wire` (sim only).
-    pub wire: WireArg,
+    #[arg(long, value_name = "udp:LOCAL,PEER", value_parser = parse_wire, help = "the sim's UDP wire (default: an automatic loopback pair)")]
+    pub wire: Option<WireArg>,
     /// `--pcap` (sim only).
+    #[arg(long, value_name = "FILE", help = "record the sim's frames in a pcap file")]
     pub pcap: Option<String>,
     /// `--ip` addresses of the port (a VFIO function has no netdev; for the sim they override
     /// the automatic 10.77.0.N).
+    #[arg(long = "ip", value_name = "ADDR", help = "an IP address of the port, repeatable (sim default: 10.77.0.N)")]
     pub ips: Vec<IpAddr>,
     /// `--index` of the sim (MAC and default IP); automatic with the auto wire.
+    #[arg(long = "index", value_name = "N", help = "the sim's number: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1")]
     pub sim_index: Option<u8>,
 }
 
-impl Default for DeviceOpts {
-    fn default() -> Self {
-        DeviceOpts { device: DeviceArg::Sim, wire: WireArg::Auto, pcap: None, ips: Vec::new(), sim_index: None }
-    }
-}
-
 impl DeviceOpts {
-    /// Takes the device options out of `args` (leaving the rest).
-    pub fn take(args: &mut Vec<String>) -> Result<DeviceOpts, String> {
-        let mut o = DeviceOpts::default();
-        let mut i = 0;
-        while i < args.len() {
-            let val = |i: usize| args.get(i + 1).cloned().ok_or_else(|| format!("{} needs a value", args[i]));
-            match args[i].as_str() {
-                "-d" | "--ib-dev" | "--device" => {
-                    o.device = parse_device(&val(i)?)?;
-                    args.drain(i..i + 2);
-                }
-                "--wire" => {
-                    o.wire = parse_wire(&val(i)?)?;
-                    args.drain(i..i + 2);
-                }
-                "--pcap" => {
-                    o.pcap = Some(val(i)?);
-                    args.drain(i..i + 2);
-                }
-                "--ip" => {
-                    let v = val(i)?;
-                    o.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?);
-                    args.drain(i..i + 2);
-                }
-                "--index" => {
-                    let v = val(i)?;
-                    o.sim_index = Some(v.parse().map_err(|e| format!("--index {v}: {e}"))?);
-                    args.drain(i..i + 2);
-                }
-                _ => i += 1,
-            }
+    /// The device `-d` names (the sim when it was not given).
+    pub fn device(&self) -> DeviceArg {
+        self.device.clone().unwrap_or(DeviceArg::Sim)
+    }
+
+    /// The wire `--wire` names (the automatic loopback pair when it was not given).
+    pub fn wire(&self) -> WireArg {
+        self.wire.clone().unwrap_or_default()
+    }
+
+    /// Refuses sim-only options with a PCI device.
+    pub fn check(&self) -> Result<(), String> {
+        if self.device() != DeviceArg::Sim && (self.wire.is_some() || self.pcap.is_some() || self.sim_index.is_some()) {
+            return Err("--wire, --pcap and --index are for -d sim".into());
         }
-        Ok(o)
+        Ok(())
     }
 }
 
@@ -144,10 +134,11 @@ pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
 
 /// Opens the device `o` names.
 pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
-    match &o.device {
+    o.check()?;
+    match &o.device() {
         DeviceArg::Pci(pci) => Context::open_pci(pci, o.ips.clone()).map(AnyContext::Pci).map_err(|e| e.to_string()),
         DeviceArg::Sim => {
-            let (dev, ips) = match &o.wire {
+            let (dev, ips) = match &o.wire() {
                 WireArg::Udp(local, peer) => {
                     let (dev, ips) = sim_device(o.sim_index.unwrap_or(0), &o.ips);
                     dev.port().connect_udp(*local, *peer).map_err(|e| format!("--wire: binding {local}: {e}"))?;

@@ -347,8 +347,10 @@ fn option_errors_are_messages() {
         (&["perf", "write-bw", "-c", "UD"][..], "RC only"),
         (&["perf", "write-bw", "-a", "-D", "3"][..], "duration"),
         (&["perf", "write-bw", "-n", "3"][..], "between 5"),
-        (&["perf", "bogus-bw"][..], "unknown test"),
-        (&["perf", "write-bw", "--nonsense"][..], "unknown option"),
+        (&["perf", "bogus-bw"][..], "unrecognized subcommand 'bogus-bw'"),
+        (&["perf", "write-bw", "--nonsense"][..], "unexpected argument '--nonsense'"),
+        (&["perf", "write-bw", "-m", "1000"][..], "choose the MTU from 256"),
+        (&["perf", "write-bw", "-s"][..], "a value is required for '--size"),
     ] {
         let o = run(args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -358,6 +360,9 @@ fn option_errors_are_messages() {
     }
     let o = run(&["perf", "--help"]);
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("write-bw"));
+    // perftest's -V: the exchange's version.
+    let o = run(&["perf", "ib_send_lat", "-V"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout) == "Version: 6.29\n", "{o:?}");
 }
 
 /// The destination message, built by hand from perftest's format: `%04x:%04x:%06x:%06x:%08x:

@@ -322,17 +322,23 @@ fn a_bad_exchange_string_is_an_error() {
 
 #[test]
 fn unsupported_options_are_refused() {
-    for (opts, want) in [
-        ("-o", "ODP"),
-        ("-t", "timestamp"),
-        ("-j", "dm allocation"),
-        ("-P", "prefetch is valid only"),
-        ("-m 1000", "Usage"),
-        ("-x", "invalid option"),
-    ] {
+    // Features umlx lacks: rdma-core's messages, exit status 1.
+    for (opts, want) in [("-o", "ODP"), ("-t", "timestamp"), ("-j", "dm allocation"), ("-P", "prefetch is valid only")]
+    {
         let r = Proc::spawn(&args(&format!("rc-pingpong {opts}"))).finish();
         assert_eq!(r.code, Some(1), "{opts}: {r:?}");
         assert!(r.stderr.contains(want), "{opts}: {r:?}");
+    }
+    // Bad values and unknown options: usage errors, exit status 2.
+    for (opts, want) in [
+        ("-m 1000", "invalid value '1000' for '--mtu <size>'"),
+        ("-x", "unexpected argument '-x'"),
+        ("-p", "a value is required for '--port <port>'"),
+        ("-d", "a value is required for '--ib-dev <DEV>'"),
+    ] {
+        let r = Proc::spawn(&args(&format!("rc-pingpong {opts}"))).finish();
+        assert_eq!(r.code, Some(2), "{opts}: {r:?}");
+        assert!(r.stderr.contains(want) && r.stderr.contains("Usage: umlx rc-pingpong"), "{opts}: {r:?}");
     }
 }
 
