@@ -6,11 +6,16 @@
 //! (finding :47901 taken) binds :47902 and sends to :47901. They get addresses 10.77.0.1 and
 //! 10.77.0.2 and find each other's MAC with ARP on that wire. `--wire udp:LOCAL,PEER` names the
 //! endpoints instead (for a VM or a second machine), `--pcap FILE` records every frame.
+//!
+//! [`DeviceOpts`] holds these options (`-d/--ib-dev/--device`, `--wire`, `--pcap`, `--ip`,
+//! `--index`) as one clap `Args` struct each tool flattens into its own; [`auto_gid`] is the GID
+//! a tool uses on RoCE when it was given no GID index, so that the two processes reach each
+//! other with no option at all.
 
 use clap::Args;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use umlx_sim::{SimConfig, SimDevice};
-use umlx_verbs::{Context, SimBackend, VfioBackend};
+use umlx_verbs::{Backend, Context, Gid, SimBackend, VfioBackend};
 
 /// The device a tool opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,4 +171,23 @@ pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
             Ok(AnyContext::Sim(ctx))
         }
     }
+}
+
+/// The GID index a tool uses when none was given (`-g` in the ping-pongs, `-x` in perf), as
+/// perftest picks it: the RoCEv2 GID of the port's IPv4 address (an IPv4-mapped GID; one
+/// outside 169.254/16 first), else an IPv6 GID (global scope first); the lowest index among
+/// equals. `None` when the table is empty.
+pub fn auto_gid<B: Backend>(ctx: &Context<B>) -> Option<(u32, Gid)> {
+    let rank = |g: &Gid| match g.to_ip() {
+        IpAddr::V4(a) if !a.is_link_local() => 0,
+        IpAddr::V4(_) => 1,
+        IpAddr::V6(a) if !a.is_unicast_link_local() => 2,
+        IpAddr::V6(_) => 3,
+    };
+    ctx.gids().into_iter().filter(|(_, g)| *g != Gid::default()).min_by_key(|(i, g)| (rank(g), *i))
+}
+
+/// The line a tool prints about a GID it chose itself; `flag` names the option that overrides.
+pub fn auto_gid_line(index: u32, gid: &Gid, flag: &str) -> String {
+    format!("local GID index {index} (RoCEv2 {}), chosen automatically; {flag} overrides", Ipv6Addr::from(gid.0))
 }

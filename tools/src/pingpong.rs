@@ -4,7 +4,8 @@
 //! What matches rdma-core (libibverbs/examples/{rc,ud}_pingpong.c, pingpong.c):
 //!
 //! * Options, short and long, with getopt_long's forms (`-p 1`, `-p1`, `--port=1`, `--port 1`,
-//!   clustered flags, unambiguous long prefixes, numbers in C's base-0 syntax), their defaults
+//!   clustered flags, unambiguous long prefixes, the last occurrence winning, numbers in C's
+//!   base-0 syntax; parsed by clap, see [`RcArgs`] and [`UdArgs`]), their defaults
 //!   (TCP port 18515, IB port 1, size 4096 for RC and 1024 for UD — the UD usage text says 2048,
 //!   its code uses 1024 —, path MTU 1024, rx depth 500, 1000 iterations, SL 0, no GID index).
 //!   Without a host argument the tool is the server; `umlx rc-pingpong [opts] HOST` is the client.
@@ -28,9 +29,8 @@
 //!   server checks its buffer after the run and prints `invalid data in page N`.
 //! * Output: the `local address` and `remote address` lines (UD's local line has its `: GID`
 //!   quirk), the GID printed as `inet_ntop(AF_INET6)` prints it, and the two result lines.
-//! * Without `-g` the address carries a zero GID and the peer builds a non-global address, as
-//!   rdma-core does; on RoCE that fails (RC: modify to RTR, UD: create AH), so run both sides
-//!   with `-g` (on the sim, `-g 1` is the IPv4 GID 10.77.0.N, `-g 0` the link-local IPv6 GID).
+//! * With `-g` the address carries that GID and the peer builds a global address to it
+//!   (on the sim, `-g 1` is the IPv4 GID 10.77.0.N, `-g 0` the link-local IPv6 GID).
 //!
 //! Deviations, each for a reason: `-o`, `-O`, `-P` (on-demand paging), `-t` (completion time
 //! stamps) and `-j` (device memory) are refused with rdma-core's message for a device without the
@@ -38,9 +38,16 @@
 //! nothing (same wire behaviour, plain memory). `-c` compares every byte of the buffer with what
 //! the peer sends (0x7b, 0 at page starts) instead of only the page starts, and a mismatch makes
 //! the exit status 1 (rdma-core exits 0). `-g` naming an empty GID table entry is an error
-//! (rdma-core would send a zero GID). The server binds its TCP port before printing its local
+//! (rdma-core would send a zero GID). Without `-g` on a RoCE port umlx picks the RoCEv2 GID of
+//! the port's IPv4 address (perftest's `-x` default; on the sim GID 1, 10.77.0.N) and prints
+//! `local GID index N (RoCEv2 ...), chosen automatically; -g overrides`, where rdma-core sends a
+//! zero GID that no RoCE peer can reach: two umlx processes need no options. A umlx server that
+//! cannot connect its QP to a client's address answers, in place of its own address, a 52-byte
+//! `umlx refused: REASON` (an address's size, NUL-terminated) before closing, and a umlx client
+//! prints that reason; a client whose server closes without a word says the server probably
+//! rejected its parameters. The server binds its TCP port before printing its local
 //! address (so a script can start the client once that line appears). Unknown numbers are errors
-//! instead of 0. A peer that stops answering ends the run with an error after `--timeout` seconds
+//! instead of 0, and option errors exit with status 2 (clap's usage errors). A peer that stops answering ends the run with an error after `--timeout` seconds
 //! (default 30; 0 waits forever like rdma-core), and so does a TCP peer that connects and stays
 //! silent. `-r` must be at least 1 and `-l` at most 15. umlx options: `-d sim|pci:ADDR`, `--wire`,
 //! `--pcap`, `--ip`, `--index` (see [`crate::device`]) and `--timeout`.
@@ -444,8 +451,18 @@ fn client_exchange(host: &str, port: u16, my: &Dest, timeout: Option<Duration>) 
     s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send local address: {}", io_text(&e, timeout)))?;
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg).map_err(|e| {
-        format!("Couldn't read/write remote address: {} (did the server fail to connect its QP?)", io_text(&e, timeout))
+        let why = match e.kind() {
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                "the peer closed the connection during the exchange: it probably rejected our parameters, see its output"
+                    .to_string()
+            }
+            _ => io_text(&e, timeout),
+        };
+        format!("Couldn't read/write remote address: {why}")
     })?;
+    if let Some(why) = refused(&msg) {
+        return Err(format!("the server refused our address: {why} (its output says more)"));
+    }
     s.write_all(DONE).map_err(|e| format!("Couldn't read/write remote address: {}", io_text(&e, timeout)))?;
     Dest::from_wire(&msg)
 }
@@ -464,7 +481,11 @@ fn server_exchange(
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg).map_err(|e| format!("Couldn't read remote address: {}", io_text(&e, timeout)))?;
     let rem = Dest::from_wire(&msg)?;
-    connect(&rem).map_err(|e| format!("{e}\nCouldn't connect to remote QP"))?;
+    if let Err(e) = connect(&rem) {
+        // Tell a umlx client why before closing (an rdma-core client reads it as a bad address).
+        let _ = s.write_all(&refusal(&rem));
+        return Err(format!("{e}\nCouldn't connect to remote QP"));
+    }
     s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
     let mut done = [0u8; DONE.len()];
     s.read_exact(&mut done).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
@@ -474,10 +495,31 @@ fn server_exchange(
     Ok(rem)
 }
 
-const NO_GID_HINT: &str = "the remote address carries no GID (the peer ran without -g) and RoCE needs a global \
-                           address: run both sides with -g (on the sim, -g 1 is its IPv4 GID)";
-const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: run both sides \
-                            with -g (on the sim, -g 1 is its IPv4 GID)";
+/// How a umlx server that could not connect its QP to a client's address says so: this prefix
+/// and a short reason, in place of its own address (52 bytes, NUL-terminated, like an address).
+const REFUSAL: &str = "umlx refused: ";
+
+/// The refusal a server sends for `rem`.
+fn refusal(rem: &Dest) -> [u8; MSG_LEN] {
+    let why = if has_interface_id(&rem.gid) { "see the server's output" } else { "it carries no GID (use -g)" };
+    let text = format!("{REFUSAL}{why}");
+    let mut m = [0u8; MSG_LEN];
+    let n = text.len().min(MSG_LEN - 1);
+    m[..n].copy_from_slice(&text.as_bytes()[..n]);
+    m
+}
+
+/// The reason in a server's refusal, if `msg` is one.
+fn refused(msg: &[u8]) -> Option<String> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    let text = std::str::from_utf8(&msg[..end]).ok()?;
+    text.strip_prefix(REFUSAL).map(str::to_string)
+}
+
+const NO_GID_HINT: &str = "the peer's address carries no GID and RoCE needs one: run the peer with -g \
+                           (rdma-core's ibv_*_pingpong send a zero GID without it; umlx picks one)";
+const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: give -g \
+                            (on the sim, -g 1 is its IPv4 GID)";
 
 /// The address rdma-core builds for `dest`: global when its GID has an interface id.
 fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
@@ -692,6 +734,17 @@ fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
     if port.link_layer != "Ethernet" && port.lid == 0 {
         return Err("Couldn't get local LID".into());
     }
+    let roce = port.link_layer == "Ethernet";
+    // Without -g on RoCE: the GID of the port's IPv4 address, as perftest's -x default (rdma-core
+    // would send a zero GID, which no RoCE peer can reach).
+    let chosen = if o.gidx < 0 && roce {
+        let (i, g) = device::auto_gid(ctx).ok_or("the port's GID table is empty: give the device an address (--ip)")?;
+        println!("{}", device::auto_gid_line(i, &g, "-g"));
+        Some(i as i32)
+    } else {
+        None
+    };
+    let o = &Opts { gidx: chosen.unwrap_or(o.gidx), ..o.clone() };
     let gid = if o.gidx >= 0 {
         let fail = |e: String| match kind {
             Kind::Rc => format!("can't read sgid of index {}: {e}", o.gidx),

@@ -179,6 +179,23 @@ fn write_bw() {
     assert!(c.stdout.contains(" local address: LID 0000 QPN 0x"), "{c:?}");
     assert!(c.stdout.contains(" RKey 0x") && c.stdout.contains(" VAddr 0x"), "{c:?}");
     assert!(c.stdout.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:77:00:"), "{c:?}");
+    // No -x: each side picked the RoCEv2 GID of its IPv4 address and said so.
+    let auto = "), chosen automatically; -x overrides";
+    assert!(s.stdout.contains(&format!("local GID index 1 (RoCEv2 ::ffff:10.77.0.141{auto}")), "{s:?}");
+    assert!(c.stdout.contains(&format!("local GID index 1 (RoCEv2 ::ffff:10.77.0.142{auto}")), "{c:?}");
+    assert!(c.stdout.contains(" GID index       : 1"), "{c:?}");
+}
+
+#[test]
+fn an_explicit_gid_index_wins() {
+    // -x 0 on both sides: the link-local IPv6 GIDs, and no line about an automatic choice.
+    let (s, c) = run_pair("send-lat", 14, &["-n", "50", "-x", "0"]);
+    both_ok("send-lat -x 0", &s, &c);
+    for side in [&s, &c] {
+        assert!(side.stdout.contains(" GID index       : 0"), "{side:?}");
+        assert!(side.stdout.contains(" GID: 254:128:"), "the fe80:: GID: {side:?}");
+        assert!(!side.stdout.contains("chosen automatically"), "{side:?}");
+    }
 }
 
 #[test]

@@ -26,7 +26,11 @@
 //! 120 s without progress; with the software ConnectX the polling loops yield the CPU when a
 //! poll finds nothing (its engine threads need it); `--all-max` limits `-a` (both sides must
 //! agree: it changes the negotiated size); RC only, no bidirectional, rdma_cm, events or
-//! infinite mode. The page size announced is 4096 (both sides keep the larger one).
+//! infinite mode. The page size announced is 4096 (both sides keep the larger one). Without
+//! `-x` the GID is the RoCEv2 GID of the port's IPv4 address, as perftest picks it, and a line
+//! says which (`local GID index N (...), chosen automatically; -x overrides`). The options are
+//! one clap struct ([`PerfArgs`]) shared by the seven test subcommands ([`PerfCmd`]); perftest's
+//! names work too (`umlx perf ib_write_bw`).
 
 mod comm;
 mod engine;
@@ -179,19 +183,10 @@ fn pick_gid<B: Backend>(ctx: &Context<B>, p: &Params) -> Result<(u32, Gid), Stri
         }
         return Ok((i, g));
     }
-    let mut best: Option<(i32, u32, Gid)> = None;
-    for (i, g) in ctx.gids() {
-        if g == Gid::default() {
-            continue;
-        }
-        let v4 = g.0[..10].iter().all(|&b| b == 0) && g.0[10] == 0xff && g.0[11] == 0xff;
-        let link_local = if v4 { g.0[12] == 169 && g.0[13] == 254 } else { g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80 };
-        let score = if v4 { 100 } else { 0 } + if link_local { 0 } else { 10 } + 2;
-        if best.map(|b| score > b.0).unwrap_or(true) {
-            best = Some((score, i, g));
-        }
-    }
-    best.map(|(_, i, g)| (i, g)).ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())
+    let (i, g) = crate::device::auto_gid(ctx)
+        .ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())?;
+    println!("{}", crate::device::auto_gid_line(i, &g, "-x"));
+    Ok((i, g))
 }
 
 fn mtu_of_bytes(b: u32) -> Mtu {
