@@ -70,21 +70,37 @@ pub struct DeviceOpts {
         visible_alias = "device",
         value_name = "DEV",
         value_parser = parse_device,
-        help = "device: sim (default, an embedded software ConnectX) or pci:0000:3b:00.0"
+        help = "Device: sim (default, an embedded software ConnectX) or pci:0000:3b:00.0"
     )]
     pub device: Option<DeviceArg>,
     /// `--wire` (sim only).
-    #[arg(long, value_name = "udp:LOCAL,PEER", value_parser = parse_wire, help = "the sim's UDP wire (default: an automatic loopback pair)")]
+    #[arg(
+        long,
+        value_name = "udp:LOCAL,PEER",
+        value_parser = parse_wire,
+        help_heading = "umlx options",
+        help = "The sim's UDP wire (default: an automatic loopback pair)"
+    )]
     pub wire: Option<WireArg>,
     /// `--pcap` (sim only).
-    #[arg(long, value_name = "FILE", help = "record the sim's frames in a pcap file")]
+    #[arg(long, value_name = "FILE", help_heading = "umlx options", help = "Record the sim's frames in a pcap file")]
     pub pcap: Option<String>,
     /// `--ip` addresses of the port (a VFIO function has no netdev; for the sim they override
     /// the automatic 10.77.0.N).
-    #[arg(long = "ip", value_name = "ADDR", help = "an IP address of the port, repeatable (sim default: 10.77.0.N)")]
+    #[arg(
+        long = "ip",
+        value_name = "ADDR",
+        help_heading = "umlx options",
+        help = "An IP address of the port, repeatable (sim default: 10.77.0.N)"
+    )]
     pub ips: Vec<IpAddr>,
     /// `--index` of the sim (MAC and default IP); automatic with the auto wire.
-    #[arg(long = "index", value_name = "N", help = "the sim's number: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1")]
+    #[arg(
+        long = "index",
+        value_name = "N",
+        help_heading = "umlx options",
+        help = "The sim's number: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1"
+    )]
     pub sim_index: Option<u8>,
 }
 
