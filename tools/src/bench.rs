@@ -437,21 +437,41 @@ fn instructions(k: Kernel) -> Option<f64> {
     Some(total / OPS as f64)
 }
 
+/// The subcommands of `umlx bench`.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Data-path cost per operation: ns, and instructions (callgrind) where valgrind exists
+    Datapath(DatapathArgs),
+}
+
+/// The options of `umlx bench datapath`.
+#[derive(clap::Args, Debug)]
+pub struct DatapathArgs {
+    /// One JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
+    /// Count instructions with callgrind (the default when valgrind is installed)
+    #[arg(long, conflicts_with = "no_instructions")]
+    pub instructions: bool,
+    /// Don't count instructions (ns only)
+    #[arg(long)]
+    pub no_instructions: bool,
+    /// Run one kernel once (the child process callgrind measures)
+    #[arg(long, value_name = "NAME", hide = true)]
+    pub kernel: Option<String>,
+}
+
 /// Runs `umlx bench datapath`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    match args.first().map(String::as_str) {
-        Some("datapath") => {}
-        _ => return Err("usage: umlx bench datapath [--json] [--instructions|--no-instructions]".into()),
-    }
-    let json = args.iter().any(|a| a == "--json");
-    if let Some(i) = args.iter().position(|a| a == "--kernel") {
+pub fn run(c: &BenchCmd) -> Result<(), String> {
+    let BenchCmd::Datapath(a) = c;
+    let json = a.json;
+    if let Some(key) = &a.kernel {
         // Child mode for callgrind: run one kernel once.
-        let key = args.get(i + 1).ok_or("--kernel needs a name")?;
         let k = Kernel::ALL.into_iter().find(|k| k.key() == key).ok_or("unknown kernel")?;
         run_kernel(k, 1)?;
         return Ok(());
     }
-    let want_instr = !args.iter().any(|a| a == "--no-instructions")
+    let want_instr = !a.no_instructions
         && Command::new("valgrind").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
     let mut rows = Vec::new();
     for k in Kernel::ALL {

@@ -434,34 +434,33 @@ pub fn system_modprobe(name: &str) -> Result<(), String> {
     ))
 }
 
-/// What the command line asked for.
-struct Args {
-    pci: String,
-    force: bool,
-    dry_run: bool,
+/// The options of `umlx bind`.
+#[derive(clap::Args, Debug)]
+pub struct BindArgs {
+    /// The PCI function (0000:3b:00.0, 3b:00.0 or pci:0000:3b:00.0)
+    #[arg(value_name = "PCI")]
+    pub pci: String,
+    /// Accept a device that is not a ConnectX (the VM self-test)
+    #[arg(long)]
+    pub force: bool,
+    /// Print the plan and change nothing
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
 }
 
-fn parse(args: &[String], op: &str, allow_force: bool) -> Result<Args, String> {
-    let usage = if allow_force {
-        format!("usage: umlx {op} <pci> [--force] [--dry-run]")
-    } else {
-        format!("usage: umlx {op} <pci> [--dry-run]")
-    };
-    let mut a = Args { pci: String::new(), force: false, dry_run: false };
-    for x in args {
-        match x.as_str() {
-            "--force" if allow_force => a.force = true,
-            "--dry-run" | "-n" => a.dry_run = true,
-            "-h" | "--help" => return Err(usage),
-            s if s.starts_with('-') => return Err(format!("unknown option `{s}`\n{usage}")),
-            s if a.pci.is_empty() => a.pci = s.strip_prefix("pci:").unwrap_or(s).to_string(),
-            s => return Err(format!("unexpected argument `{s}`\n{usage}")),
-        }
-    }
-    if a.pci.is_empty() {
-        return Err(usage);
-    }
-    Ok(a)
+/// The options of `umlx unbind`.
+#[derive(clap::Args, Debug)]
+pub struct UnbindArgs {
+    /// The PCI function (0000:3b:00.0, 3b:00.0 or pci:0000:3b:00.0)
+    #[arg(value_name = "PCI")]
+    pub pci: String,
+    /// Print the plan and change nothing
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+}
+
+fn pci_arg(s: &str) -> &str {
+    s.strip_prefix("pci:").unwrap_or(s)
 }
 
 fn print_plan(plan: &Plan) {
@@ -512,10 +511,9 @@ fn wait_for_driver(sys: &Path, pci: &str, done: impl Fn(Option<&str>) -> bool) -
 }
 
 /// `umlx bind <pci> [--force] [--dry-run]`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let a = parse(args, "bind", true)?;
+pub fn run(a: &BindArgs) -> Result<(), String> {
     let roots = Roots::default();
-    let plan = plan_bind(&roots, &a.pci, a.force).map_err(|r| r.to_string())?;
+    let plan = plan_bind(&roots, pci_arg(&a.pci), a.force).map_err(|r| r.to_string())?;
     execute(&plan, a.dry_run)?;
     if a.dry_run || plan.actions.is_empty() {
         return Ok(());
@@ -537,10 +535,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// `umlx unbind <pci> [--dry-run]`.
-pub fn run_unbind(args: &[String]) -> Result<(), String> {
-    let a = parse(args, "unbind", false)?;
+pub fn run_unbind(a: &UnbindArgs) -> Result<(), String> {
     let roots = Roots::default();
-    let plan = plan_unbind(&roots, &a.pci).map_err(|r| r.to_string())?;
+    let plan = plan_unbind(&roots, pci_arg(&a.pci)).map_err(|r| r.to_string())?;
     execute(&plan, a.dry_run)?;
     if a.dry_run || plan.actions.is_empty() {
         return Ok(());

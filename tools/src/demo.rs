@@ -231,9 +231,17 @@ fn send_latency(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result
     Ok(Row { op: "SEND lat", size, msgs: iters, mbps: 0.0, mmsgs: 0.0, lat_us: avg.as_secs_f64() * 1e6 })
 }
 
+/// The options of `umlx demo`.
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// A shorter run (fewer iterations and sizes)
+    #[arg(long)]
+    pub quick: bool,
+}
+
 /// Runs `umlx demo [--quick]`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let quick = args.iter().any(|a| a == "--quick");
+pub fn run(a: &DemoArgs) -> Result<(), String> {
+    let quick = a.quick;
     println!("umlx demo: two software ConnectX adapters (ConnectX-6 Dx model) on an in-process RoCEv2 fabric\n");
     let fabric = Fabric::perfect();
     let pcap = std::env::temp_dir().join(format!("umlx-demo-{}.pcap", std::process::id()));

@@ -6,10 +6,16 @@
 //! (finding :47901 taken) binds :47902 and sends to :47901. They get addresses 10.77.0.1 and
 //! 10.77.0.2 and find each other's MAC with ARP on that wire. `--wire udp:LOCAL,PEER` names the
 //! endpoints instead (for a VM or a second machine), `--pcap FILE` records every frame.
+//!
+//! [`DeviceOpts`] holds these options (`-d/--ib-dev/--device`, `--wire`, `--pcap`, `--ip`,
+//! `--index`) as one clap `Args` struct each tool flattens into its own; [`auto_gid`] is the GID
+//! a tool uses on RoCE when it was given no GID index, so that the two processes reach each
+//! other with no option at all.
 
-use std::net::{IpAddr, SocketAddr};
+use clap::Args;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use umlx_sim::{SimConfig, SimDevice};
-use umlx_verbs::{Context, SimBackend, VfioBackend};
+use umlx_verbs::{Backend, Context, Gid, SimBackend, VfioBackend};
 
 /// The device a tool opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,62 +60,67 @@ pub fn parse_wire(s: &str) -> Result<WireArg, String> {
     Ok(WireArg::Udp(l, p))
 }
 
-/// Device options common to every tool.
-#[derive(Clone, Debug)]
+/// Device options common to every tool (flattened into each subcommand's options).
+#[derive(Args, Clone, Debug, Default)]
 pub struct DeviceOpts {
-    /// `-d`.
-    pub device: DeviceArg,
+    /// `-d`: `None` is the default, the embedded sim.
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        visible_alias = "device",
+        value_name = "DEV",
+        value_parser = parse_device,
+        help = "Device: sim (default, an embedded software ConnectX) or pci:0000:3b:00.0"
+    )]
+    pub device: Option<DeviceArg>,
     /// `--wire` (sim only).
-    pub wire: WireArg,
+    #[arg(
+        long,
+        value_name = "udp:LOCAL,PEER",
+        value_parser = parse_wire,
+        help_heading = "umlx options",
+        help = "The sim's UDP wire (default: an automatic loopback pair)"
+    )]
+    pub wire: Option<WireArg>,
     /// `--pcap` (sim only).
+    #[arg(long, value_name = "FILE", help_heading = "umlx options", help = "Record the sim's frames in a pcap file")]
     pub pcap: Option<String>,
     /// `--ip` addresses of the port (a VFIO function has no netdev; for the sim they override
     /// the automatic 10.77.0.N).
+    #[arg(
+        long = "ip",
+        value_name = "ADDR",
+        help_heading = "umlx options",
+        help = "An IP address of the port, repeatable (sim default: 10.77.0.N)"
+    )]
     pub ips: Vec<IpAddr>,
     /// `--index` of the sim (MAC and default IP); automatic with the auto wire.
+    #[arg(
+        long = "index",
+        value_name = "N",
+        help_heading = "umlx options",
+        help = "The sim's number: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1"
+    )]
     pub sim_index: Option<u8>,
 }
 
-impl Default for DeviceOpts {
-    fn default() -> Self {
-        DeviceOpts { device: DeviceArg::Sim, wire: WireArg::Auto, pcap: None, ips: Vec::new(), sim_index: None }
-    }
-}
-
 impl DeviceOpts {
-    /// Takes the device options out of `args` (leaving the rest).
-    pub fn take(args: &mut Vec<String>) -> Result<DeviceOpts, String> {
-        let mut o = DeviceOpts::default();
-        let mut i = 0;
-        while i < args.len() {
-            let val = |i: usize| args.get(i + 1).cloned().ok_or_else(|| format!("{} needs a value", args[i]));
-            match args[i].as_str() {
-                "-d" | "--ib-dev" | "--device" => {
-                    o.device = parse_device(&val(i)?)?;
-                    args.drain(i..i + 2);
-                }
-                "--wire" => {
-                    o.wire = parse_wire(&val(i)?)?;
-                    args.drain(i..i + 2);
-                }
-                "--pcap" => {
-                    o.pcap = Some(val(i)?);
-                    args.drain(i..i + 2);
-                }
-                "--ip" => {
-                    let v = val(i)?;
-                    o.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?);
-                    args.drain(i..i + 2);
-                }
-                "--index" => {
-                    let v = val(i)?;
-                    o.sim_index = Some(v.parse().map_err(|e| format!("--index {v}: {e}"))?);
-                    args.drain(i..i + 2);
-                }
-                _ => i += 1,
-            }
+    /// The device `-d` names (the sim when it was not given).
+    pub fn device(&self) -> DeviceArg {
+        self.device.clone().unwrap_or(DeviceArg::Sim)
+    }
+
+    /// The wire `--wire` names (the automatic loopback pair when it was not given).
+    pub fn wire(&self) -> WireArg {
+        self.wire.clone().unwrap_or_default()
+    }
+
+    /// Refuses sim-only options with a PCI device.
+    pub fn check(&self) -> Result<(), String> {
+        if self.device() != DeviceArg::Sim && (self.wire.is_some() || self.pcap.is_some() || self.sim_index.is_some()) {
+            return Err("--wire, --pcap and --index are for -d sim".into());
         }
-        Ok(o)
+        Ok(())
     }
 }
 
@@ -144,10 +155,11 @@ pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
 
 /// Opens the device `o` names.
 pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
-    match &o.device {
+    o.check()?;
+    match &o.device() {
         DeviceArg::Pci(pci) => Context::open_pci(pci, o.ips.clone()).map(AnyContext::Pci).map_err(|e| e.to_string()),
         DeviceArg::Sim => {
-            let (dev, ips) = match &o.wire {
+            let (dev, ips) = match &o.wire() {
                 WireArg::Udp(local, peer) => {
                     let (dev, ips) = sim_device(o.sim_index.unwrap_or(0), &o.ips);
                     dev.port().connect_udp(*local, *peer).map_err(|e| format!("--wire: binding {local}: {e}"))?;
@@ -175,4 +187,23 @@ pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
             Ok(AnyContext::Sim(ctx))
         }
     }
+}
+
+/// The GID index a tool uses when none was given (`-g` in the ping-pongs, `-x` in perf), as
+/// perftest picks it: the RoCEv2 GID of the port's IPv4 address (an IPv4-mapped GID; one
+/// outside 169.254/16 first), else an IPv6 GID (global scope first); the lowest index among
+/// equals. `None` when the table is empty.
+pub fn auto_gid<B: Backend>(ctx: &Context<B>) -> Option<(u32, Gid)> {
+    let rank = |g: &Gid| match g.to_ip() {
+        IpAddr::V4(a) if !a.is_link_local() => 0,
+        IpAddr::V4(_) => 1,
+        IpAddr::V6(a) if !a.is_unicast_link_local() => 2,
+        IpAddr::V6(_) => 3,
+    };
+    ctx.gids().into_iter().filter(|(_, g)| *g != Gid::default()).min_by_key(|(i, g)| (rank(g), *i))
+}
+
+/// The line a tool prints about a GID it chose itself; `flag` names the option that overrides.
+pub fn auto_gid_line(index: u32, gid: &Gid, flag: &str) -> String {
+    format!("local GID index {index} (RoCEv2 {}), chosen automatically; {flag} overrides", Ipv6Addr::from(gid.0))
 }

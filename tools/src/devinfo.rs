@@ -73,15 +73,23 @@ fn print_ctx<B: Backend>(name: &str, ctx: &Context<B>, verbose: bool) -> Result<
     Ok(())
 }
 
+/// The options of `umlx devinfo`.
+#[derive(clap::Args, Debug)]
+pub struct DevinfoArgs {
+    /// Also the device's capabilities
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The device (without -d: every device found, the sim included).
+    #[command(flatten)]
+    pub dev: DeviceOpts,
+}
+
 /// Runs `umlx devinfo`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let mut args = args.to_vec();
-    let verbose = args.iter().any(|a| a == "-v" || a == "--verbose");
-    args.retain(|a| a != "-v" && a != "--verbose");
-    let named = args.iter().any(|a| a == "-d" || a == "--ib-dev" || a == "--device");
-    let opts = DeviceOpts::take(&mut args)?;
-    let targets: Vec<DeviceArg> = if named {
-        vec![opts.device.clone()]
+pub fn run(a: &DevinfoArgs) -> Result<(), String> {
+    let verbose = a.verbose;
+    let opts = &a.dev;
+    let targets: Vec<DeviceArg> = if let Some(d) = &opts.device {
+        vec![d.clone()]
     } else {
         devices()
             .into_iter()
@@ -97,7 +105,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             DeviceArg::Sim => {
                 Context::open_sim(umlx_sim::SimConfig::default()).map(AnyContext::Sim).map_err(|e| e.to_string())
             }
-            DeviceArg::Pci(_) => crate::device::open(&DeviceOpts { device: dev.clone(), ..opts.clone() }),
+            DeviceArg::Pci(_) => crate::device::open(&DeviceOpts { device: Some(dev.clone()), ..opts.clone() }),
         };
         let name = match &dev {
             DeviceArg::Sim => "sim0".to_string(),

@@ -5,10 +5,21 @@ use std::fmt::Write;
 use umlx_hwdesc::registry;
 use umlx_hwdesc::{FieldKind, IfcStruct, PlainStruct};
 
+/// The options of `umlx layout`.
+#[derive(clap::Args, Debug)]
+pub struct LayoutArgs {
+    /// JSON instead of tables
+    #[arg(long)]
+    pub json: bool,
+    /// One structure (e.g. qpc, cqe64); without it, all of them
+    #[arg(value_name = "STRUCT")]
+    pub name: Option<String>,
+}
+
 /// Runs `umlx layout [--json] [STRUCT]`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let json = args.iter().any(|a| a == "--json");
-    let name = args.iter().find(|a| !a.starts_with('-'));
+pub fn run(a: &LayoutArgs) -> Result<(), String> {
+    let json = a.json;
+    let name = a.name.as_ref();
     let out = match (name, json) {
         (None, true) => all_json(),
         (None, false) => {

@@ -1,10 +1,14 @@
 //! `umlx`: the umlx command line.
 //!
-//! Subcommands: `layout` (the hardware-contract layouts, generated from hwdesc), `wire decode`
-//! (RoCEv2 pcap decoder, the sim's own codec).
+//! One clap parser: [`Cli`] and its [`Cmd`] enum, each subcommand's options a `#[derive(Args)]`
+//! struct in its module, the device options ([`device::DeviceOpts`]) flattened where a tool
+//! opens a device. `umlx help`, `umlx CMD --help` and `-h` print the usage; an unknown option or
+//! a missing value is an error naming it, with the usage line, and exit status 2; a failed run
+//! exits 1.
 
 mod bench;
 mod bind;
+mod cli;
 mod common;
 mod demo;
 mod device;
@@ -16,61 +20,131 @@ mod sim;
 mod vfio_selftest;
 mod wire;
 
+use clap::{CommandFactory, Parser, Subcommand};
+
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: umlx <command> [options]
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "umlx",
+    version,
+    about = "umlx: a user-mode driver for ConnectX (mlx5) adapters, with an embedded software ConnectX",
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
 
-commands:
-  demo [--quick]               two software ConnectX adapters: RC/UD ping-pong, bandwidth and latency sweep
-  devinfo [-v] [-d DEV]        devices, firmware, port state, MTU, GID table (like ibv_devinfo)
-  layout [--json] [STRUCT]     print the mlx5 layouts declared in hwdesc (all, or one struct as a table)
-  wire decode FILE.pcap        decode every RoCE frame of a pcap and verify its ICRC
-  perf TEST [opts] [SERVER]    perftest's ib_{write,send,read}_{bw,lat} and ib_atomic_bw (TEST: write-bw, send-lat, ...)
-  bench datapath [--json]      data-path cost per operation (ns, and instructions with valgrind)
-  bind PCI [--force] [-n]      move a ConnectX function to vfio-pci, checking IOMMU, group, huge pages, memlock
-  unbind PCI [-n]              give a function back to its kernel driver (mlx5_core)
-  rc-pingpong [opts] [HOST]    ibv_rc_pingpong: RC SEND ping-pong with its options and TCP exchange (-g 1 on RoCE)
-  ud-pingpong [opts] [HOST]    ibv_ud_pingpong: UD SEND ping-pong with its options and TCP exchange (-g 1 on RoCE)
-  sim --wire udp:LOCAL,PEER    run a software ConnectX on a UDP wire (a peer for a VM or a process)
-  vfio-selftest PCI [--device edu|e1000e|auto] [--rebind]
-                               the VFIO backend against vfio-pci + IOMMU with QEMU's edu/e1000e (in a VM)
-  help                         this text
-";
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Two software ConnectX adapters: RC/UD ping-pong, bandwidth and latency sweep
+    Demo(demo::DemoArgs),
+    /// Devices, firmware, port state, MTU, GID table (like ibv_devinfo)
+    Devinfo(devinfo::DevinfoArgs),
+    /// The mlx5 layouts declared in hwdesc (all, or one struct as a table)
+    Layout(layout::LayoutArgs),
+    /// RoCEv2 captures: `wire decode FILE.pcap`
+    #[command(subcommand)]
+    Wire(wire::WireCmd),
+    /// perftest's ib_{write,send,read}_{bw,lat} and ib_atomic_bw
+    #[command(subcommand, args_override_self = true)]
+    Perf(perf::PerfCmd),
+    /// Benchmarks: `bench datapath`, the data path's cost per operation
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+    /// Move a ConnectX function to vfio-pci, checking IOMMU, group, huge pages, memlock
+    Bind(bind::BindArgs),
+    /// Give a function back to its kernel driver (mlx5_core)
+    Unbind(bind::UnbindArgs),
+    /// ibv_rc_pingpong: RC SEND ping-pong with its options and TCP exchange
+    #[command(name = "rc-pingpong", infer_long_args = true, args_override_self = true)]
+    RcPingpong(pingpong::RcArgs),
+    /// ibv_ud_pingpong: UD SEND ping-pong with its options and TCP exchange
+    #[command(name = "ud-pingpong", infer_long_args = true, args_override_self = true)]
+    UdPingpong(pingpong::UdArgs),
+    /// A software ConnectX on a UDP wire (a peer for a VM or a process)
+    Sim(sim::SimArgs),
+    /// The VFIO backend against vfio-pci + IOMMU with QEMU's edu/e1000e (in a VM)
+    #[command(name = "vfio-selftest")]
+    VfioSelftest(vfio_selftest::SelftestArgs),
+    /// A shell completion script on stdout (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (cmd, rest) = match args.split_first() {
-        Some((c, r)) => (c.as_str(), r),
-        None => {
-            eprint!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let result = match cmd {
-        "layout" => layout::run(rest),
-        "wire" => wire::run(rest),
-        "bench" => bench::run(rest),
-        "bind" => bind::run(rest),
-        "unbind" => bind::run_unbind(rest),
-        "demo" => demo::run(rest),
-        "devinfo" => devinfo::run(rest),
-        "perf" => perf::run(rest),
-        "vfio-selftest" => vfio_selftest::run(rest),
-        "rc-pingpong" => pingpong::run_rc(rest),
-        "ud-pingpong" => pingpong::run_ud(rest),
-        "sim" => sim::run(rest),
-        "help" | "-h" | "--help" => {
-            print!("{USAGE}");
+fn run(cmd: Cmd) -> Result<(), String> {
+    match cmd {
+        Cmd::Demo(a) => demo::run(&a),
+        Cmd::Devinfo(a) => devinfo::run(&a),
+        Cmd::Layout(a) => layout::run(&a),
+        Cmd::Wire(c) => wire::run(&c),
+        Cmd::Perf(c) => perf::run(&c),
+        Cmd::Bench(c) => bench::run(&c),
+        Cmd::Bind(a) => bind::run(&a),
+        Cmd::Unbind(a) => bind::run_unbind(&a),
+        Cmd::RcPingpong(a) => pingpong::run_rc(&a),
+        Cmd::UdPingpong(a) => pingpong::run_ud(&a),
+        Cmd::Sim(a) => sim::run(&a),
+        Cmd::VfioSelftest(a) => vfio_selftest::run(&a),
+        Cmd::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "umlx", &mut std::io::stdout());
             Ok(())
         }
-        other => Err(format!("unknown command `{other}`\n{USAGE}")),
-    };
-    match result {
+    }
+}
+
+/// Parses a command line (`argv[0]` first) as `umlx` does: clap's parser, and the usage line of
+/// the subcommand added to the errors clap reports without it (a missing or invalid value).
+pub fn parse_from<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let argv: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+    Cli::try_parse_from(&argv).map_err(|mut e| {
+        use clap::error::{ContextKind, ContextValue, ErrorKind};
+        let help = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+        if !help && e.get(ContextKind::Usage).is_none() {
+            let mut cmd = Cli::command();
+            cmd.build();
+            let mut at = &mut cmd;
+            for a in argv.iter().skip(1) {
+                match at.find_subcommand(a).map(|c| c.get_name().to_string()) {
+                    Some(name) => at = at.find_subcommand_mut(name).expect("the subcommand just found"),
+                    None if a.to_str().is_some_and(|s| s.starts_with('-')) => {}
+                    None => break,
+                }
+            }
+            e.insert(ContextKind::Usage, ContextValue::StyledStr(at.render_usage()));
+        }
+        e
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    match run(cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("umlx: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        // clap's own checks: no two options with one name, every short option unique, ...
+        Cli::command().debug_assert();
     }
 }

@@ -4,7 +4,8 @@
 //! What matches rdma-core (libibverbs/examples/{rc,ud}_pingpong.c, pingpong.c):
 //!
 //! * Options, short and long, with getopt_long's forms (`-p 1`, `-p1`, `--port=1`, `--port 1`,
-//!   clustered flags, unambiguous long prefixes, numbers in C's base-0 syntax), their defaults
+//!   clustered flags, unambiguous long prefixes, the last occurrence winning, numbers in C's
+//!   base-0 syntax; parsed by clap, see [`RcArgs`] and [`UdArgs`]), their defaults
 //!   (TCP port 18515, IB port 1, size 4096 for RC and 1024 for UD — the UD usage text says 2048,
 //!   its code uses 1024 —, path MTU 1024, rx depth 500, 1000 iterations, SL 0, no GID index).
 //!   Without a host argument the tool is the server; `umlx rc-pingpong [opts] HOST` is the client.
@@ -28,9 +29,8 @@
 //!   server checks its buffer after the run and prints `invalid data in page N`.
 //! * Output: the `local address` and `remote address` lines (UD's local line has its `: GID`
 //!   quirk), the GID printed as `inet_ntop(AF_INET6)` prints it, and the two result lines.
-//! * Without `-g` the address carries a zero GID and the peer builds a non-global address, as
-//!   rdma-core does; on RoCE that fails (RC: modify to RTR, UD: create AH), so run both sides
-//!   with `-g` (on the sim, `-g 1` is the IPv4 GID 10.77.0.N, `-g 0` the link-local IPv6 GID).
+//! * With `-g` the address carries that GID and the peer builds a global address to it
+//!   (on the sim, `-g 1` is the IPv4 GID 10.77.0.N, `-g 0` the link-local IPv6 GID).
 //!
 //! Deviations, each for a reason: `-o`, `-O`, `-P` (on-demand paging), `-t` (completion time
 //! stamps) and `-j` (device memory) are refused with rdma-core's message for a device without the
@@ -38,14 +38,22 @@
 //! nothing (same wire behaviour, plain memory). `-c` compares every byte of the buffer with what
 //! the peer sends (0x7b, 0 at page starts) instead of only the page starts, and a mismatch makes
 //! the exit status 1 (rdma-core exits 0). `-g` naming an empty GID table entry is an error
-//! (rdma-core would send a zero GID). The server binds its TCP port before printing its local
+//! (rdma-core would send a zero GID). Without `-g` on a RoCE port umlx picks the RoCEv2 GID of
+//! the port's IPv4 address (perftest's `-x` default; on the sim GID 1, 10.77.0.N) and prints
+//! `local GID index N (RoCEv2 ...), chosen automatically; -g overrides`, where rdma-core sends a
+//! zero GID that no RoCE peer can reach: two umlx processes need no options. A umlx server that
+//! cannot connect its QP to a client's address answers, in place of its own address, a 52-byte
+//! `umlx refused: REASON` (an address's size, NUL-terminated) before closing, and a umlx client
+//! prints that reason; a client whose server closes without a word says the server probably
+//! rejected its parameters. The server binds its TCP port before printing its local
 //! address (so a script can start the client once that line appears). Unknown numbers are errors
-//! instead of 0. A peer that stops answering ends the run with an error after `--timeout` seconds
+//! instead of 0, and option errors exit with status 2 (clap's usage errors). A peer that stops answering ends the run with an error after `--timeout` seconds
 //! (default 30; 0 waits forever like rdma-core), and so does a TCP peer that connects and stays
 //! silent. `-r` must be at least 1 and `-l` at most 15. umlx options: `-d sim|pci:ADDR`, `--wire`,
 //! `--pcap`, `--ip`, `--index` (see [`crate::device`]) and `--timeout`.
 
-use crate::device::{self, DeviceOpts, WireArg};
+use crate::cli::{c_number, parse_c_number};
+use crate::device::{self, DeviceOpts};
 use crate::with_ctx;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
@@ -78,6 +86,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    #[cfg(test)]
     fn name(self) -> &'static str {
         match self {
             Kind::Rc => "rc-pingpong",
@@ -87,66 +96,107 @@ impl Kind {
 }
 
 /// Runs `umlx rc-pingpong`.
-pub fn run_rc(args: &[String]) -> Result<(), String> {
-    run(Kind::Rc, args)
+pub fn run_rc(a: &RcArgs) -> Result<(), String> {
+    run(&Opts::rc(a)?)
 }
 
 /// Runs `umlx ud-pingpong`.
-pub fn run_ud(args: &[String]) -> Result<(), String> {
-    run(Kind::Ud, args)
+pub fn run_ud(a: &UdArgs) -> Result<(), String> {
+    run(&Opts::ud(a)?)
 }
 
-fn run(kind: Kind, args: &[String]) -> Result<(), String> {
-    let o = match Opts::parse(kind, args)? {
-        Some(o) => o,
-        None => {
-            print!("{}", usage(kind));
-            return Ok(());
-        }
-    };
+fn run(o: &Opts) -> Result<(), String> {
     let any = device::open(&o.dev)?;
-    with_ctx!(any, ctx => pingpong(&ctx, &o))
+    with_ctx!(any, ctx => pingpong(&ctx, o))
 }
 
-fn usage(kind: Kind) -> String {
-    let name = format!("umlx {}", kind.name());
-    let mut s = format!(
-        "Usage:\n  {name}            start a server and wait for connection\n  \
-         {name} <host>     connect to server at <host>\n\nOptions:\n  \
-         -p, --port=<port>      listen on/connect to port <port> (default 18515)\n  \
-         -d, --ib-dev=<dev>     use IB device <dev>: sim (default) or pci:<address>\n  \
-         -i, --ib-port=<port>   use port <port> of IB device (default 1)\n"
-    );
-    match kind {
-        Kind::Rc => s.push_str(
-            "  -s, --size=<size>      size of message to exchange (default 4096)\n  \
-             -m, --mtu=<size>       path MTU (default 1024)\n",
-        ),
-        Kind::Ud => s.push_str("  -s, --size=<size>      size of message to exchange (default 1024)\n"),
-    }
-    s.push_str(
-        "  -r, --rx-depth=<dep>   number of receives to post at a time (default 500)\n  \
-         -n, --iters=<iters>    number of exchanges (default 1000)\n  \
-         -l, --sl=<sl>          service level value\n  \
-         -e, --events           sleep on CQ events (default poll)\n  \
-         -g, --gid-idx=<gid index> local port gid index (RoCE needs one: -g 1 is the sim's IPv4 GID)\n  \
-         -c, --chk              validate received buffer\n",
-    );
-    if kind == Kind::Rc {
-        s.push_str(
-            "  -o, --odp / -O, --iodp / -P, --prefetch / -t, --ts / -j, --dm   refused (not supported)\n  \
-             -N, --new_send / -U, --allow-cc-unprotected                    accepted, no effect\n",
-        );
-    }
-    s.push_str(
-        "\numlx options:\n  \
-         --wire udp:LOCAL,PEER  the sim's UDP wire (default: automatic loopback pair)\n  \
-         --pcap FILE            record the sim's frames\n  \
-         --ip ADDR              the port's IP address (repeatable)\n  \
-         --index N              the sim's number (MAC 02:00:5e:10:00:N, IP 10.77.0.N+1)\n  \
-         --timeout SECS         give up when the peer is silent this long (default 30, 0: never)\n",
-    );
-    s
+/// The options both ping-pongs have (rdma-core's names, short forms and defaults).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CommonArgs {
+    /// Connect to the server at HOST; without it, start a server and wait for a connection
+    #[arg(value_name = "HOST")]
+    pub servername: Option<String>,
+    /// Listen on / connect to TCP port <port>
+    #[arg(short = 'p', long, value_name = "port", default_value = "18515", value_parser = c_number::<u16, 0, 65535>)]
+    pub port: u16,
+    /// Use port <port> of the IB device
+    #[arg(short = 'i', long = "ib-port", value_name = "port", default_value = "1", value_parser = c_number::<u8, 1, 255>)]
+    pub ib_port: u8,
+    /// Number of receives to post at a time
+    #[arg(short = 'r', long = "rx-depth", value_name = "dep", default_value = "500", value_parser = c_number::<u32, 1, { 1 << 20 }>)]
+    pub rx_depth: u32,
+    /// Number of exchanges
+    #[arg(short = 'n', long, value_name = "iters", default_value = "1000", value_parser = c_number::<u32, 0, { u32::MAX as i64 }>)]
+    pub iters: u32,
+    /// Service level value
+    #[arg(short = 'l', long, value_name = "sl", default_value = "0", value_parser = c_number::<u8, 0, 15>)]
+    pub sl: u8,
+    /// Sleep on CQ events (default poll)
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// Local port GID index (default on RoCE: the GID of the port's IPv4 address, printed)
+    #[arg(short = 'g', long = "gid-idx", value_name = "gid index", value_parser = c_number::<i32, { i32::MIN as i64 }, { i32::MAX as i64 }>, allow_negative_numbers = true)]
+    pub gidx: Option<i32>,
+    /// Validate the received buffer
+    #[arg(short = 'c', long = "chk")]
+    pub validate: bool,
+    /// The device.
+    #[command(flatten)]
+    pub dev: DeviceOpts,
+    /// Give up when the peer is silent this long (0: never)
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = c_number::<u64, 0, { 1 << 31 }>, help_heading = "umlx options")]
+    pub timeout: u64,
+}
+
+/// The options of `umlx rc-pingpong` (`ibv_rc_pingpong`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct RcArgs {
+    /// The common options.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Size of message to exchange [default: 4096]
+    #[arg(short = 's', long, value_name = "size", value_parser = c_number::<u32, 0, { u32::MAX as i64 - GRH_LEN as i64 }>)]
+    pub size: Option<u32>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096
+    #[arg(short = 'm', long, value_name = "size", default_value = "1024", value_parser = parse_mtu)]
+    pub mtu: Mtu,
+    /// Use on-demand paging (refused: not supported)
+    #[arg(short = 'o', long)]
+    pub odp: bool,
+    /// Use implicit on-demand paging (refused: not supported)
+    #[arg(short = 'O', long)]
+    pub iodp: bool,
+    /// Prefetch an ODP MR (refused: not supported)
+    #[arg(short = 'P', long)]
+    pub prefetch: bool,
+    /// Get completion time stamps (refused: not supported)
+    #[arg(short = 't', long)]
+    pub ts: bool,
+    /// Use device memory (refused: not supported)
+    #[arg(short = 'j', long)]
+    pub dm: bool,
+    /// Use the new post send API (accepted, no effect)
+    #[arg(short = 'N', long = "new_send")]
+    pub new_send: bool,
+    /// Allow CoCo unprotected memory (accepted, no effect)
+    #[arg(short = 'U', long = "allow-cc-unprotected")]
+    pub allow_cc_unprotected: bool,
+}
+
+/// The options of `umlx ud-pingpong` (`ibv_ud_pingpong`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct UdArgs {
+    /// The common options.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Size of message to exchange [default: 1024]
+    #[arg(short = 's', long, value_name = "size", value_parser = c_number::<u32, 0, { u32::MAX as i64 - GRH_LEN as i64 }>)]
+    pub size: Option<u32>,
+}
+
+/// `pp_mtu_to_enum` as a value parser.
+fn parse_mtu(s: &str) -> Result<Mtu, String> {
+    mtu_from_bytes(parse_c_number(s)?).ok_or_else(|| "the MTU is 256, 512, 1024, 2048 or 4096".to_string())
 }
 
 /// The parsed command line.
@@ -182,149 +232,6 @@ pub struct Opts {
     pub timeout: Option<Duration>,
 }
 
-struct Spec {
-    short: Option<char>,
-    long: &'static str,
-    arg: bool,
-    kinds: &'static [Kind],
-}
-
-const BOTH: &[Kind] = &[Kind::Rc, Kind::Ud];
-const RC: &[Kind] = &[Kind::Rc];
-
-const SPECS: &[Spec] = &[
-    Spec { short: Some('p'), long: "port", arg: true, kinds: BOTH },
-    Spec { short: Some('d'), long: "ib-dev", arg: true, kinds: BOTH },
-    Spec { short: Some('i'), long: "ib-port", arg: true, kinds: BOTH },
-    Spec { short: Some('s'), long: "size", arg: true, kinds: BOTH },
-    Spec { short: Some('m'), long: "mtu", arg: true, kinds: RC },
-    Spec { short: Some('r'), long: "rx-depth", arg: true, kinds: BOTH },
-    Spec { short: Some('n'), long: "iters", arg: true, kinds: BOTH },
-    Spec { short: Some('l'), long: "sl", arg: true, kinds: BOTH },
-    Spec { short: Some('e'), long: "events", arg: false, kinds: BOTH },
-    Spec { short: Some('g'), long: "gid-idx", arg: true, kinds: BOTH },
-    Spec { short: Some('o'), long: "odp", arg: false, kinds: RC },
-    Spec { short: Some('O'), long: "iodp", arg: false, kinds: RC },
-    Spec { short: Some('P'), long: "prefetch", arg: false, kinds: RC },
-    Spec { short: Some('t'), long: "ts", arg: false, kinds: RC },
-    Spec { short: Some('c'), long: "chk", arg: false, kinds: BOTH },
-    Spec { short: Some('j'), long: "dm", arg: false, kinds: RC },
-    Spec { short: Some('N'), long: "new_send", arg: false, kinds: RC },
-    Spec { short: Some('U'), long: "allow-cc-unprotected", arg: false, kinds: RC },
-    Spec { short: None, long: "wire", arg: true, kinds: BOTH },
-    Spec { short: None, long: "pcap", arg: true, kinds: BOTH },
-    Spec { short: None, long: "ip", arg: true, kinds: BOTH },
-    Spec { short: None, long: "index", arg: true, kinds: BOTH },
-    Spec { short: None, long: "timeout", arg: true, kinds: BOTH },
-    Spec { short: Some('h'), long: "help", arg: false, kinds: BOTH },
-];
-
-/// getopt_long over `args`: the options found (by long name, with their values) and the
-/// operands, in order.
-/// Options found (by long name, with their values) and operands.
-type Parsed = (Vec<(&'static str, Option<String>)>, Vec<String>);
-
-fn getopt(kind: Kind, args: &[String]) -> Result<Parsed, String> {
-    let specs: Vec<&Spec> = SPECS.iter().filter(|s| s.kinds.contains(&kind)).collect();
-    let mut found = Vec::new();
-    let mut operands = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if a == "--" {
-            operands.extend(args[i..].iter().cloned());
-            break;
-        }
-        if let Some(body) = a.strip_prefix("--") {
-            let (name, inline) = match body.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (body, None),
-            };
-            let spec = match specs.iter().find(|s| s.long == name) {
-                Some(s) => *s,
-                None => {
-                    let m: Vec<&&Spec> = specs.iter().filter(|s| s.long.starts_with(name)).collect();
-                    match m.as_slice() {
-                        [one] => **one,
-                        [] => return Err(format!("unrecognized option '--{name}'")),
-                        _ => return Err(format!("option '--{name}' is ambiguous")),
-                    }
-                }
-            };
-            let val = if spec.arg {
-                match inline {
-                    Some(v) => Some(v),
-                    None => {
-                        let v = args
-                            .get(i)
-                            .cloned()
-                            .ok_or_else(|| format!("option '--{}' requires an argument", spec.long))?;
-                        i += 1;
-                        Some(v)
-                    }
-                }
-            } else if inline.is_some() {
-                return Err(format!("option '--{}' doesn't allow an argument", spec.long));
-            } else {
-                None
-            };
-            found.push((spec.long, val));
-        } else if a.len() > 1 && a.starts_with('-') {
-            let chars: Vec<char> = a[1..].chars().collect();
-            let mut k = 0;
-            while k < chars.len() {
-                let c = chars[k];
-                k += 1;
-                let spec =
-                    specs.iter().find(|s| s.short == Some(c)).ok_or_else(|| format!("invalid option -- '{c}'"))?;
-                if spec.arg {
-                    let rest: String = chars[k..].iter().collect();
-                    let v = if !rest.is_empty() {
-                        rest
-                    } else {
-                        let v = args.get(i).cloned().ok_or_else(|| format!("option requires an argument -- '{c}'"))?;
-                        i += 1;
-                        v
-                    };
-                    found.push((spec.long, Some(v)));
-                    break;
-                }
-                found.push((spec.long, None));
-            }
-        } else {
-            operands.push(a.clone());
-        }
-    }
-    Ok((found, operands))
-}
-
-/// A number in C's `strtol(s, NULL, 0)` syntax (decimal, 0x hexadecimal, 0 octal), strictly.
-fn parse_c_number(what: &str, s: &str) -> Result<i64, String> {
-    let t = s.trim();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        i64::from_str_radix(h, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        i64::from_str_radix(&t[1..], 8)
-    } else {
-        t.parse::<i64>()
-    };
-    let v = v.map_err(|_| format!("{what}: `{s}` is not a number"))?;
-    Ok(if neg { -v } else { v })
-}
-
-fn parse_ranged(what: &str, s: &str, lo: i64, hi: i64) -> Result<i64, String> {
-    let v = parse_c_number(what, s)?;
-    if v < lo || v > hi {
-        return Err(format!("{what}: {v} is out of range ({lo}..={hi})"));
-    }
-    Ok(v)
-}
-
 /// `pp_mtu_to_enum`.
 fn mtu_from_bytes(n: i64) -> Option<Mtu> {
     match n {
@@ -338,70 +245,29 @@ fn mtu_from_bytes(n: i64) -> Option<Mtu> {
 }
 
 impl Opts {
-    /// Parses the command line; `Ok(None)` for `--help`.
-    pub fn parse(kind: Kind, args: &[String]) -> Result<Option<Opts>, String> {
-        let bad = |e: String| format!("{e}\n{}", usage(kind));
-        let (found, operands) = getopt(kind, args).map_err(bad)?;
-        let mut o = Opts {
+    fn common(kind: Kind, c: &CommonArgs, size: Option<u32>, mtu: Mtu) -> Opts {
+        Opts {
             kind,
-            port: 18515,
-            dev: DeviceOpts::default(),
-            ib_port: 1,
-            size: if kind == Kind::Rc { 4096 } else { 1024 },
-            mtu: Mtu::Mtu1024,
-            rx_depth: 500,
-            iters: 1000,
-            sl: 0,
-            events: false,
-            gidx: -1,
-            validate: false,
-            servername: None,
-            timeout: Some(Duration::from_secs(30)),
-        };
-        let (mut odp, mut iodp, mut prefetch, mut ts, mut dm, mut cc) = (false, false, false, false, false, false);
-        for (name, val) in found {
-            let v = val.unwrap_or_default();
-            match name {
-                "port" => o.port = parse_ranged("-p", &v, 0, 65535).map_err(bad)? as u16,
-                "ib-dev" => {
-                    o.dev.device = device::parse_device(&v).map_err(|e| format!("IB device {v} not found: {e}"))?
-                }
-                "ib-port" => o.ib_port = parse_ranged("-i", &v, 1, 255).map_err(bad)? as u8,
-                "size" => o.size = parse_ranged("-s", &v, 0, u32::MAX as i64 - GRH_LEN as i64).map_err(bad)? as u32,
-                "mtu" => {
-                    o.mtu = mtu_from_bytes(parse_c_number("-m", &v).map_err(bad)?)
-                        .ok_or_else(|| bad(format!("-m {v}: the MTU is 256, 512, 1024, 2048 or 4096")))?
-                }
-                "rx-depth" => o.rx_depth = parse_ranged("-r", &v, 1, 1 << 20).map_err(bad)? as u32,
-                "iters" => o.iters = parse_ranged("-n", &v, 0, u32::MAX as i64).map_err(bad)? as u32,
-                "sl" => o.sl = parse_ranged("-l", &v, 0, 15).map_err(bad)? as u8,
-                "events" => o.events = true,
-                "gid-idx" => o.gidx = parse_ranged("-g", &v, i32::MIN as i64, i32::MAX as i64).map_err(bad)? as i32,
-                "chk" => o.validate = true,
-                "odp" => odp = true,
-                "iodp" => (odp, iodp) = (true, true),
-                "prefetch" => prefetch = true,
-                "ts" => ts = true,
-                "dm" => dm = true,
-                "new_send" => {}
-                "allow-cc-unprotected" => cc = true,
-                "wire" => o.dev.wire = device::parse_wire(&v)?,
-                "pcap" => o.dev.pcap = Some(v),
-                "ip" => o.dev.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?),
-                "index" => o.dev.sim_index = Some(parse_ranged("--index", &v, 0, 255)? as u8),
-                "timeout" => {
-                    let s = parse_ranged("--timeout", &v, 0, 1 << 31)? as u64;
-                    o.timeout = (s > 0).then(|| Duration::from_secs(s));
-                }
-                "help" => return Ok(None),
-                _ => {}
-            }
+            port: c.port,
+            dev: c.dev.clone(),
+            ib_port: c.ib_port,
+            size: size.unwrap_or(if kind == Kind::Rc { 4096 } else { 1024 }),
+            mtu,
+            rx_depth: c.rx_depth,
+            iters: c.iters,
+            sl: c.sl,
+            events: c.events,
+            gidx: c.gidx.unwrap_or(-1),
+            validate: c.validate,
+            servername: c.servername.clone(),
+            timeout: (c.timeout > 0).then(|| Duration::from_secs(c.timeout)),
         }
-        match operands.as_slice() {
-            [] => {}
-            [host] => o.servername = Some(host.clone()),
-            _ => return Err(bad(format!("one server name at most, got {operands:?}"))),
-        }
+    }
+
+    /// `ibv_rc_pingpong`'s options, with its checks of the features umlx lacks.
+    pub fn rc(a: &RcArgs) -> Result<Opts, String> {
+        let odp = a.odp || a.iodp;
+        let (cc, dm) = (a.allow_cc_unprotected, a.dm);
         if odp && dm {
             return Err("DM memory region can't be on demand".into());
         }
@@ -411,11 +277,11 @@ impl Opts {
         if cc && dm {
             return Err("CoCo unprotected memory cannot be used with device memory".into());
         }
-        if !odp && prefetch {
+        if !odp && a.prefetch {
             return Err("prefetch is valid only with on-demand memory region".into());
         }
         if odp {
-            return Err(if iodp {
+            return Err(if a.iodp {
                 "The device doesn't support implicit ODP (umlx has no on-demand paging)".into()
             } else {
                 "The device isn't ODP capable or does not support RC send and receive with ODP \
@@ -423,16 +289,18 @@ impl Opts {
                     .into()
             });
         }
-        if ts {
+        if a.ts {
             return Err("The device isn't completion timestamp capable (umlx completions carry no time stamp)".into());
         }
         if dm {
             return Err("Device doesn't support dm allocation (umlx has no device memory)".into());
         }
-        if o.dev.wire != WireArg::Auto && o.dev.device != device::DeviceArg::Sim {
-            return Err("--wire is for -d sim".into());
-        }
-        Ok(Some(o))
+        Ok(Opts::common(Kind::Rc, &a.common, a.size, a.mtu))
+    }
+
+    /// `ibv_ud_pingpong`'s options.
+    pub fn ud(a: &UdArgs) -> Result<Opts, String> {
+        Ok(Opts::common(Kind::Ud, &a.common, a.size, Mtu::Mtu1024))
     }
 }
 
@@ -583,8 +451,18 @@ fn client_exchange(host: &str, port: u16, my: &Dest, timeout: Option<Duration>) 
     s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send local address: {}", io_text(&e, timeout)))?;
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg).map_err(|e| {
-        format!("Couldn't read/write remote address: {} (did the server fail to connect its QP?)", io_text(&e, timeout))
+        let why = match e.kind() {
+            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                "the peer closed the connection during the exchange: it probably rejected our parameters, see its output"
+                    .to_string()
+            }
+            _ => io_text(&e, timeout),
+        };
+        format!("Couldn't read/write remote address: {why}")
     })?;
+    if let Some(why) = refused(&msg) {
+        return Err(format!("the server refused our address: {why} (its output says more)"));
+    }
     s.write_all(DONE).map_err(|e| format!("Couldn't read/write remote address: {}", io_text(&e, timeout)))?;
     Dest::from_wire(&msg)
 }
@@ -603,7 +481,11 @@ fn server_exchange(
     let mut msg = [0u8; MSG_LEN];
     s.read_exact(&mut msg).map_err(|e| format!("Couldn't read remote address: {}", io_text(&e, timeout)))?;
     let rem = Dest::from_wire(&msg)?;
-    connect(&rem).map_err(|e| format!("{e}\nCouldn't connect to remote QP"))?;
+    if let Err(e) = connect(&rem) {
+        // Tell a umlx client why before closing (an rdma-core client reads it as a bad address).
+        let _ = s.write_all(&refusal(&rem));
+        return Err(format!("{e}\nCouldn't connect to remote QP"));
+    }
     s.write_all(&my.to_wire()).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
     let mut done = [0u8; DONE.len()];
     s.read_exact(&mut done).map_err(|e| format!("Couldn't send/recv local address: {}", io_text(&e, timeout)))?;
@@ -613,10 +495,31 @@ fn server_exchange(
     Ok(rem)
 }
 
-const NO_GID_HINT: &str = "the remote address carries no GID (the peer ran without -g) and RoCE needs a global \
-                           address: run both sides with -g (on the sim, -g 1 is its IPv4 GID)";
-const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: run both sides \
-                            with -g (on the sim, -g 1 is its IPv4 GID)";
+/// How a umlx server that could not connect its QP to a client's address says so: this prefix
+/// and a short reason, in place of its own address (52 bytes, NUL-terminated, like an address).
+const REFUSAL: &str = "umlx refused: ";
+
+/// The refusal a server sends for `rem`.
+fn refusal(rem: &Dest) -> [u8; MSG_LEN] {
+    let why = if has_interface_id(&rem.gid) { "see the server's output" } else { "it carries no GID (use -g)" };
+    let text = format!("{REFUSAL}{why}");
+    let mut m = [0u8; MSG_LEN];
+    let n = text.len().min(MSG_LEN - 1);
+    m[..n].copy_from_slice(&text.as_bytes()[..n]);
+    m
+}
+
+/// The reason in a server's refusal, if `msg` is one.
+fn refused(msg: &[u8]) -> Option<String> {
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    let text = std::str::from_utf8(&msg[..end]).ok()?;
+    text.strip_prefix(REFUSAL).map(str::to_string)
+}
+
+const NO_GID_HINT: &str = "the peer's address carries no GID and RoCE needs one: run the peer with -g \
+                           (rdma-core's ibv_*_pingpong send a zero GID without it; umlx picks one)";
+const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: give -g \
+                            (on the sim, -g 1 is its IPv4 GID)";
 
 /// The address rdma-core builds for `dest`: global when its GID has an interface id.
 fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
@@ -831,6 +734,17 @@ fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
     if port.link_layer != "Ethernet" && port.lid == 0 {
         return Err("Couldn't get local LID".into());
     }
+    let roce = port.link_layer == "Ethernet";
+    // Without -g on RoCE: the GID of the port's IPv4 address, as perftest's -x default (rdma-core
+    // would send a zero GID, which no RoCE peer can reach).
+    let chosen = if o.gidx < 0 && roce {
+        let (i, g) = device::auto_gid(ctx).ok_or("the port's GID table is empty: give the device an address (--ip)")?;
+        println!("{}", device::auto_gid_line(i, &g, "-g"));
+        Some(i as i32)
+    } else {
+        None
+    };
+    let o = &Opts { gidx: chosen.unwrap_or(o.gidx), ..o.clone() };
     let gid = if o.gidx >= 0 {
         let fail = |e: String| match kind {
             Kind::Rc => format!("can't read sgid of index {}: {e}", o.gidx),
@@ -957,10 +871,6 @@ fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
     #[test]
     fn the_address_message_is_byte_exact() {
         // sprintf(msg, "%04x:%06x:%06x:%s", lid, qpn, psn, gid) for GID ::ffff:10.77.0.2, then
@@ -1025,28 +935,62 @@ mod tests {
         assert!(page_size().is_power_of_two());
     }
 
+    /// The real command line (`umlx rc-pingpong ARGS` / `umlx ud-pingpong ARGS`) through clap,
+    /// then the tool's own checks; clap's error text on failure.
+    fn parse(kind: Kind, line: &str) -> Result<Opts, String> {
+        let argv = ["umlx", kind.name()].into_iter().chain(line.split_whitespace());
+        match crate::parse_from(argv).map_err(|e| e.to_string())?.cmd {
+            crate::Cmd::RcPingpong(a) => Opts::rc(&a),
+            crate::Cmd::UdPingpong(a) => Opts::ud(&a),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn options_follow_getopt_long() {
-        let o = Opts::parse(Kind::Rc, &args("")).unwrap().unwrap();
+        let o = parse(Kind::Rc, "").unwrap();
         assert_eq!((o.port, o.size, o.mtu, o.rx_depth, o.iters, o.gidx), (18515, 4096, Mtu::Mtu1024, 500, 1000, -1));
         assert!(o.servername.is_none());
-        let o = Opts::parse(Kind::Ud, &args("")).unwrap().unwrap();
+        assert_eq!(o.timeout, Some(Duration::from_secs(30)));
+        let o = parse(Kind::Ud, "").unwrap();
         assert_eq!(o.size, 1024);
-        let o = Opts::parse(Kind::Rc, &args("-p0x4000 host -ec --size=10000 --it 5 -g 1 -m 2048 --ib-dev=sim"))
-            .unwrap()
-            .unwrap();
+        let o = parse(Kind::Rc, "-p0x4000 host -ec --size=10000 --it 5 -g 1 -m 2048 --ib-dev=sim").unwrap();
         assert_eq!((o.port, o.size, o.iters, o.gidx, o.mtu), (0x4000, 10000, 5, 1, Mtu::Mtu2048));
         assert!(o.events && o.validate);
         assert_eq!(o.servername.as_deref(), Some("host"));
-        assert!(Opts::parse(Kind::Rc, &args("-m 1000")).is_err());
-        assert!(Opts::parse(Kind::Ud, &args("-m 1024")).is_err(), "ud has no -m");
-        assert!(Opts::parse(Kind::Rc, &args("-o")).unwrap_err().contains("ODP"));
-        assert!(Opts::parse(Kind::Rc, &args("-t")).unwrap_err().contains("timestamp"));
-        assert!(Opts::parse(Kind::Rc, &args("-P")).unwrap_err().contains("prefetch"));
-        assert!(Opts::parse(Kind::Rc, &args("-N -U")).is_ok());
-        assert!(Opts::parse(Kind::Rc, &args("a b")).is_err());
-        assert!(Opts::parse(Kind::Rc, &args("-s ten")).unwrap_err().contains("not a number"));
-        assert_eq!(parse_c_number("x", "010").unwrap(), 8);
-        assert!(Opts::parse(Kind::Rc, &args("--help")).unwrap().is_none());
+        // The four getopt_long spellings of a value.
+        for line in ["-p18515", "-p 18515", "--port=18515", "--port 18515", "--po 18515"] {
+            assert_eq!(parse(Kind::Rc, &format!("{line} -p 1 {line}")).unwrap().port, 18515, "{line}");
+        }
+        assert_eq!(parse(Kind::Ud, "-p 010 -g1 --timeout 0").unwrap().port, 8, "octal, as strtol base 0");
+        assert_eq!(parse(Kind::Ud, "--timeout 0").unwrap().timeout, None);
+        assert!(parse(Kind::Rc, "-m 1000").unwrap_err().contains("the MTU is 256, 512, 1024, 2048 or 4096"));
+        let e = parse(Kind::Ud, "-m 1024").unwrap_err();
+        assert!(e.contains("unexpected argument '-m'") && e.contains("Usage: umlx ud-pingpong"), "ud has no -m: {e}");
+        assert!(parse(Kind::Rc, "-o").unwrap_err().contains("ODP"));
+        assert!(parse(Kind::Rc, "-t").unwrap_err().contains("timestamp"));
+        assert!(parse(Kind::Rc, "-P").unwrap_err().contains("prefetch"));
+        assert!(parse(Kind::Rc, "-N -U").is_ok());
+        assert!(parse(Kind::Rc, "a b").unwrap_err().contains("unexpected argument 'b'"));
+        let e = parse(Kind::Rc, "-s ten").unwrap_err();
+        assert!(e.contains("invalid value 'ten' for '--size <size>'") && e.contains("not a number"), "{e}");
+        assert!(parse(Kind::Rc, "-l 16").unwrap_err().contains("16 must be between 0 and 15"));
+        // Unknown options and missing values name the option and show the usage line.
+        let e = parse(Kind::Rc, "-x").unwrap_err();
+        assert!(e.contains("unexpected argument '-x'") && e.contains("Usage: umlx rc-pingpong"), "{e}");
+        let e = parse(Kind::Rc, "--frobnicate").unwrap_err();
+        assert!(e.contains("unexpected argument '--frobnicate'"), "{e}");
+        let e = parse(Kind::Rc, "-p").unwrap_err();
+        assert!(e.contains("a value is required for '--port <port>'") && e.contains("Usage:"), "{e}");
+        let e = parse(Kind::Ud, "host --port").unwrap_err();
+        assert!(e.contains("a value is required for '--port <port>'"), "{e}");
+        // Device options.
+        let o = parse(Kind::Rc, "-d pci:0000:3b:00.0 --ip 192.0.2.1 --ip 192.0.2.2").unwrap();
+        assert_eq!(o.dev.ips.len(), 2, "--ip is repeatable");
+        assert_eq!(o.dev.device(), device::DeviceArg::Pci("0000:3b:00.0".into()));
+        assert!(parse(Kind::Rc, "-d eth0").unwrap_err().contains("unknown device `eth0`"));
+        // Help is not an error: clap reports it as such a "failure" with the usage text.
+        let e = parse(Kind::Rc, "--help").unwrap_err();
+        assert!(e.contains("Usage: umlx rc-pingpong [OPTIONS] [HOST]") && e.contains("--gid-idx"), "{e}");
     }
 }

@@ -19,8 +19,6 @@ use umlx_sim::transport::TransportStats;
 use umlx_sim::wire::WireStats;
 use umlx_verbs::{Context, Gid};
 
-const USAGE: &str = "usage: umlx sim --wire udp:LOCAL,PEER [--pcap FILE] [--ip ADDR]... [--index N] [--seconds S]";
-
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
@@ -28,58 +26,31 @@ extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c
 }
 
 /// The options of `umlx sim`.
-#[derive(Debug, Default)]
-struct Opts {
-    wire: Option<WireArg>,
-    pcap: Option<String>,
-    ips: Vec<IpAddr>,
-    index: u8,
-    seconds: Option<f64>,
+#[derive(clap::Args, Debug)]
+pub struct SimArgs {
+    /// The UDP wire: frames arrive at LOCAL and go to PEER (QEMU's `-netdev socket,udp=`)
+    #[arg(long, value_name = "udp:LOCAL,PEER", value_parser = parse_wire)]
+    pub wire: WireArg,
+    /// Record every frame in a pcap file
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<String>,
+    /// An IP address of the port, repeatable (default 10.77.0.N+1)
+    #[arg(long = "ip", value_name = "ADDR")]
+    pub ips: Vec<IpAddr>,
+    /// The sim's number: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub index: u8,
+    /// Stop after this many seconds (default: at SIGINT / SIGTERM)
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    pub seconds: Option<f64>,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts::default();
-    let mut i = 0;
-    while i < args.len() {
-        let (name, inline) = match args[i].split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (args[i].clone(), None),
-        };
-        i += 1;
-        if name == "-h" || name == "--help" {
-            return Err(USAGE.into());
-        }
-        let mut val = || -> Result<String, String> {
-            if let Some(v) = inline.clone() {
-                return Ok(v);
-            }
-            let v = args.get(i).cloned().ok_or_else(|| format!("{name} needs a value\n{USAGE}"))?;
-            i += 1;
-            Ok(v)
-        };
-        match name.as_str() {
-            "--wire" => o.wire = Some(parse_wire(&val()?)?),
-            "--pcap" => o.pcap = Some(val()?),
-            "--ip" => {
-                let v = val()?;
-                o.ips.push(v.parse().map_err(|e| format!("--ip {v}: {e}"))?);
-            }
-            "--index" => {
-                let v = val()?;
-                o.index = v.parse().map_err(|e| format!("--index {v}: {e} (0..=255)"))?;
-            }
-            "--seconds" => {
-                let v = val()?;
-                let s: f64 = v.parse().map_err(|e| format!("--seconds {v}: {e}"))?;
-                if !(s.is_finite() && s > 0.0) {
-                    return Err(format!("--seconds {v}: a positive number of seconds"));
-                }
-                o.seconds = Some(s);
-            }
-            other => return Err(format!("unknown option `{other}`\n{USAGE}")),
-        }
+fn parse_seconds(v: &str) -> Result<f64, String> {
+    let s: f64 = v.parse().map_err(|e| format!("{e}"))?;
+    if !(s.is_finite() && s > 0.0) {
+        return Err("a positive number of seconds".into());
     }
-    Ok(o)
+    Ok(s)
 }
 
 fn drops(w: &WireStats) -> String {
@@ -141,10 +112,9 @@ fn gid_kind(g: &Gid) -> String {
 }
 
 /// Runs `umlx sim`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let o = parse(args)?;
-    let Some(WireArg::Udp(local, peer)) = o.wire else {
-        return Err(format!("--wire udp:LOCAL,PEER is required\n{USAGE}"));
+pub fn run(o: &SimArgs) -> Result<(), String> {
+    let WireArg::Udp(local, peer) = o.wire else {
+        return Err("--wire udp:LOCAL,PEER: the sim needs explicit endpoints".into());
     };
     let (dev, ips) = sim_device(o.index, &o.ips);
     let port = dev.port();
@@ -214,17 +184,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::Cmd;
+
+    fn parse(s: &str) -> Result<super::SimArgs, String> {
+        let argv = ["umlx", "sim"].into_iter().chain(s.split_whitespace());
+        match crate::parse_from(argv).map_err(|e| e.to_string())?.cmd {
+            Cmd::Sim(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn options() {
-        let a = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
-        let o = parse(&a("--wire udp:127.0.0.1:1,127.0.0.1:2 --ip 10.0.0.1 --index=3 --seconds 1.5")).unwrap();
+        let o = parse("--wire udp:127.0.0.1:1,127.0.0.1:2 --ip 10.0.0.1 --index=3 --seconds 1.5").unwrap();
         assert_eq!(o.index, 3);
         assert_eq!(o.seconds, Some(1.5));
         assert_eq!(o.ips.len(), 1);
-        assert!(parse(&a("--seconds 0")).is_err());
-        assert!(parse(&a("--bogus")).unwrap_err().contains("unknown option"));
-        assert!(run(&a("")).unwrap_err().contains("--wire"));
+        let w = "--wire udp:127.0.0.1:1,127.0.0.1:2";
+        assert!(parse(&format!("{w} --seconds 0")).unwrap_err().contains("positive number of seconds"));
+        assert!(parse(&format!("{w} --bogus")).unwrap_err().contains("unexpected argument '--bogus'"));
+        assert!(parse("").unwrap_err().contains("--wire"));
+        assert!(parse("--wire").unwrap_err().contains("a value is required for '--wire"));
+        assert!(parse("--wire tcp:1").unwrap_err().contains("expected udp:LOCAL,PEER"));
     }
 }

@@ -41,8 +41,6 @@ use umlx_driver::event;
 use umlx_driver::vfio::mmio::Bar;
 use umlx_driver::vfio::{self, IRQ_MSI, IRQ_MSIX, PCI_COMMAND, PCI_COMMAND_MASTER, VfioBackend, sysfs};
 
-const USAGE: &str = "usage: umlx vfio-selftest <pci> [--device edu|e1000e|auto] [--rebind]";
-
 /// The device models the self-test knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -72,36 +70,40 @@ impl Kind {
     }
 }
 
-#[derive(Debug)]
-struct Opts {
-    pci: String,
-    device: Option<Kind>,
-    rebind: bool,
+/// The device model `--device` names.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// Whatever the function is (a device the self-test doesn't know gets the generic checks)
+    #[default]
+    Auto,
+    /// QEMU's edu device
+    Edu,
+    /// QEMU's e1000e (82574L)
+    E1000e,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
-    let mut pci = None;
-    let mut device = None;
-    let mut rebind = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let kind_arg = |v: &str| match v {
-            "edu" => Ok(Some(Kind::Edu)),
-            "e1000e" => Ok(Some(Kind::E1000e)),
-            "auto" => Ok(None),
-            _ => Err(format!("--device {v}: expected edu, e1000e or auto\n{USAGE}")),
-        };
-        match a.as_str() {
-            "--device" => device = kind_arg(it.next().ok_or(format!("--device needs a value\n{USAGE}"))?)?,
-            s if s.starts_with("--device=") => device = kind_arg(&s["--device=".len()..])?,
-            "--rebind" => rebind = true,
-            "-h" | "--help" => return Err(USAGE.to_string()),
-            s if s.starts_with('-') => return Err(format!("unknown option `{s}`\n{USAGE}")),
-            s if pci.is_none() => pci = Some(s.to_string()),
-            s => return Err(format!("unexpected argument `{s}`\n{USAGE}")),
+/// The options of `umlx vfio-selftest`.
+#[derive(clap::Args, Debug)]
+pub struct SelftestArgs {
+    /// The PCI function
+    #[arg(value_name = "PCI")]
+    pub pci: String,
+    /// The device model to expect
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    pub device: DeviceChoice,
+    /// Also the checks that change driver bindings
+    #[arg(long)]
+    pub rebind: bool,
+}
+
+impl SelftestArgs {
+    fn kind(&self) -> Option<Kind> {
+        match self.device {
+            DeviceChoice::Auto => None,
+            DeviceChoice::Edu => Some(Kind::Edu),
+            DeviceChoice::E1000e => Some(Kind::E1000e),
         }
     }
-    Ok(Opts { pci: pci.ok_or(USAGE)?, device, rebind })
 }
 
 // -------------------------------------------------------------------------------------------
@@ -1277,8 +1279,7 @@ fn device_checks(r: &mut Report, pci: &str, kind: Kind, ids: (u16, u16)) {
 }
 
 /// Runs `umlx vfio-selftest`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let opts = parse(args)?;
+pub fn run(opts: &SelftestArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let pci = sysfs::normalize_pci(&opts.pci).map_err(|e| e.to_string())?;
     if !dev_dir(&pci).exists() {
@@ -1286,7 +1287,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     let ids = sysfs::read_ids(Path::new(SYS), &pci).map_err(|e| e.to_string())?;
     let found = Kind::of_ids(ids.0, ids.1);
-    let kind = match opts.device {
+    let kind = match opts.kind() {
         None => found,
         Some(k) if k == found => k,
         Some(k) => {
@@ -1326,21 +1327,33 @@ pub fn run(args: &[String]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn parse(v: &[&str]) -> Result<SelftestArgs, String> {
+        let argv = ["umlx", "vfio-selftest"].into_iter().chain(v.iter().copied());
+        match crate::parse_from(argv).map_err(|e| e.to_string())?.cmd {
+            crate::Cmd::VfioSelftest(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn args(v: &[&str]) -> SelftestArgs {
+        parse(v).unwrap()
     }
 
     #[test]
     fn options() {
-        let o = parse(&args(&["00:03.0", "--device", "edu", "--rebind"])).unwrap();
-        assert_eq!((o.pci.as_str(), o.device, o.rebind), ("00:03.0", Some(Kind::Edu), true));
-        let o = parse(&args(&["--device=auto", "0000:02:00.0"])).unwrap();
-        assert_eq!((o.device, o.rebind), (None, false));
-        assert_eq!(parse(&args(&["x", "--device=e1000e"])).unwrap().device, Some(Kind::E1000e));
-        assert!(parse(&args(&["x", "--device", "mlx5"])).unwrap_err().contains("expected edu, e1000e or auto"));
-        assert!(parse(&args(&["x", "--frob"])).unwrap_err().contains("unknown option"));
-        assert!(parse(&args(&["x", "y"])).unwrap_err().contains("unexpected argument"));
-        assert!(parse(&args(&[])).unwrap_err().starts_with("usage:"));
+        let o = args(&["00:03.0", "--device", "edu", "--rebind"]);
+        assert_eq!((o.pci.as_str(), o.kind(), o.rebind), ("00:03.0", Some(Kind::Edu), true));
+        let o = args(&["--device=auto", "0000:02:00.0"]);
+        assert_eq!((o.kind(), o.rebind), (None, false));
+        assert_eq!(args(&["x", "--device=e1000e"]).kind(), Some(Kind::E1000e));
+        assert_eq!(args(&["x"]).kind(), None);
+        let e = parse(&["x", "--device", "mlx5"]).unwrap_err();
+        assert!(e.contains("invalid value 'mlx5' for '--device <DEVICE>'") && e.contains("auto, edu, e1000e"), "{e}");
+        assert!(parse(&["x", "--frob"]).unwrap_err().contains("unexpected argument '--frob'"));
+        assert!(parse(&["x", "y"]).unwrap_err().contains("unexpected argument 'y'"));
+        let e = parse(&[]).unwrap_err();
+        assert!(e.contains("required arguments were not provided") && e.contains("Usage: umlx vfio-selftest"), "{e}");
+        assert!(parse(&["x", "--device"]).unwrap_err().contains("a value is required for '--device"));
     }
 
     #[test]

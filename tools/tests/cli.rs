@@ -102,3 +102,129 @@ fn bench_datapath_json_reports_every_kernel() {
     assert!(out.contains("\"rdma_core_instructions\": 180, \"target_instructions\": 60"), "{out}");
     assert!(out.contains("\"rdma_core_instructions\": 83, \"target_instructions\": 25"), "{out}");
 }
+
+/// Every command path, with the word its usage line starts with after `umlx`.
+const COMMANDS: &[&str] = &[
+    "demo",
+    "devinfo",
+    "layout",
+    "wire",
+    "wire decode",
+    "perf",
+    "perf write-bw",
+    "perf write-lat",
+    "perf send-bw",
+    "perf send-lat",
+    "perf read-bw",
+    "perf read-lat",
+    "perf atomic-bw",
+    "bench",
+    "bench datapath",
+    "bind",
+    "unbind",
+    "rc-pingpong",
+    "ud-pingpong",
+    "sim",
+    "vfio-selftest",
+    "completions",
+];
+
+/// The exit code, stdout and stderr of `umlx ARGS`.
+fn umlx_code(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_umlx")).args(args).output().expect("running umlx");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_top_level_help_lists_every_subcommand() {
+    let (code, out, err) = umlx_code(&["--help"]);
+    assert_eq!(code, Some(0), "{err}");
+    let listed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let top: Vec<&str> = COMMANDS.iter().filter(|c| !c.contains(' ')).copied().chain(["help"]).collect();
+    assert_eq!(listed, top, "{out}");
+    // One line each, with a description.
+    for l in out.lines().skip_while(|l| !l.starts_with("Commands:")).skip(1).take_while(|l| l.starts_with("  ")) {
+        assert!(l.split_whitespace().count() > 2, "{l}");
+    }
+    // `umlx help` and `umlx -h` say the same; `umlx` alone prints it as an error.
+    assert_eq!(umlx_code(&["help"]).1, out);
+    let (code, _, err) = umlx_code(&[]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("Usage: umlx <COMMAND>") && err.contains("rc-pingpong"), "{err}");
+}
+
+#[test]
+fn every_subcommand_answers_help() {
+    for c in COMMANDS {
+        let words: Vec<&str> = c.split(' ').collect();
+        for flag in ["-h", "--help"] {
+            let mut args = words.clone();
+            args.push(flag);
+            let (code, out, err) = umlx_code(&args);
+            assert_eq!(code, Some(0), "umlx {c} {flag}: {err}");
+            assert!(out.contains(&format!("Usage: umlx {c}")), "umlx {c} {flag}: {out}");
+            assert!(err.is_empty(), "umlx {c} {flag}: {err}");
+        }
+        let mut args = vec!["help"];
+        args.extend(&words);
+        let (code, out, _) = umlx_code(&args);
+        assert!(code == Some(0) && out.contains(&format!("Usage: umlx {c}")), "umlx help {c}: {out}");
+    }
+    // The tools' own options appear in their help.
+    let (_, out, _) = umlx_code(&["rc-pingpong", "--help"]);
+    for o in ["-p, --port <port>", "-g, --gid-idx", "-m, --mtu", "-d, --ib-dev <DEV>", "--wire", "--timeout"] {
+        assert!(out.contains(o), "{o}: {out}");
+    }
+    let (_, out, _) = umlx_code(&["perf", "send-lat", "--help"]);
+    for o in ["-x, --gid-index <N>", "-s, --size", "--report_gbits", "--negotiate-bytes", "-V, --version"] {
+        assert!(out.contains(o), "{o}: {out}");
+    }
+}
+
+#[test]
+fn unknown_options_and_missing_values_are_usage_errors() {
+    for (args, want, usage) in [
+        (&["rc-pingpong", "--frobnicate"][..], "unexpected argument '--frobnicate'", "rc-pingpong"),
+        (&["ud-pingpong", "-m", "1024"][..], "unexpected argument '-m'", "ud-pingpong"),
+        (&["perf", "write-bw", "-Z"][..], "unexpected argument '-Z'", "perf write-bw"),
+        (&["wire", "decode", "a.pcap", "--json"][..], "unexpected argument '--json'", "wire decode"),
+        (&["layout", "--xml"][..], "unexpected argument '--xml'", "layout"),
+        (&["bench", "datapath", "--jsn"][..], "unexpected argument '--jsn'", "bench datapath"),
+        (&["rc-pingpong", "-p"][..], "a value is required for '--port <port>'", "rc-pingpong"),
+        (&["perf", "read-lat", "--iters"][..], "a value is required for '--iters <N>'", "perf read-lat"),
+        (&["sim", "--wire"][..], "a value is required for '--wire <udp:LOCAL,PEER>'", "sim"),
+        (&["devinfo", "-d"][..], "a value is required for '--ib-dev <DEV>'", "devinfo"),
+        (&["wire", "decode"][..], "<FILE.pcap>", "wire decode"),
+        (&["rc-pingpong", "-s", "ten"][..], "invalid value 'ten' for '--size <size>'", "rc-pingpong"),
+        (&["perf", "write-bw", "-n", "3"][..], "3 must be between 5 and", "perf write-bw"),
+        (&["nosuchcommand"][..], "unrecognized subcommand 'nosuchcommand'", ""),
+    ] {
+        let (code, out, err) = umlx_code(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        let usage = format!("Usage: umlx {usage}");
+        assert!(err.contains(usage.trim_end()), "{args:?}: no {usage:?} in {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn completions_name_the_subcommands() {
+    let (code, out, err) = umlx_code(&["completions", "bash"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("rc-pingpong") && out.contains("write-bw") && out.contains("--gid-idx"), "{out}");
+    let (code, _, err) = umlx_code(&["completions", "tcsh"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("invalid value 'tcsh'"), "{err}");
+}

@@ -179,6 +179,23 @@ fn write_bw() {
     assert!(c.stdout.contains(" local address: LID 0000 QPN 0x"), "{c:?}");
     assert!(c.stdout.contains(" RKey 0x") && c.stdout.contains(" VAddr 0x"), "{c:?}");
     assert!(c.stdout.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:77:00:"), "{c:?}");
+    // No -x: each side picked the RoCEv2 GID of its IPv4 address and said so.
+    let auto = "), chosen automatically; -x overrides";
+    assert!(s.stdout.contains(&format!("local GID index 1 (RoCEv2 ::ffff:10.77.0.141{auto}")), "{s:?}");
+    assert!(c.stdout.contains(&format!("local GID index 1 (RoCEv2 ::ffff:10.77.0.142{auto}")), "{c:?}");
+    assert!(c.stdout.contains(" GID index       : 1"), "{c:?}");
+}
+
+#[test]
+fn an_explicit_gid_index_wins() {
+    // -x 0 on both sides: the link-local IPv6 GIDs, and no line about an automatic choice.
+    let (s, c) = run_pair("send-lat", 14, &["-n", "50", "-x", "0"]);
+    both_ok("send-lat -x 0", &s, &c);
+    for side in [&s, &c] {
+        assert!(side.stdout.contains(" GID index       : 0"), "{side:?}");
+        assert!(side.stdout.contains(" GID: 254:128:"), "the fe80:: GID: {side:?}");
+        assert!(!side.stdout.contains("chosen automatically"), "{side:?}");
+    }
 }
 
 #[test]
@@ -347,8 +364,10 @@ fn option_errors_are_messages() {
         (&["perf", "write-bw", "-c", "UD"][..], "RC only"),
         (&["perf", "write-bw", "-a", "-D", "3"][..], "duration"),
         (&["perf", "write-bw", "-n", "3"][..], "between 5"),
-        (&["perf", "bogus-bw"][..], "unknown test"),
-        (&["perf", "write-bw", "--nonsense"][..], "unknown option"),
+        (&["perf", "bogus-bw"][..], "unrecognized subcommand 'bogus-bw'"),
+        (&["perf", "write-bw", "--nonsense"][..], "unexpected argument '--nonsense'"),
+        (&["perf", "write-bw", "-m", "1000"][..], "choose the MTU from 256"),
+        (&["perf", "write-bw", "-s"][..], "a value is required for '--size"),
     ] {
         let o = run(args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -358,6 +377,9 @@ fn option_errors_are_messages() {
     }
     let o = run(&["perf", "--help"]);
     assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("write-bw"));
+    // perftest's -V: the exchange's version.
+    let o = run(&["perf", "ib_send_lat", "-V"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout) == "Version: 6.29\n", "{o:?}");
 }
 
 /// The destination message, built by hand from perftest's format: `%04x:%04x:%06x:%06x:%08x:

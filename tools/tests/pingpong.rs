@@ -2,8 +2,8 @@
 //! one machine, each with its own software ConnectX, joined by a loopback UDP wire, exchanging
 //! addresses over TCP as rdma-core's tools do.
 //!
-//! Every test has its own TCP port and UDP wire ports (tests run in parallel), so none uses the
-//! automatic wire's fixed ports.
+//! Every test has its own TCP port and UDP wire ports (tests run in parallel); only
+//! `zero_configuration_two_processes` uses the automatic wire's fixed ports.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -284,15 +284,99 @@ fn the_tcp_exchange_is_byte_exact() {
     assert_eq!(from_server, build(&s, "00000000000000000000ffff0a4d0001"));
 }
 
+/// The GID line a side prints when it picked its GID itself.
+fn auto_gid_line(r: &Run) -> &str {
+    line_with(r, "chosen automatically")
+}
+
 #[test]
-fn without_a_gid_roce_fails_clearly() {
-    // rdma-core sends a zero GID without -g and builds a non-global address, which RoCE refuses.
-    let (s, c) = pair("rc-pingpong", "-n 10", 11);
+fn without_a_gid_both_sides_pick_their_ipv4_gid() {
+    // No -g: each side uses the RoCEv2 GID of its IPv4 address (as perftest's -x default) and says so.
+    let (s, c) = pair("rc-pingpong", "-c -s 6000 -n 200", 11);
+    check_success(&s, &c, "rc", 6000, 200);
+    assert_eq!(auto_gid_line(&s), "local GID index 1 (RoCEv2 ::ffff:10.77.0.1), chosen automatically; -g overrides");
+    assert_eq!(auto_gid_line(&c), "local GID index 1 (RoCEv2 ::ffff:10.77.0.2), chosen automatically; -g overrides");
+    let (s, c) = pair("ud-pingpong", "-c -n 200", 17);
+    check_success(&s, &c, "ud", 1024, 200);
+    assert!(auto_gid_line(&s).contains("::ffff:10.77.0.1"), "{s:?}");
+    // An explicit -g wins and prints no such line.
+    let (s, c) = pair("rc-pingpong", "-g 0 -n 20", 18);
+    assert_eq!((s.code, c.code), (Some(0), Some(0)), "{s:?}\n{c:?}");
+    assert!(!s.stdout.iter().chain(&c.stdout).any(|l| l.contains("chosen automatically")), "{s:?}");
+    assert!(address(line_with(&s, "local address")).2.starts_with("fe80::"), "-g 0 is the link-local GID: {s:?}");
+}
+
+#[test]
+fn zero_configuration_two_processes() {
+    // What the README promises: no -g, no --wire, no --index; the automatic loopback wire
+    // (UDP 127.0.0.1:47901/47902) and addresses 10.77.0.1 / 10.77.0.2. Only this test in this
+    // binary uses the automatic wire (the others name theirs), so it can run beside them.
+    let tcp = 28622;
+    let mut server = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} -c -n 100")));
+    server.wait_line("local address");
+    let client = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} -c -n 100 localhost")));
+    let c = client.finish();
+    let s = server.finish();
+    check_success(&s, &c, "rc", 4096, 100);
+    assert!(auto_gid_line(&s).contains("::ffff:10.77.0.1") && auto_gid_line(&c).contains("::ffff:10.77.0.2"));
+}
+
+/// A peer that sends an address with no GID (what rdma-core's tools send without -g), then
+/// reads what comes back.
+fn zero_gid_client(port: u16) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sock = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => panic!("connecting to the server: {e}"),
+        }
+    };
+    let mut msg = b"0000:000123:000456:00000000000000000000000000000000".to_vec();
+    msg.push(0);
+    sock.write_all(&msg).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut back = Vec::new();
+    sock.read_to_end(&mut back).unwrap();
+    back
+}
+
+#[test]
+fn a_peer_without_a_gid_is_told_why() {
+    // The server detects the zero GID, says so, and tells the client in place of its address.
+    let (tcp, a, b) = ports(19);
+    let mut server = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} {} --index 0", wire(a, b))));
+    server.wait_line("local address");
+    let back = zero_gid_client(tcp);
+    let s = server.finish();
     assert_eq!(s.code, Some(1), "{s:?}");
-    assert!(s.stderr.contains("Failed to modify QP to RTR") && s.stderr.contains("-g"), "{s:?}");
-    assert!(line_with(&s, "local address").ends_with("GID ::"), "{s:?}");
+    assert!(s.stderr.contains("Failed to modify QP to RTR: the peer's address carries no GID"), "{s:?}");
+    assert_eq!(back.len(), 52, "{back:?}");
+    assert!(back.starts_with(b"umlx refused: it carries no GID (use -g)\0"), "{}", String::from_utf8_lossy(&back));
+    // A umlx client reads the refusal and reports it.
+    let (tcp, a, b) = ports(20);
+    let listener = TcpListener::bind(("127.0.0.1", tcp)).unwrap();
+    let h = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        let mut m = [0u8; 52];
+        c.read_exact(&mut m).unwrap();
+        let mut r = b"umlx refused: it carries no GID (use -g)".to_vec();
+        r.resize(52, 0);
+        c.write_all(&r).unwrap();
+    });
+    let c = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} {} --index 1 127.0.0.1", wire(a, b)))).finish();
+    h.join().unwrap();
     assert_eq!(c.code, Some(1), "{c:?}");
-    assert!(c.stderr.contains("closed the connection"), "{c:?}");
+    assert!(c.stderr.contains("the server refused our address: it carries no GID (use -g)"), "{c:?}");
+    // A UD server: the address handle fails the same way.
+    let (tcp, a, b) = ports(21);
+    let mut server = Proc::spawn(&args(&format!("ud-pingpong -p {tcp} {}", wire(a, b))));
+    server.wait_line("local address");
+    let back = zero_gid_client(tcp);
+    let s = server.finish();
+    assert_eq!(s.code, Some(1), "{s:?}");
+    assert!(s.stderr.contains("Failed to create AH: the peer's address carries no GID"), "{s:?}");
+    assert!(back.starts_with(b"umlx refused: "), "{back:?}");
 }
 
 #[test]
@@ -313,7 +397,10 @@ fn a_bad_exchange_string_is_an_error() {
     let r = Proc::spawn(&args(&format!("rc-pingpong -g 1 -p 28613 {} 127.0.0.1", wire(29626, 29627)))).finish();
     h.join().unwrap();
     assert_eq!(r.code, Some(1), "{r:?}");
-    assert!(r.stderr.contains("the peer closed the connection"), "{r:?}");
+    assert!(
+        r.stderr.contains("the peer closed the connection during the exchange: it probably rejected our parameters"),
+        "{r:?}"
+    );
     // No server at all.
     let r = Proc::spawn(&args(&format!("rc-pingpong -g 1 -p 28614 {} localhost", wire(29628, 29629)))).finish();
     assert_eq!(r.code, Some(1), "{r:?}");
@@ -322,17 +409,23 @@ fn a_bad_exchange_string_is_an_error() {
 
 #[test]
 fn unsupported_options_are_refused() {
-    for (opts, want) in [
-        ("-o", "ODP"),
-        ("-t", "timestamp"),
-        ("-j", "dm allocation"),
-        ("-P", "prefetch is valid only"),
-        ("-m 1000", "Usage"),
-        ("-x", "invalid option"),
-    ] {
+    // Features umlx lacks: rdma-core's messages, exit status 1.
+    for (opts, want) in [("-o", "ODP"), ("-t", "timestamp"), ("-j", "dm allocation"), ("-P", "prefetch is valid only")]
+    {
         let r = Proc::spawn(&args(&format!("rc-pingpong {opts}"))).finish();
         assert_eq!(r.code, Some(1), "{opts}: {r:?}");
         assert!(r.stderr.contains(want), "{opts}: {r:?}");
+    }
+    // Bad values and unknown options: usage errors, exit status 2.
+    for (opts, want) in [
+        ("-m 1000", "invalid value '1000' for '--mtu <size>'"),
+        ("-x", "unexpected argument '-x'"),
+        ("-p", "a value is required for '--port <port>'"),
+        ("-d", "a value is required for '--ib-dev <DEV>'"),
+    ] {
+        let r = Proc::spawn(&args(&format!("rc-pingpong {opts}"))).finish();
+        assert_eq!(r.code, Some(2), "{opts}: {r:?}");
+        assert!(r.stderr.contains(want) && r.stderr.contains("Usage: umlx rc-pingpong"), "{opts}: {r:?}");
     }
 }
 

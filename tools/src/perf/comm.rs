@@ -23,7 +23,7 @@ pub struct Session {
 fn io_err(what: &str, e: std::io::Error) -> String {
     match e.kind() {
         ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => format!(
-            "{what}: the peer closed the connection (did it fail, or is it running a different test or options?)"
+            "{what}: the peer closed the connection (during the exchange: it probably rejected our parameters, see its output)"
         ),
         _ => format!("{what}: {e}"),
     }

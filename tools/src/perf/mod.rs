@@ -26,7 +26,11 @@
 //! 120 s without progress; with the software ConnectX the polling loops yield the CPU when a
 //! poll finds nothing (its engine threads need it); `--all-max` limits `-a` (both sides must
 //! agree: it changes the negotiated size); RC only, no bidirectional, rdma_cm, events or
-//! infinite mode. The page size announced is 4096 (both sides keep the larger one).
+//! infinite mode. The page size announced is 4096 (both sides keep the larger one). Without
+//! `-x` the GID is the RoCEv2 GID of the port's IPv4 address, as perftest picks it, and a line
+//! says which (`local GID index N (...), chosen automatically; -x overrides`). The options are
+//! one clap struct ([`PerfArgs`]) shared by the seven test subcommands ([`PerfCmd`]); perftest's
+//! names work too (`umlx perf ib_write_bw`).
 
 mod comm;
 mod engine;
@@ -34,12 +38,13 @@ mod exchange;
 mod params;
 mod report;
 
-use crate::device::{AnyContext, DeviceOpts};
+use crate::device::AnyContext;
 use crate::with_ctx;
 use comm::Session;
 use engine::{Geometry, Progress, Resources};
 use exchange::{BwReportWire, Dest, DeviceAttrWire, Negotiate};
 use params::Params;
+pub use params::PerfArgs;
 use report::RESULT_LINE;
 use std::io::IsTerminal;
 use std::result::Result;
@@ -65,21 +70,6 @@ pub enum Test {
 }
 
 impl Test {
-    /// Parses `write-bw`, `ib_write_bw`, ...
-    pub fn from_name(s: &str) -> Option<Test> {
-        let s = s.strip_prefix("ib_").unwrap_or(s).replace('_', "-");
-        Some(match s.as_str() {
-            "write-bw" => Test::WriteBw,
-            "write-lat" => Test::WriteLat,
-            "send-bw" => Test::SendBw,
-            "send-lat" => Test::SendLat,
-            "read-bw" => Test::ReadBw,
-            "read-lat" => Test::ReadLat,
-            "atomic-bw" => Test::AtomicBw,
-            _ => return None,
-        })
-    }
-
     /// A bandwidth test.
     pub fn is_bw(self) -> bool {
         matches!(self, Test::WriteBw | Test::SendBw | Test::ReadBw | Test::AtomicBw)
@@ -193,19 +183,10 @@ fn pick_gid<B: Backend>(ctx: &Context<B>, p: &Params) -> Result<(u32, Gid), Stri
         }
         return Ok((i, g));
     }
-    let mut best: Option<(i32, u32, Gid)> = None;
-    for (i, g) in ctx.gids() {
-        if g == Gid::default() {
-            continue;
-        }
-        let v4 = g.0[..10].iter().all(|&b| b == 0) && g.0[10] == 0xff && g.0[11] == 0xff;
-        let link_local = if v4 { g.0[12] == 169 && g.0[13] == 254 } else { g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80 };
-        let score = if v4 { 100 } else { 0 } + if link_local { 0 } else { 10 } + 2;
-        if best.map(|b| score > b.0).unwrap_or(true) {
-            best = Some((score, i, g));
-        }
-    }
-    best.map(|(_, i, g)| (i, g)).ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())
+    let (i, g) = crate::device::auto_gid(ctx)
+        .ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())?;
+    println!("{}", crate::device::auto_gid_line(i, &g, "-x"));
+    Ok((i, g))
 }
 
 fn mtu_of_bytes(b: u32) -> Mtu {
@@ -259,28 +240,58 @@ fn print_test_info(p: &Params, i: &Info<'_>) {
     println!("{RESULT_LINE}");
 }
 
+/// `umlx perf TEST`: one subcommand per test, each with perftest's options ([`PerfArgs`]).
+#[derive(clap::Subcommand, Debug)]
+#[command(after_help = "Without SERVER a test is the server and waits for a client; either side may be \
+                        perftest's ib_write_bw, ib_write_lat, ib_send_bw, ib_send_lat, ib_read_bw, ib_read_lat or ib_atomic_bw.")]
+pub enum PerfCmd {
+    /// ib_write_bw: RDMA WRITE bandwidth
+    #[command(alias = "ib_write_bw", alias = "write_bw")]
+    WriteBw(PerfArgs),
+    /// ib_write_lat: RDMA WRITE latency (ping-pong)
+    #[command(alias = "ib_write_lat", alias = "write_lat")]
+    WriteLat(PerfArgs),
+    /// ib_send_bw: SEND bandwidth
+    #[command(alias = "ib_send_bw", alias = "send_bw")]
+    SendBw(PerfArgs),
+    /// ib_send_lat: SEND latency (ping-pong)
+    #[command(alias = "ib_send_lat", alias = "send_lat")]
+    SendLat(PerfArgs),
+    /// ib_read_bw: RDMA READ bandwidth
+    #[command(alias = "ib_read_bw", alias = "read_bw")]
+    ReadBw(PerfArgs),
+    /// ib_read_lat: RDMA READ latency
+    #[command(alias = "ib_read_lat", alias = "read_lat")]
+    ReadLat(PerfArgs),
+    /// ib_atomic_bw: atomic (fetch-and-add / compare-and-swap) bandwidth
+    #[command(alias = "ib_atomic_bw", alias = "atomic_bw")]
+    AtomicBw(PerfArgs),
+}
+
+impl PerfCmd {
+    /// The test and its options.
+    pub fn test(&self) -> (Test, &PerfArgs) {
+        match self {
+            PerfCmd::WriteBw(a) => (Test::WriteBw, a),
+            PerfCmd::WriteLat(a) => (Test::WriteLat, a),
+            PerfCmd::SendBw(a) => (Test::SendBw, a),
+            PerfCmd::SendLat(a) => (Test::SendLat, a),
+            PerfCmd::ReadBw(a) => (Test::ReadBw, a),
+            PerfCmd::ReadLat(a) => (Test::ReadLat, a),
+            PerfCmd::AtomicBw(a) => (Test::AtomicBw, a),
+        }
+    }
+}
+
 /// Runs `umlx perf TEST [options] [SERVER]`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let Some((name, rest)) = args.split_first() else {
-        return Err(format!("which test?\n{}", params::USAGE));
-    };
-    if matches!(name.as_str(), "-h" | "--help" | "help") {
-        print!("{}", params::USAGE);
-        return Ok(());
-    }
-    let test = Test::from_name(name).ok_or_else(|| format!("unknown test `{name}`\n{}", params::USAGE))?;
-    let mut rest = params::normalize(rest);
-    if rest.iter().any(|a| a == "-h" || a == "--help") {
-        print!("{}", params::USAGE);
-        return Ok(());
-    }
-    if rest.iter().any(|a| a == "-V" || a == "--version") {
+pub fn run(c: &PerfCmd) -> Result<(), String> {
+    let (test, a) = c.test();
+    if a.version {
         println!("Version: {}", exchange::PROTOCOL_VERSION);
         return Ok(());
     }
-    let dev_opts = DeviceOpts::take(&mut rest)?;
-    let p = Params::parse(test, &rest)?;
-    let ctx = crate::device::open(&dev_opts)?;
+    let p = Params::new(test, a)?;
+    let ctx = crate::device::open(&a.dev)?;
     let dev_name = match &ctx {
         AnyContext::Sim(c) => c.name().to_string(),
         AnyContext::Pci(c) => c.name().to_string(),

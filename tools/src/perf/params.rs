@@ -2,6 +2,7 @@
 //! parsing (depths limited by the iteration count, CQ moderation off for large messages, ...).
 
 use super::Test;
+use crate::cli::{c_number, parse_c_number};
 
 /// Largest message size of `-a` (perftest's `MAX_SIZE`).
 pub const MAX_ALL_SIZE: u64 = 1 << 23;
@@ -23,8 +24,6 @@ pub struct Params {
     pub mtu: Option<u32>,
     /// Message size (`-s`).
     pub size: u64,
-    /// Whether `-s` was given.
-    pub size_given: bool,
     /// Iterations per QP (`-n`).
     pub iters: u64,
     /// All sizes 2..2^23 (`-a`).
@@ -64,59 +63,115 @@ pub struct Params {
     pub progress: Option<bool>,
 }
 
-/// The usage text of `umlx perf`.
-pub const USAGE: &str = "\
-usage: umlx perf TEST [options] [SERVER]
-  TEST: write-bw | write-lat | send-bw | send-lat | read-bw | read-lat | atomic-bw
-  without SERVER this side is the server and waits for a client; either side may be perftest's
-  ib_write_bw / ib_write_lat / ib_send_bw / ib_send_lat / ib_read_bw / ib_read_lat / ib_atomic_bw.
-
-options (perftest's):
-  -p, --port N           TCP port of the exchange (18515)
-  -d, --ib-dev DEV       sim (default) or pci:0000:3b:00.0
-  -i, --ib-port N        IB port (1)
-  -x, --gid-index N      GID index (default: an IPv4 RoCEv2 GID)
-  -m, --mtu N            MTU 256..4096 (default: the port's active MTU)
-  -s, --size N[K|M]      message size (bw 65536, lat 2, atomic 8)
-  -n, --iters N          iterations (write-bw 5000, others 1000)
-  -a, --all              all sizes from 2 to 2^23
-  -q, --qp N             QPs (bandwidth tests)
-  -t, --tx-depth N       send queue depth (bw 128, lat 1)
-  -r, --rx-depth N       receive queue depth (send tests, 512)
-  -I, --inline_size N    inline size (write-lat 220, send-lat 236, otherwise 0)
-  -D, --duration S       run for S seconds instead of -n iterations
-  -f, --margin S         duration margin (S/4)
-  -Q, --cq-mod N         completion every N sends (100)
-  -o, --outs N           outstanding reads / atomics (device maximum)
-  -A, --atomic_type T    FETCH_AND_ADD (default) or CMP_AND_SWAP
-  -u, --qp-timeout N     local ACK timeout code (14)
-  -N, --noPeak           don't measure the peak bandwidth
-  -F, --CPU-freq         accepted (umlx measures time, not cycles)
-  -c, --connection RC    connection type (RC only)
-      --report_gbits     report Gb/s instead of MiB/s
-umlx extensions:
-  --wire udp:LOCAL,PEER  --pcap FILE  --ip ADDR  --index N   (the sim's wire, see `umlx help`)
-  --all-max N            with -a, stop at N bytes (both sides must agree)
-  --negotiate-bytes N    320 (perftest built with libmlx5, the default) or 312
-  --progress, --no-progress   live progress line on stderr (default: when stderr is a terminal)
-";
-
-fn parse_num(opt: &str, v: &str) -> Result<u64, String> {
-    let v = v.trim();
-    let r = if let Some(h) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16)
-    } else {
-        v.parse()
-    };
-    r.map_err(|_| format!("{opt} {v}: not a number"))
+/// The options of every `umlx perf TEST`: perftest's names, short forms and defaults (the
+/// defaults that depend on the test are applied by [`Params::new`]).
+#[derive(clap::Args, Clone, Debug)]
+#[command(disable_version_flag = true)]
+pub struct PerfArgs {
+    /// The server to connect to; without it this side is the server
+    #[arg(value_name = "SERVER")]
+    pub server: Option<String>,
+    /// TCP port of the exchange
+    #[arg(short = 'p', long, value_name = "N", default_value = "18515", value_parser = c_number::<u16, 1, 65535>)]
+    pub port: u16,
+    /// IB port
+    #[arg(short = 'i', long = "ib-port", value_name = "N", default_value = "1", value_parser = c_number::<u8, 1, 255>)]
+    pub ib_port: u8,
+    /// GID index (default: the RoCEv2 GID of the port's IPv4 address, printed)
+    #[arg(short = 'x', long = "gid-index", value_name = "N", value_parser = c_number::<u32, 0, 64>)]
+    pub gid_index: Option<u32>,
+    /// MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active MTU)
+    #[arg(short = 'm', long, value_name = "N", value_parser = parse_mtu)]
+    pub mtu: Option<u32>,
+    /// Message size, N[K|M] (bw 65536, lat 2, atomic 8)
+    #[arg(short = 's', long, value_name = "N[K|M]", value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Iterations (write-bw 5000, others 1000)
+    #[arg(short = 'n', long, value_name = "N", value_parser = c_number::<u64, 5, { 1 << 32 }>)]
+    pub iters: Option<u64>,
+    /// All sizes from 2 to 2^23
+    #[arg(short = 'a', long)]
+    pub all: bool,
+    /// QPs (bandwidth tests)
+    #[arg(short = 'q', long = "qp", value_name = "N", value_parser = c_number::<u32, 1, 16384>)]
+    pub qps: Option<u32>,
+    /// Send queue depth (bw 128, lat 1)
+    #[arg(short = 't', long = "tx-depth", value_name = "N", value_parser = c_number::<u32, 1, 15000>)]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (send tests, 512)
+    #[arg(short = 'r', long = "rx-depth", value_name = "N", value_parser = c_number::<u32, 1, 16384>)]
+    pub rx_depth: Option<u32>,
+    /// Inline size (write-lat 220, send-lat 236, otherwise 0)
+    #[arg(short = 'I', long = "inline_size", value_name = "N", value_parser = c_number::<u32, 0, 1024>)]
+    pub inline: Option<u32>,
+    /// Run for S seconds instead of -n iterations
+    #[arg(short = 'D', long, value_name = "S", value_parser = c_number::<u32, 1, { u32::MAX as i64 }>)]
+    pub duration: Option<u32>,
+    /// Duration margin (S/4)
+    #[arg(short = 'f', long, value_name = "S", value_parser = c_number::<u32, 0, { u32::MAX as i64 }>)]
+    pub margin: Option<u32>,
+    /// Completion every N sends (100)
+    #[arg(short = 'Q', long = "cq-mod", value_name = "N", value_parser = c_number::<u32, 1, 1024>)]
+    pub cq_mod: Option<u32>,
+    /// Outstanding reads / atomics (device maximum)
+    #[arg(short = 'o', long = "outs", value_name = "N", value_parser = c_number::<u32, 0, { u32::MAX as i64 }>)]
+    pub out_reads: Option<u32>,
+    /// Atomic type: FETCH_AND_ADD (default) or CMP_AND_SWAP
+    #[arg(short = 'A', long = "atomic_type", value_name = "T", value_parser = parse_atomic_type)]
+    pub atomic_type: Option<bool>,
+    /// Local ACK timeout code
+    #[arg(short = 'u', long = "qp-timeout", value_name = "N", default_value = "14", value_parser = c_number::<u8, 0, 31>)]
+    pub qp_timeout: u8,
+    /// Don't measure the peak bandwidth
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
+    /// Accepted (umlx measures time, not cycles)
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Connection type (RC only)
+    #[arg(short = 'c', long, value_name = "RC", value_parser = parse_connection)]
+    pub connection: Option<String>,
+    /// Report Gb/s instead of MiB/s
+    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
+    pub gbits: bool,
+    /// Print the exchange's protocol version and exit
+    #[arg(short = 'V', long)]
+    pub version: bool,
+    /// Refused: bidirectional runs are not supported
+    #[arg(short = 'b', long, hide = true)]
+    pub bidirectional: bool,
+    /// Refused: use -D
+    #[arg(long = "run_infinitely", hide = true)]
+    pub run_infinitely: bool,
+    /// Refused: the exchange is TCP
+    #[arg(short = 'R', long = "rdma_cm", hide = true)]
+    pub rdma_cm: bool,
+    /// Refused: the exchange is TCP
+    #[arg(short = 'z', hide = true)]
+    pub rdma_cm_z: bool,
+    /// The device.
+    #[command(flatten)]
+    pub dev: crate::device::DeviceOpts,
+    /// With -a, stop at N bytes (both sides must agree)
+    #[arg(long = "all-max", value_name = "N[K|M]", value_parser = parse_size, help_heading = "umlx options")]
+    pub all_max: Option<u64>,
+    /// The negotiation block a client sends: 320 (perftest built with libmlx5, the default) or 312
+    #[arg(long = "negotiate-bytes", value_name = "N", value_parser = parse_negotiate_len, help_heading = "umlx options")]
+    pub negotiate_len: Option<usize>,
+    /// Live progress line on stderr (default: when stderr is a terminal)
+    #[arg(long, overrides_with = "no_progress", help_heading = "umlx options")]
+    pub progress: bool,
+    /// No progress line
+    #[arg(long = "no-progress", help_heading = "umlx options")]
+    pub no_progress: bool,
 }
 
-fn in_range(opt: &str, v: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    let n = parse_num(opt, v)?;
-    if n < lo || n > hi {
-        return Err(format!("{opt} {n}: must be between {lo} and {hi}"));
+fn parse_mtu(v: &str) -> Result<u32, String> {
+    let m = c_number::<u32, 0, { u32::MAX as i64 }>(v)?;
+    if ![256, 512, 1024, 2048, 4096].contains(&m) {
+        return Err(format!("choose the MTU from 256, 512, 1024, 2048, 4096 (not {m})"));
     }
-    Ok(n)
+    Ok(m)
 }
 
 fn parse_size(v: &str) -> Result<u64, String> {
@@ -127,186 +182,107 @@ fn parse_size(v: &str) -> Result<u64, String> {
             None => (v, 1),
         },
     };
-    let n = parse_num("-s", num)? * f;
-    if n < 1 || n > (u32::MAX / 2) as u64 {
-        return Err(format!("-s {v}: message size should be between 1 and {}", u32::MAX / 2));
+    let n = parse_c_number(num)?.saturating_mul(f);
+    if n < 1 || n > (u32::MAX / 2) as i64 {
+        return Err(format!("message size should be between 1 and {}", u32::MAX / 2));
     }
-    Ok(n)
+    Ok(n as u64)
 }
 
-/// Splits `--name=value` into two arguments and `-xVALUE` (short options with a value) into
-/// `-x VALUE`, as getopt accepts them.
-pub fn normalize(args: &[String]) -> Vec<String> {
-    const WITH_VALUE: &str = "pdixmsnqtrIDfQoAuScSL";
-    let mut out = Vec::new();
-    for a in args {
-        if let Some(rest) = a.strip_prefix("--") {
-            if let Some((n, v)) = rest.split_once('=') {
-                out.push(format!("--{n}"));
-                out.push(v.to_string());
-                continue;
-            }
-        } else if a.len() > 2 && a.starts_with('-') && WITH_VALUE.as_bytes().contains(&a.as_bytes()[1]) {
-            out.push(a[..2].to_string());
-            out.push(a[2..].to_string());
-            continue;
-        }
-        out.push(a.clone());
+fn parse_atomic_type(v: &str) -> Result<bool, String> {
+    match v {
+        "FETCH_AND_ADD" => Ok(true),
+        "CMP_AND_SWAP" => Ok(false),
+        _ => Err("choose FETCH_AND_ADD or CMP_AND_SWAP".into()),
     }
-    out
+}
+
+fn parse_connection(v: &str) -> Result<String, String> {
+    if v.eq_ignore_ascii_case("RC") { Ok(v.to_string()) } else { Err("umlx perf runs RC only".into()) }
+}
+
+fn parse_negotiate_len(v: &str) -> Result<usize, String> {
+    match parse_c_number(v)? {
+        312 => Ok(312),
+        320 => Ok(320),
+        _ => Err("312 or 320".into()),
+    }
 }
 
 impl Params {
-    /// Parses the options after `umlx perf TEST` (device options already taken out).
-    pub fn parse(test: Test, args: &[String]) -> Result<Params, String> {
+    /// perftest's defaults for `test`, the options `a` changes, the checks perftest makes.
+    pub fn new(test: Test, a: &PerfArgs) -> Result<Params, String> {
         let bw = test.is_bw();
         let verb_send = matches!(test, Test::SendBw | Test::SendLat);
+        let reads = matches!(test, Test::ReadBw | Test::ReadLat | Test::AtomicBw);
+        if a.bidirectional {
+            return Err("-b (bidirectional) is not supported by umlx perf".into());
+        }
+        if a.run_infinitely {
+            return Err("--run_infinitely is not supported by umlx perf; use -D".into());
+        }
+        if a.rdma_cm || a.rdma_cm_z {
+            return Err("rdma_cm is not supported by umlx perf (the exchange is TCP)".into());
+        }
+        if !bw && a.qps.is_some_and(|q| q > 1) {
+            return Err("multiple QPs are only available in bandwidth tests".into());
+        }
+        if reads && a.inline.is_some() {
+            return Err("inline data is not available with READ / atomic tests".into());
+        }
+        if !reads && a.out_reads.is_some() {
+            return Err("-o (outstanding reads) is only available with READ / atomic tests".into());
+        }
+        if test != Test::AtomicBw && a.atomic_type.is_some() {
+            return Err("-A: the atomic type applies to atomic-bw only".into());
+        }
+        if !bw && a.no_peak {
+            return Err("-N is only valid in bandwidth tests".into());
+        }
+        let default_rx = if verb_send || matches!(test, Test::WriteBw | Test::WriteLat) { 512 } else { 1 };
         let mut p = Params {
             test,
-            server: None,
-            port: 18515,
-            ib_port: 1,
-            gid_index: None,
-            mtu: None,
-            size: if test == Test::AtomicBw {
+            server: a.server.clone(),
+            port: a.port,
+            ib_port: a.ib_port,
+            gid_index: a.gid_index,
+            mtu: a.mtu,
+            size: a.size.unwrap_or(if test == Test::AtomicBw {
                 8
             } else if bw {
                 65536
             } else {
                 2
-            },
-            size_given: false,
-            iters: if test == Test::WriteBw { 5000 } else { 1000 },
-            all: false,
-            all_max: MAX_ALL_SIZE,
-            qps: 1,
-            tx_depth: if bw { 128 } else { 1 },
-            rx_depth: if verb_send || matches!(test, Test::WriteBw | Test::WriteLat) { 512 } else { 1 },
-            inline: None,
-            duration: None,
+            }),
+            iters: a.iters.unwrap_or(if test == Test::WriteBw { 5000 } else { 1000 }),
+            all: a.all,
+            all_max: a.all_max.unwrap_or(MAX_ALL_SIZE),
+            qps: a.qps.unwrap_or(1),
+            tx_depth: a.tx_depth.unwrap_or(if bw { 128 } else { 1 }),
+            rx_depth: a.rx_depth.unwrap_or(default_rx),
+            inline: a.inline,
+            duration: a.duration,
             margin: 0,
-            gbits: false,
-            cq_mod: 100,
-            cq_mod_given: false,
-            no_peak: false,
-            out_reads: 0,
-            fetch_add: true,
-            qp_timeout: 14,
-            negotiate_len: super::exchange::NEGOTIATE_LEN_MLX5DV,
-            progress: None,
+            gbits: a.gbits,
+            cq_mod: a.cq_mod.unwrap_or(100),
+            cq_mod_given: a.cq_mod.is_some(),
+            no_peak: a.no_peak,
+            out_reads: a.out_reads.unwrap_or(0),
+            fetch_add: a.atomic_type.unwrap_or(true),
+            qp_timeout: a.qp_timeout,
+            negotiate_len: a.negotiate_len.unwrap_or(super::exchange::NEGOTIATE_LEN_MLX5DV),
+            progress: if a.progress {
+                Some(true)
+            } else if a.no_progress {
+                Some(false)
+            } else {
+                None
+            },
         };
-        let mut margin = None;
-        let mut rx_given = false;
-        let mut i = 0;
-        while i < args.len() {
-            let a = args[i].as_str();
-            let val = |i: usize| args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{a} needs a value"));
-            let mut took = true;
-            match a {
-                "-p" | "--port" => p.port = in_range(a, val(i)?, 1, 65535)? as u16,
-                "-i" | "--ib-port" => p.ib_port = in_range(a, val(i)?, 1, 255)? as u8,
-                "-x" | "--gid-index" => p.gid_index = Some(in_range(a, val(i)?, 0, 64)? as u32),
-                "-m" | "--mtu" => p.mtu = Some(parse_num(a, val(i)?)? as u32),
-                "-s" | "--size" => {
-                    p.size = parse_size(val(i)?)?;
-                    p.size_given = true;
-                }
-                "-n" | "--iters" => p.iters = in_range(a, val(i)?, 5, 1 << 32)?,
-                "-q" | "--qp" => {
-                    p.qps = in_range(a, val(i)?, 1, 16384)? as u32;
-                    if !bw && p.qps > 1 {
-                        return Err("multiple QPs are only available in bandwidth tests".into());
-                    }
-                }
-                "-t" | "--tx-depth" => p.tx_depth = in_range(a, val(i)?, 1, 15000)? as u32,
-                "-r" | "--rx-depth" => {
-                    p.rx_depth = in_range(a, val(i)?, 1, 16384)? as u32;
-                    rx_given = true;
-                }
-                "-I" | "--inline_size" => {
-                    if matches!(test, Test::ReadBw | Test::ReadLat | Test::AtomicBw) {
-                        return Err("inline data is not available with READ / atomic tests".into());
-                    }
-                    p.inline = Some(in_range(a, val(i)?, 0, 1024)? as u32);
-                }
-                "-D" | "--duration" => p.duration = Some(in_range(a, val(i)?, 1, u32::MAX as u64)? as u32),
-                "-f" | "--margin" => margin = Some(parse_num(a, val(i)?)? as u32),
-                "-Q" | "--cq-mod" => {
-                    p.cq_mod = in_range(a, val(i)?, 1, 1024)? as u32;
-                    p.cq_mod_given = true;
-                }
-                "-o" | "--outs" => {
-                    if !matches!(test, Test::ReadBw | Test::ReadLat | Test::AtomicBw) {
-                        return Err("-o (outstanding reads) is only available with READ / atomic tests".into());
-                    }
-                    p.out_reads = parse_num(a, val(i)?)? as u32;
-                }
-                "-A" | "--atomic_type" => {
-                    if test != Test::AtomicBw {
-                        return Err("-A: the atomic type applies to atomic-bw only".into());
-                    }
-                    p.fetch_add = match val(i)? {
-                        "FETCH_AND_ADD" => true,
-                        "CMP_AND_SWAP" => false,
-                        v => return Err(format!("-A {v}: choose FETCH_AND_ADD or CMP_AND_SWAP")),
-                    };
-                }
-                "-u" | "--qp-timeout" => p.qp_timeout = in_range(a, val(i)?, 0, 31)? as u8,
-                "-c" | "--connection" => {
-                    let v = val(i)?;
-                    if !v.eq_ignore_ascii_case("RC") {
-                        return Err(format!("-c {v}: umlx perf runs RC only"));
-                    }
-                }
-                "--all-max" => p.all_max = parse_size(val(i)?)?,
-                "--negotiate-bytes" => {
-                    p.negotiate_len = match parse_num(a, val(i)?)? {
-                        312 => 312,
-                        320 => 320,
-                        n => return Err(format!("--negotiate-bytes {n}: 312 or 320")),
-                    }
-                }
-                _ => {
-                    took = false;
-                    match a {
-                        "-a" | "--all" => p.all = true,
-                        "-N" | "--noPeak" => {
-                            if !bw {
-                                return Err("-N is only valid in bandwidth tests".into());
-                            }
-                            p.no_peak = true;
-                        }
-                        "-F" | "--CPU-freq" => {}
-                        "--report_gbits" | "--report-gbits" => p.gbits = true,
-                        "--progress" => p.progress = Some(true),
-                        "--no-progress" => p.progress = Some(false),
-                        "-b" | "--bidirectional" => {
-                            return Err("-b (bidirectional) is not supported by umlx perf".into());
-                        }
-                        "--run_infinitely" => {
-                            return Err("--run_infinitely is not supported by umlx perf; use -D".into());
-                        }
-                        "-R" | "--rdma_cm" | "-z" => {
-                            return Err("rdma_cm is not supported by umlx perf (the exchange is TCP)".into());
-                        }
-                        _ if a.starts_with('-') && a.len() > 1 => {
-                            return Err(format!("unknown option {a}\n{USAGE}"));
-                        }
-                        _ => {
-                            if p.server.is_some() {
-                                return Err(format!("unexpected argument {a}: one server name at most"));
-                            }
-                            p.server = Some(a.to_string());
-                        }
-                    }
-                }
-            }
-            i += if took { 2 } else { 1 };
-        }
-        if rx_given && matches!(test, Test::ReadBw | Test::ReadLat | Test::AtomicBw) && p.rx_depth > 1 {
+        if a.rx_depth.is_some() && reads && p.rx_depth > 1 {
             return Err("-r: on RDMA READ / atomic tests the rx depth can only be 1".into());
         }
-        p.derive(margin)?;
+        p.derive(a.margin)?;
         Ok(p)
     }
 
@@ -378,11 +354,6 @@ impl Params {
                 "-n {}: a latency run keeps one timestamp per iteration; use at most 100000000, or -D",
                 self.iters
             ));
-        }
-        if let Some(m) = self.mtu
-            && ![256, 512, 1024, 2048, 4096].contains(&m)
-        {
-            return Err(format!("-m {m}: choose the MTU from 256, 512, 1024, 2048, 4096"));
         }
         Ok(())
     }
