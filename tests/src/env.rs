@@ -236,7 +236,7 @@ pub struct HardwareConfig {
 }
 
 /// What a hardware test prints when `UMLX_PCI` is not set.
-pub const HARDWARE_HINT: &str = "skipped: set UMLX_PCI=0000:3b:00.0 UMLX_PCI_PEER=0000:3b:00.1 \
+pub const HARDWARE_HINT: &str = "set UMLX_PCI=0000:3b:00.0 UMLX_PCI_PEER=0000:3b:00.1 \
 UMLX_IP=192.0.2.1 UMLX_IP_PEER=192.0.2.2 (optionally UMLX_PEER_MAC=aa:bb:cc:dd:ee:ff) to run on a real ConnectX: \
 two ports cabled to each other, both bound to vfio-pci (`umlx bind <pci>`)";
 

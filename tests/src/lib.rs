@@ -10,7 +10,8 @@
 //!   IOMMU fault;
 //! - `tests/hardware.rs` runs the same scenarios on two real ConnectX ports cabled to each
 //!   other when `UMLX_PCI`, `UMLX_PCI_PEER`, `UMLX_IP` and `UMLX_IP_PEER` name them
-//!   ([`HardwareConfig`]); without `UMLX_PCI` each test prints [`HARDWARE_HINT`] and passes.
+//!   ([`HardwareConfig`]); without `UMLX_PCI` (at build time) each is ignored, and run anyway
+//!   it fails with [`HARDWARE_HINT`].
 //!
 //! A scenario that needs what only the sim has (fault injection: a fabric that loses every
 //! frame) returns [`Outcome::Skipped`] on hardware and says so.

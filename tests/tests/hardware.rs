@@ -7,7 +7,8 @@
 //! ```
 //!
 //! (`UMLX_PEER_MAC` optionally gives the MAC the first port sends to for the second.) Without
-//! `UMLX_PCI` every test prints how to enable it and passes. The two devices are opened once
+//! `UMLX_PCI` (when the tests are built) every test reports as ignored, saying how to enable
+//! it; run with `--ignored` all the same, each fails with that hint. The two devices are opened once
 //! and shared by the tests, one at a time; the last test to finish closes them (a filtered run
 //! leaves that to process exit). Scenarios that need the sim's fault injection report that
 //! they are sim only and pass.
@@ -37,10 +38,7 @@ fn run(name: &str, scenario: fn(&mut Env<VfioBackend>) -> Result<Outcome>) {
     let _finished = Finished;
     let cfg = match HardwareConfig::from_env() {
         Ok(Some(cfg)) => cfg,
-        Ok(None) => {
-            println!("{name}: {HARDWARE_HINT}");
-            return;
-        }
+        Ok(None) => panic!("{name}: {HARDWARE_HINT}"),
         Err(e) => panic!("{name}: {e}"),
     };
     let mut guard = HW.lock().unwrap_or_else(|e| e.into_inner());
@@ -61,6 +59,7 @@ macro_rules! hardware_tests {
         const COUNT: usize = [$(stringify!($name)),*].len();
         $(
             #[test]
+            #[cfg_attr(not(umlx_hardware), ignore = "needs a ConnectX: set UMLX_PCI, UMLX_PCI_PEER, UMLX_IP, UMLX_IP_PEER")]
             fn $name() {
                 run(stringify!($name), umlx_tests::scenarios::$name::<VfioBackend>);
             }
