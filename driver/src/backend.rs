@@ -20,7 +20,24 @@ pub struct IovaRange {
 
 /// Device access for the driver. All register values are host-order integers; the backend
 /// converts to the device's big-endian byte order.
-pub trait Backend: Send + Sync + 'static {
+///
+/// # Safety
+///
+/// The driver builds raw-pointer accesses on what a backend tells it, so an implementation
+/// promises, beyond each method's own documentation:
+///
+/// * [`Backend::doorbell_page`]: a pointer it returns is valid for 8-byte aligned volatile
+///   stores at page offsets 0x800 to 0xfff for as long as the backend lives, reaches no memory
+///   the program uses otherwise, and a store there has the effect [`Backend::write64`] of the
+///   byte-swapped value at that BAR0 offset would have.
+/// * [`Backend::read32`], [`Backend::write32`], [`Backend::write64`] and
+///   [`Backend::write_block`] with an offset outside BAR0 (or misaligned) do not cause undefined
+///   behaviour: they panic or are ignored, never touch other memory.
+/// * [`Backend::dma_map`] lets the device reach exactly `[vaddr, vaddr + len)` at `iova`, and
+///   after [`Backend::dma_unmap`] of a range returns `Ok`, the device can no longer reach it.
+/// * [`Backend::irq_eventfd`] returns an eventfd the backend owns and keeps open until
+///   interrupts are disabled or enabled again, or the backend is dropped.
+pub unsafe trait Backend: Send + Sync + 'static {
     /// A short name for messages: `pci:0000:3b:00.0` or `sim:0`.
     fn name(&self) -> &str;
 

@@ -9,8 +9,8 @@
 //! hardware's failure (delivery error, error CQE, catastrophic event). There is never a wild
 //! memory access.
 //!
-//! This module is one of the sim's two `unsafe` modules (with none other touching raw host
-//! memory): it dereferences the host addresses given at map time, whose validity the mapper
+//! This module is one of the sim's three `unsafe` modules (with [`crate::host`] and the
+//! `dma_map` entry of [`crate::device`]): it dereferences the host addresses given at map time, whose validity the mapper
 //! promised when calling the `unsafe` [`Iommu::map`].
 
 use std::collections::BTreeMap;

@@ -18,6 +18,8 @@
 //!
 //! The test entry points are generated from [`for_each_scenario!`], so both lists are the same.
 
+#![forbid(unsafe_code)]
+
 pub mod env;
 pub mod kit;
 pub mod scenarios;

@@ -13,6 +13,8 @@
 //! leaves that to process exit). Scenarios that need the sim's fault injection report that
 //! they are sim only and pass.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use umlx_tests::{Env, HARDWARE_HINT, HardwareConfig, Outcome, Result};

@@ -2,6 +2,8 @@
 //! (one fabric and two devices per scenario, so the scenarios run in parallel). Each scenario
 //! must pass here (none may skip), leave no device object behind and cause no IOMMU fault.
 
+#![forbid(unsafe_code)]
+
 use umlx_tests::{Env, Outcome, Result};
 use umlx_verbs::SimBackend;
 

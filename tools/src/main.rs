@@ -6,6 +6,8 @@
 //! a missing value is an error naming it, with the usage line, and exit status 2; a failed run
 //! exits 1.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod bind;
 mod cli;

@@ -2,6 +2,8 @@
 //! refusal names each problem with its fix and leaves the tree exactly as it was; a successful
 //! plan lists the exact writes, and applying it makes exactly those.
 
+#![forbid(unsafe_code)]
+
 #[allow(dead_code)]
 #[path = "../src/bind.rs"]
 mod bind;

@@ -1,6 +1,8 @@
 //! The small commands: `umlx layout` (generated from hwdesc) and `umlx wire decode` (the sim's
 //! codec on real ConnectX captures).
 
+#![forbid(unsafe_code)]
+
 use std::process::{Command, Stdio};
 use umlx_hwdesc::ifc::{create_qp_in, qpc};
 use umlx_hwdesc::plain::cqe64;

@@ -6,6 +6,8 @@
 //! Every pair uses its own TCP port, UDP ports and sim indices, so test binaries may run side
 //! by side; inside this binary the pairs take turns (each one is two busy-polling processes).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;

@@ -5,6 +5,8 @@
 //! Every test has its own TCP port and UDP wire ports (tests run in parallel); only
 //! `zero_configuration_two_processes` uses the automatic wire's fixed ports.
 
+#![forbid(unsafe_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};

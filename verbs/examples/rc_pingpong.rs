@@ -3,6 +3,8 @@
 //!
 //! Run: `cargo run --release -p umlx-verbs --example rc_pingpong`
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 use umlx_sim::fabric::Fabric;
 use umlx_sim::{SimConfig, SimDevice};

@@ -21,6 +21,8 @@
 //! | [`Pd::create_srq`], [`Srq::post_recv`], [`Srq::arm`] | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` (limit) |
 //! | [`Context::get_async_event`] | `ibv_get_async_event` |
 
+#![forbid(unsafe_code)]
+
 mod context;
 mod cq;
 mod mr;

@@ -1,5 +1,7 @@
 //! Verbs control path on the software ConnectX: queries, objects, QP state rules, post errors.
 
+#![forbid(unsafe_code)]
+
 use umlx_verbs::*;
 
 fn ctx() -> Context<SimBackend> {

@@ -2,6 +2,8 @@
 //! RDMA traffic, a fatal health error during traffic, a failed page delivery at bring-up. Each
 //! returns the documented error and leaves nothing mapped.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::time::{Duration, Instant};

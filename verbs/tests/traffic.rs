@@ -2,6 +2,8 @@
 //! opcode over RC and UD with data checked in remote memory, error completions, completion
 //! channels, and RC under loss and reordering.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::time::{Duration, Instant};

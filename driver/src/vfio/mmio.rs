@@ -13,8 +13,8 @@
 //!
 //! # Unsafe
 //!
-//! One of the driver's three unsafe modules (with `vfio::sys` and `dma`): every unsafe block
-//! has a `SAFETY:` comment.
+//! One of the driver's seven unsafe modules (`datapath`, `dma`, `event`, `simdev`, `vfio`,
+//! `vfio::sys`, `vfio::mmio`): every unsafe block has a `SAFETY:` comment.
 
 use memmap2::{MmapOptions, MmapRaw};
 use std::io;

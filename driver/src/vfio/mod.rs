@@ -404,7 +404,11 @@ impl VfioBackend {
     }
 }
 
-impl Backend for VfioBackend {
+// SAFETY: `doorbell_page` points into the BAR0 mapping the backend owns (`Bar`, unmapped on
+// drop), bounds-checked to a whole UAR page; register accesses go through `Bar`, which checks
+// offsets; `dma_map`/`dma_unmap` are the VFIO type1 ioctls on the backend's container; the
+// eventfds live in the backend's IRQ state (see `enable_irqs`).
+unsafe impl Backend for VfioBackend {
     fn name(&self) -> &str {
         &self.name
     }

@@ -16,8 +16,8 @@
 //!
 //! # Unsafe
 //!
-//! One of the driver's three unsafe modules (with `vfio::mmio` and `dma`): every unsafe block
-//! has a `SAFETY:` comment.
+//! One of the driver's seven unsafe modules (`datapath`, `dma`, `event`, `simdev`, `vfio`,
+//! `vfio::sys`, `vfio::mmio`): every unsafe block has a `SAFETY:` comment.
 
 use crate::backend::IovaRange;
 use std::io;
@@ -173,10 +173,15 @@ pub struct IommuInfo {
     pub dma_avail: Option<u32>,
 }
 
-fn ioctl_ptr<T>(fd: RawFd, req: libc::Ioctl, arg: *mut T) -> io::Result<libc::c_int> {
-    // SAFETY: every caller passes a VFIO request number together with a pointer to an argument
-    // buffer that is valid for the size the kernel reads or writes for that request (its
-    // `argsz` field, set to the buffer's length, bounds what the kernel touches).
+/// `ioctl(fd, req, arg)`, its failure as an `io::Error`.
+///
+/// # Safety
+/// `arg` must point to an argument buffer valid for reads and writes of as many bytes as the
+/// kernel reads or writes for request `req` (for the VFIO requests, the `argsz` the buffer
+/// starts with, which must not exceed the buffer), and nothing else may access the buffer
+/// during the call.
+unsafe fn ioctl_ptr<T>(fd: RawFd, req: libc::Ioctl, arg: *mut T) -> io::Result<libc::c_int> {
+    // SAFETY: the caller upholds the contract above.
     let rc = unsafe { libc::ioctl(fd, req, arg) };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
 }
@@ -190,28 +195,32 @@ pub const GROUP_FLAGS_CONTAINER_SET: u32 = 1 << 1;
 pub fn group_status(group: RawFd) -> io::Result<u32> {
     // struct vfio_group_status: argsz u32, flags u32.
     let mut buf: [u32; 2] = [8, 0];
-    ioctl_ptr(group, VFIO_GROUP_GET_STATUS, buf.as_mut_ptr())?;
+    // SAFETY: `buf` is a whole vfio_group_status (8 bytes, argsz 8), owned here.
+    unsafe { ioctl_ptr(group, VFIO_GROUP_GET_STATUS, buf.as_mut_ptr()) }?;
     Ok(buf[1])
 }
 
 /// `VFIO_DEVICE_GET_INFO`.
 pub fn device_info(device: RawFd) -> io::Result<DeviceInfo> {
     let mut info = RawDeviceInfo { argsz: size_of::<RawDeviceInfo>() as u32, ..Default::default() };
-    ioctl_ptr(device, VFIO_DEVICE_GET_INFO, &mut info)?;
+    // SAFETY: `info` is a whole vfio_device_info with argsz its size, owned here.
+    unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_INFO, &mut info) }?;
     Ok(DeviceInfo { flags: info.flags, num_regions: info.num_regions, num_irqs: info.num_irqs })
 }
 
 /// `VFIO_DEVICE_GET_REGION_INFO` for region `index`.
 pub fn region_info(device: RawFd, index: u32) -> io::Result<RegionInfo> {
     let mut info = RawRegionInfo { argsz: size_of::<RawRegionInfo>() as u32, index, ..Default::default() };
-    ioctl_ptr(device, VFIO_DEVICE_GET_REGION_INFO, &mut info)?;
+    // SAFETY: `info` is a whole vfio_region_info with argsz its size, owned here.
+    unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_REGION_INFO, &mut info) }?;
     Ok(RegionInfo { index, flags: info.flags, size: info.size, offset: info.offset })
 }
 
 /// `VFIO_DEVICE_GET_IRQ_INFO` for IRQ index `index`.
 pub fn irq_info(device: RawFd, index: u32) -> io::Result<IrqInfo> {
     let mut info = RawIrqInfo { argsz: size_of::<RawIrqInfo>() as u32, index, ..Default::default() };
-    ioctl_ptr(device, VFIO_DEVICE_GET_IRQ_INFO, &mut info)?;
+    // SAFETY: `info` is a whole vfio_irq_info with argsz its size, owned here.
+    unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_IRQ_INFO, &mut info) }?;
     Ok(IrqInfo { index, flags: info.flags, count: info.count })
 }
 
@@ -229,14 +238,18 @@ pub fn set_irq_eventfds(device: RawFd, index: u32, start: u32, fds: &[RawFd]) ->
         fds.len() as u32,
     ]);
     buf.extend(fds.iter().map(|&fd| fd as u32));
-    ioctl_ptr(device, VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr())?;
+    // SAFETY: `buf` is a whole vfio_irq_set (header and its data) with argsz its length in
+    // bytes, owned here.
+    unsafe { ioctl_ptr(device, VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr()) }?;
     Ok(())
 }
 
 /// `VFIO_DEVICE_SET_IRQS` (DATA_NONE | ACTION_TRIGGER, count 0): disables IRQ index `index`.
 pub fn disable_irqs(device: RawFd, index: u32) -> io::Result<()> {
     let mut buf: [u32; 5] = [20, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, index, 0, 0];
-    ioctl_ptr(device, VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr())?;
+    // SAFETY: `buf` is a whole vfio_irq_set (header and its data) with argsz its length in
+    // bytes, owned here.
+    unsafe { ioctl_ptr(device, VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr()) }?;
     Ok(())
 }
 
@@ -259,7 +272,9 @@ pub fn iommu_info(container: RawFd) -> io::Result<IommuInfo> {
         let mut first = [0u8; 8];
         first[..4].copy_from_slice(&(len as u32).to_ne_bytes());
         words[0] = u64::from_ne_bytes(first);
-        ioctl_ptr(container, VFIO_IOMMU_GET_INFO, words.as_mut_ptr())?;
+        // SAFETY: `words` holds at least `len` bytes, the argsz written into its first word,
+        // and is owned here.
+        unsafe { ioctl_ptr(container, VFIO_IOMMU_GET_INFO, words.as_mut_ptr()) }?;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let argsz = get_u32(&bytes, 0).unwrap_or(0) as usize;
         rounds += 1;
@@ -332,14 +347,17 @@ pub unsafe fn map_dma(container: RawFd, vaddr: *mut u8, iova: u64, size: u64) ->
         iova,
         size,
     };
-    ioctl_ptr(container, VFIO_IOMMU_MAP_DMA, &mut map)?;
+    // SAFETY: `map` is a whole vfio_iommu_type1_dma_map with argsz its size, owned here; the
+    // memory it names is the caller's to vouch for (see above).
+    unsafe { ioctl_ptr(container, VFIO_IOMMU_MAP_DMA, &mut map) }?;
     Ok(())
 }
 
 /// `VFIO_IOMMU_UNMAP_DMA` of `[iova, iova+size)`; returns the number of bytes unmapped.
 pub fn unmap_dma(container: RawFd, iova: u64, size: u64) -> io::Result<u64> {
     let mut unmap = RawDmaUnmap { argsz: size_of::<RawDmaUnmap>() as u32, flags: 0, iova, size };
-    ioctl_ptr(container, VFIO_IOMMU_UNMAP_DMA, &mut unmap)?;
+    // SAFETY: `unmap` is a whole vfio_iommu_type1_dma_unmap with argsz its size, owned here.
+    unsafe { ioctl_ptr(container, VFIO_IOMMU_UNMAP_DMA, &mut unmap) }?;
     Ok(unmap.size)
 }
 
