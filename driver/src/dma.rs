@@ -46,9 +46,8 @@
 //! # Unsafe
 //!
 //! This is one of the driver's seven unsafe modules (`datapath`, `dma`, `event`, `simdev`,
-//! `vfio`, `vfio::sys`, `vfio::mmio`): it calls
-//! `mmap`/`madvise`/`mlock`/`munmap` and does volatile access through raw pointers. Every unsafe
-//! block carries a `SAFETY:` comment.
+//! `vfio`, `vfio::sys`, `vfio::mmio`): it calls `mmap`/`madvise`/`mlock`/`munmap` and does
+//! volatile access through raw pointers. Every unsafe block carries a `SAFETY:` comment.
 
 use crate::backend::{Backend, IovaRange};
 use crate::{Error, Result};
