@@ -364,25 +364,21 @@ crate::plain! {
     }
 
     /// Port-state-change event payload (`mlx5_eqe_port_state`; event type PORT_CHANGE).
-    struct eqe_port_state[28] {
+    struct eqe_port_state[9] {
         /// Reserved.
         rsvd0 @ 0x00: [u8; 8],
         /// bits 7:4 port number.
         port @ 0x08: u8,
-        /// Reserved.
-        rsvd1 @ 0x09: [u8; 19],
     }
 
     /// CQ-error event payload (`mlx5_eqe_cq_err`; event type CQ_ERROR).
-    struct eqe_cq_err[28] {
+    struct eqe_cq_err[12] {
         /// bits 23:0 CQ number.
         cqn @ 0x00: U32,
         /// Reserved.
         rsvd1 @ 0x04: [u8; 7],
         /// Error syndrome.
         syndrome @ 0x0b: u8,
-        /// Reserved.
-        rsvd2 @ 0x0c: [u8; 16],
     }
 
     /// QP/SRQ affiliated event payload (`mlx5_eqe_qp_srq`; path migration, WQ errors, SRQ

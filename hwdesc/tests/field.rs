@@ -15,6 +15,9 @@ fn header_fields_sit_where_the_prm_says() {
     enable_hca_in::embedded_cpu_function.set(&mut buf, 1);
     assert_eq!(buf[8], 0x80);
     assert_eq!(enable_hca_in::function_id.offset_bits, 0x50);
+    // Both headers are 128 bits in the public mlx5_ifc.h: a 64-bit reserved tail follows.
+    assert_eq!((mbox_in::SIZE_BITS, mbox_out::SIZE_BITS), (0x80, 0x80));
+    assert_eq!((mbox_in::reserved_at_40.offset_bits, mbox_out::reserved_at_40.offset_bits), (0x40, 0x40));
 }
 
 #[test]
