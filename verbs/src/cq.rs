@@ -12,6 +12,7 @@ use std::time::Duration;
 use umlx_driver::backend::Backend;
 use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, HeadTaken, QpCache, SopDropQpn, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
+use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed CQ bound to it gets a completion.
@@ -153,21 +154,22 @@ impl<B: Backend> std::fmt::Debug for Cq<B> {
     }
 }
 
+/// The ibverbs status of an error CQE's syndrome.
 fn status_of(syndrome: u8) -> WcStatus {
-    match syndrome {
-        0x01 => WcStatus::LocLenErr,
-        0x02 => WcStatus::LocQpOpErr,
-        0x04 => WcStatus::LocProtErr,
-        0x05 => WcStatus::WrFlushErr,
-        0x06 => WcStatus::MwBindErr,
-        0x10 => WcStatus::BadRespErr,
-        0x11 => WcStatus::LocAccessErr,
-        0x12 => WcStatus::RemInvReqErr,
-        0x13 => WcStatus::RemAccessErr,
-        0x14 => WcStatus::RemOpErr,
-        0x15 => WcStatus::RetryExcErr,
-        0x16 => WcStatus::RnrRetryExcErr,
-        0x22 => WcStatus::RemAbortErr,
+    match CqeSyndrome(syndrome) {
+        CqeSyndrome::LOCAL_LENGTH_ERR => WcStatus::LocLenErr,
+        CqeSyndrome::LOCAL_QP_OP_ERR => WcStatus::LocQpOpErr,
+        CqeSyndrome::LOCAL_PROT_ERR => WcStatus::LocProtErr,
+        CqeSyndrome::WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        CqeSyndrome::MW_BIND_ERR => WcStatus::MwBindErr,
+        CqeSyndrome::BAD_RESP_ERR => WcStatus::BadRespErr,
+        CqeSyndrome::LOCAL_ACCESS_ERR => WcStatus::LocAccessErr,
+        CqeSyndrome::REMOTE_INVAL_REQ_ERR => WcStatus::RemInvReqErr,
+        CqeSyndrome::REMOTE_ACCESS_ERR => WcStatus::RemAccessErr,
+        CqeSyndrome::REMOTE_OP_ERR => WcStatus::RemOpErr,
+        CqeSyndrome::TRANSPORT_RETRY_EXC_ERR => WcStatus::RetryExcErr,
+        CqeSyndrome::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        CqeSyndrome::REMOTE_ABORTED_ERR => WcStatus::RemAbortErr,
         _ => WcStatus::GeneralErr,
     }
 }
@@ -302,20 +304,22 @@ impl<B: Backend> Cq<B> {
         n
     }
 
-    /// Any CQE but a requester success: responder successes (RESP_WR_IMM 1, RESP_SEND 2,
-    /// RESP_SEND_IMM 3) and errors (13, 14); others are not work completions.
+    /// Any CQE but a requester success: responder successes (RESP_WR_IMM, RESP_SEND,
+    /// RESP_SEND_IMM) and errors (REQ_ERR, RESP_ERR); others are not work completions.
     #[inline(never)]
     fn translate_other(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
-        match cqe.opcode() {
-            0 => match shared.qps.get(cqe.qpn()) {
+        match CqeOpcode(cqe.opcode()) {
+            CqeOpcode::REQ => match shared.qps.get(cqe.qpn()) {
                 Some(ring) => {
                     fill_send(w, ring, cqe, &SendInfo::of(cqe.sop_drop_qpn()));
                     true
                 }
                 None => false,
             },
-            1..=3 => Self::translate_recv(shared, cqe, w),
-            13 | 14 => Self::translate_error(shared, &cqe.copy(), w),
+            CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM => {
+                Self::translate_recv(shared, cqe, w)
+            }
+            CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => Self::translate_error(shared, &cqe.copy(), w),
             _ => false,
         }
     }
@@ -327,13 +331,13 @@ impl<B: Backend> Cq<B> {
         let srqn = cqe.srqn();
         let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
         let Some(ring) = srq.or_else(|| shared.qps.get(qpn)) else { return false };
-        let opcode = cqe.opcode();
-        let with_imm = opcode != 2;
+        let opcode = CqeOpcode(cqe.opcode());
+        let with_imm = opcode != CqeOpcode::RESP_SEND;
         let flags_rqpn = cqe.flags_rqpn();
         let grh = (flags_rqpn >> 28) & 3 != 0;
         w.wr_id = ring.complete_recv(cqe.wqe_counter());
         w.status = WcStatus::Success;
-        w.opcode = if opcode == 1 { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
+        w.opcode = if opcode == CqeOpcode::RESP_WR_IMM { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
         w.byte_len = cqe.byte_cnt();
         w.imm_data = if with_imm { cqe.imm() } else { 0 };
         w.qp_num = qpn;
@@ -345,11 +349,11 @@ impl<B: Backend> Cq<B> {
         true
     }
 
-    /// Error CQEs (requester 13, responder 14): off the fast path.
+    /// Error CQEs (REQ_ERR, RESP_ERR): off the fast path.
     #[cold]
     #[inline(never)]
     fn translate_error(shared: &Shared<B>, cqe: &Cqe, w: &mut Wc) -> bool {
-        let (wr_id, opcode) = if cqe.opcode() == 13 {
+        let (wr_id, opcode) = if CqeOpcode(cqe.opcode()) == CqeOpcode::REQ_ERR {
             let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
             (ring.complete_send(cqe.wqe_counter()), send_opcode(cqe.wqe_opcode()))
         } else {
