@@ -1131,7 +1131,7 @@ impl CqRing {
         self.ci = ci;
         // SAFETY: the index is masked, so the CQE lies in the ring (see `CqRing::new`).
         self.head = unsafe { self.base.add(((ci & self.mask) as usize) << 6) };
-        self.owner = (ci & (self.mask + 1) != 0) as u8;
+        self.owner = pass_owner(ci, self.mask);
     }
 
     /// log2 of the number of CQEs.
@@ -1155,20 +1155,16 @@ impl CqRing {
     /// The CQE at the consumer index, sorted for the poll fast path (one load of the owner
     /// byte; the read barrier is passed for a requester success).
     #[inline(always)]
-    pub fn head(&self) -> CqHead<'_> {
+    fn head(&self) -> CqHead<'_> {
         let p = self.head;
         // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the CQ
         // owns the buffer; see `set_ci` and `advance`); byte 63 of it.
         let op_own = unsafe { p.add(63).read_volatile() };
-        let x = op_own ^ self.owner;
-        // Opcode 0 (requester) and the owner bit of this pass: bits 7:4 and 0 against it.
-        if x & 0xf1 == 0 {
+        if is_requester_success(op_own, self.owner) {
             dma_rmb();
             return CqHead::RequesterSuccess(CqeRef { p, op_own, _ring: std::marker::PhantomData });
         }
-        // As in `peek_at`: rotated right by one, an owner mismatch lands in bit 7 and the
-        // opcode in bits 6:3; INVALID (15) or a stale owner is at least 0x78.
-        if x.rotate_right(1) >= 0x78 { CqHead::Empty } else { CqHead::Other }
+        if is_written(op_own, self.owner) { CqHead::Other } else { CqHead::Empty }
     }
 
     /// The poll fast path: if the head CQE is a requester success, shows it to `f` with a
@@ -1217,8 +1213,8 @@ impl CqRing {
     }
 }
 
-/// What [`CqRing::head`] found at the consumer index.
-pub enum CqHead<'r> {
+/// What `CqRing::head` found at the consumer index.
+enum CqHead<'r> {
     /// No CQE: the device has not written one there on this pass.
     Empty,
     /// A requester success (CQE opcode 0).
@@ -1253,8 +1249,32 @@ impl NextCqe<'_> {
     pub fn is_empty(&self) -> bool {
         // SAFETY: `p` is a CQE of the ring (see `take_requester`); byte 63 of it.
         let op_own = unsafe { self.p.add(63).read_volatile() };
-        (op_own ^ self.owner).rotate_right(1) >= 0x78
+        !is_written(op_own, self.owner)
     }
+}
+
+/// The owner bit a CQE has when the device has written it on the pass over a ring of
+/// `mask + 1` CQEs that consumer counter `ci` is in (bit log2(mask + 1) of the counter).
+#[inline(always)]
+fn pass_owner(ci: u32, mask: u32) -> u8 {
+    (ci & (mask + 1) != 0) as u8
+}
+
+/// Whether a CQE whose `op_own` byte is `op_own` is a requester success the device has
+/// written on the pass whose owner bit is `owner`: opcode 0 and that owner bit (bits 7:4 and 0
+/// against it).
+#[inline(always)]
+fn is_requester_success(op_own: u8, owner: u8) -> bool {
+    (op_own ^ owner) & 0xf1 == 0
+}
+
+/// Whether a CQE whose `op_own` byte is `op_own` has been written by the device on the pass
+/// whose owner bit is `owner`. Both tests in one compare: rotated right by one, an owner
+/// mismatch lands in bit 7 and the opcode in bits 6:3, so a written CQE (owner matches, opcode
+/// not INVALID, 15) is below 0x78.
+#[inline(always)]
+fn is_written(op_own: u8, owner: u8) -> bool {
+    (op_own ^ owner).rotate_right(1) < 0x78
 }
 
 /// The CQE at counter `ci` of the ring at `base` (`mask + 1` CQEs), if the device has produced
@@ -1268,10 +1288,7 @@ fn peek_at<'r>(base: *const u8, mask: u32, ci: u32) -> Option<CqeRef<'r>> {
     let p = unsafe { base.add(((ci & mask) as usize) << 6) };
     // SAFETY: as above; byte 63 of the CQE.
     let op_own = unsafe { p.add(63).read_volatile() };
-    // Both tests in one compare: rotated right by one, the owner mismatch lands in bit 7 and
-    // the opcode in bits 6:3, so a valid CQE (owner matches, opcode not 15) is below 0x78.
-    let pass = (ci & (mask + 1) != 0) as u8;
-    if (op_own ^ pass).rotate_right(1) >= 0x78 {
+    if !is_written(op_own, pass_owner(ci, mask)) {
         return None;
     }
     dma_rmb();
@@ -1297,7 +1314,7 @@ impl<'r> CqCursor<'r> {
     pub fn take_requesters<T>(&mut self, out: &mut [T], mut take: impl FnMut(CqeRef<'_>, &mut T) -> bool) -> usize {
         let index = self.ci & self.mask;
         let n = ((self.mask - index) as usize + 1).min(out.len());
-        let pass = (self.ci & (self.mask + 1) != 0) as u8;
+        let pass = pass_owner(self.ci, self.mask);
         // SAFETY: index <= mask, so the CQE lies in the ring (see `peek_at`); the loop below
         // visits n CQEs from it, which end at or before the ring's end.
         let mut p = unsafe { self.base.add((index as usize) << 6) };
@@ -1306,7 +1323,7 @@ impl<'r> CqCursor<'r> {
             // SAFETY: p is one of the n CQEs (see above); byte 63 of it.
             let op_own = unsafe { p.add(63).read_volatile() };
             // Opcode 0 and the owner bit of this pass: op_own's bits 7:4 and 0 against it.
-            if (op_own ^ pass) & 0xf1 != 0 {
+            if !is_requester_success(op_own, pass) {
                 break;
             }
             dma_rmb();
@@ -1477,21 +1494,9 @@ impl QpCache {
             return None;
         }
         // SAFETY: `ring` was set with `word` by a lookup in the table whose stamp is `stamp`
-        // (`learn`, `store`); the stamp is unique to that table and changes at every removal,
+        // (`QpTable::learn`, then `store`); the stamp is unique to that table and changes at every removal,
         // so the QP is still in this table, and rings live as long as the table.
         Some(unsafe { &*self.ring })
-    }
-
-    /// Looks up the QP of `word` in `table` and remembers it (off the fast path).
-    #[cold]
-    #[inline(never)]
-    pub fn learn<'t>(&mut self, table: &'t QpTable, word: SopDropQpn) -> Option<&'t WrRing> {
-        // The stamp first: a removal after it changes the stamp, so a ring found below that
-        // is being removed is not trusted again.
-        let stamp = table.stamp.load(Ordering::Acquire);
-        let ring = table.get(word.qpn())?;
-        *self = QpCache { stamp, word: word.key(), ring };
-        Some(ring)
     }
 
     /// The cache, usable with `table` if it came from it and no QP has been removed since;

@@ -214,16 +214,6 @@ const SEND_WC: [WcOpcode; 256] = {
     t
 };
 
-fn send_opcode(wqe_opcode: u8) -> WcOpcode {
-    match wqe_opcode {
-        opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM => WcOpcode::RdmaWrite,
-        opcode::RDMA_READ => WcOpcode::RdmaRead,
-        opcode::ATOMIC_CS => WcOpcode::CompSwap,
-        opcode::ATOMIC_FA => WcOpcode::FetchAdd,
-        _ => WcOpcode::Send,
-    }
-}
-
 impl<B: Backend> Cq<B> {
     /// CQ number.
     pub fn cqn(&self) -> u32 {
@@ -355,7 +345,7 @@ impl<B: Backend> Cq<B> {
     fn translate_error(shared: &Shared<B>, cqe: &Cqe, w: &mut Wc) -> bool {
         let (wr_id, opcode) = if CqeOpcode(cqe.opcode()) == CqeOpcode::REQ_ERR {
             let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
-            (ring.complete_send(cqe.wqe_counter()), send_opcode(cqe.wqe_opcode()))
+            (ring.complete_send(cqe.wqe_counter()), SEND_WC[cqe.wqe_opcode() as usize])
         } else {
             let srq = if cqe.srqn() != 0 { shared.srqs.get(cqe.srqn()) } else { None };
             let Some(ring) = srq.or_else(|| shared.qps.get(cqe.qpn())) else { return false };
