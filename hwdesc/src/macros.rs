@@ -124,6 +124,15 @@ macro_rules! plain {
         pub struct $name {
             $($(#[$fm])* pub $f: $ty,)*
         }
+        /// Byte offset of each field, named as the field (`cqe64::byte_cnt` is 0x2c): the one
+        /// declaration that code reading or writing device memory through raw pointers uses.
+        #[allow(non_upper_case_globals)]
+        impl $name {
+            $(
+                #[doc = concat!("Byte offset of `", stringify!($f), "`.")]
+                pub const $f: usize = core::mem::offset_of!($name, $f);
+            )*
+        }
         impl $name {
             /// Size in bytes.
             pub const SIZE: usize = $size;

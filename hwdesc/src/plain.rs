@@ -165,50 +165,53 @@ crate::plain! {
     }
 }
 
-/// Byte offsets of the initialization-segment registers in BAR0, and their bit positions.
+/// Byte offsets of the initialization-segment registers in BAR0 (taken from [`init_seg`]), and
+/// their bit positions.
 pub mod iseg {
+    use super::{health_buffer, init_seg};
+
     /// `fw_rev`.
-    pub const FW_REV: usize = 0x0000;
+    pub const FW_REV: usize = init_seg::fw_rev;
     /// `cmdif_rev_fw_sub`.
-    pub const CMDIF_REV_FW_SUB: usize = 0x0004;
+    pub const CMDIF_REV_FW_SUB: usize = init_seg::cmdif_rev_fw_sub;
     /// `cmdq_addr_h`.
-    pub const CMDQ_ADDR_H: usize = 0x0010;
+    pub const CMDQ_ADDR_H: usize = init_seg::cmdq_addr_h;
     /// `cmdq_addr_l_sz`.
-    pub const CMDQ_ADDR_L_SZ: usize = 0x0014;
+    pub const CMDQ_ADDR_L_SZ: usize = init_seg::cmdq_addr_l_sz;
     /// `cmd_dbell`.
-    pub const CMD_DBELL: usize = 0x0018;
+    pub const CMD_DBELL: usize = init_seg::cmd_dbell;
     /// `initializing`.
-    pub const INITIALIZING: usize = 0x01fc;
+    pub const INITIALIZING: usize = init_seg::initializing;
     /// Start of the health buffer.
-    pub const HEALTH: usize = 0x0200;
+    pub const HEALTH: usize = init_seg::health;
     /// Health buffer `fw_ver`.
-    pub const HEALTH_FW_VER: usize = 0x0230;
+    pub const HEALTH_FW_VER: usize = init_seg::health + health_buffer::fw_ver;
     /// Health buffer `rfr`.
-    pub const HEALTH_RFR: usize = 0x0238;
+    pub const HEALTH_RFR: usize = init_seg::health + health_buffer::rfr;
     /// Health buffer `synd` (one byte).
-    pub const HEALTH_SYND: usize = 0x023d;
+    pub const HEALTH_SYND: usize = init_seg::health + health_buffer::synd;
     /// `cmd_exec_to` (newer kernels).
-    pub const CMD_EXEC_TO: usize = 0x0ff8;
+    pub const CMD_EXEC_TO: usize = init_seg::cmd_exec_to;
     /// `cmd_q_init_to` (newer kernels).
-    pub const CMD_Q_INIT_TO: usize = 0x0ffc;
+    pub const CMD_Q_INIT_TO: usize = init_seg::cmd_q_init_to;
     /// `internal_timer_h`.
-    pub const INTERNAL_TIMER_H: usize = 0x1000;
+    pub const INTERNAL_TIMER_H: usize = init_seg::internal_timer_h;
     /// `internal_timer_l`.
-    pub const INTERNAL_TIMER_L: usize = 0x1004;
+    pub const INTERNAL_TIMER_L: usize = init_seg::internal_timer_l;
     /// `health_counter`.
-    pub const HEALTH_COUNTER: usize = 0x1010;
+    pub const HEALTH_COUNTER: usize = init_seg::health_counter;
     /// `real_time_h`.
-    pub const REAL_TIME_H: usize = 0x1040;
+    pub const REAL_TIME_H: usize = init_seg::real_time_h;
     /// `real_time_l`.
-    pub const REAL_TIME_L: usize = 0x1044;
+    pub const REAL_TIME_L: usize = init_seg::real_time_l;
     /// `ieee1588_clk`.
-    pub const IEEE1588_CLK: usize = 0x2000;
+    pub const IEEE1588_CLK: usize = init_seg::ieee1588_clk;
     /// `ieee1588_clk_type`.
-    pub const IEEE1588_CLK_TYPE: usize = 0x2008;
+    pub const IEEE1588_CLK_TYPE: usize = init_seg::ieee1588_clk_type;
     /// `clr_intx`.
-    pub const CLR_INTX: usize = 0x200c;
+    pub const CLR_INTX: usize = init_seg::clr_intx;
     /// Size of the initialization segment.
-    pub const SIZE: usize = 0x2010;
+    pub const SIZE: usize = init_seg::SIZE;
 
     /// The only command interface revision drivers accept (`cmdif_rev_fw_sub` bits 31:16).
     pub const CMDIF_REV: u32 = 5;
@@ -401,9 +404,9 @@ pub mod eq {
     /// (`MLX5_EQE_OWNER_INIT_VAL`).
     pub const EQE_OWNER_INIT_VAL: u8 = 0x1;
     /// Size of one EQE.
-    pub const EQE_SIZE: usize = 64;
+    pub const EQE_SIZE: usize = super::eqe::SIZE;
     /// Byte offset of the event payload inside an EQE.
-    pub const EQE_DATA_OFFSET: usize = 0x20;
+    pub const EQE_DATA_OFFSET: usize = super::eqe::data;
     /// Extra EQEs allocated beyond the requested count (`MLX5_NUM_SPARE_EQE`).
     pub const NUM_SPARE_EQE: u32 = 0x80;
     /// Shift of the EQ number in an EQ doorbell value.
@@ -739,11 +742,11 @@ pub mod uar {
 /// Byte offsets inside the doorbell records.
 pub mod dbr {
     /// QP record: receive counter.
-    pub const RCV_DBR: usize = 0;
+    pub const RCV_DBR: usize = super::qp_dbr::recv_counter;
     /// QP record: send counter.
-    pub const SND_DBR: usize = 4;
+    pub const SND_DBR: usize = super::qp_dbr::send_counter;
     /// CQ record: consumer index.
-    pub const CQ_SET_CI: usize = 0;
+    pub const CQ_SET_CI: usize = super::cq_dbr::set_ci;
     /// CQ record: last arm value.
-    pub const CQ_ARM_DB: usize = 4;
+    pub const CQ_ARM_DB: usize = super::cq_dbr::arm;
 }
