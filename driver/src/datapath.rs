@@ -34,35 +34,113 @@ use crossbeam_utils::CachePadded;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use umlx_hwdesc::enums::CqeOpcode;
+use umlx_hwdesc::{U32, U64};
+use zerocopy::IntoBytes;
+use umlx_hwdesc::plain::{
+    CqeOpOwn, cq as cq_consts, cq_dbr, cqe64, err_cqe, qp_dbr, uar, wqe as wqe_consts, wqe_atomic_seg, wqe_av, wqe_ctrl_seg,
+    wqe_data_seg, wqe_inline_seg, wqe_raddr_seg, wqe_srq_next_seg,
+};
 
-/// Send WQE opcodes (PRM values).
-pub mod opcode {
-    /// NOP.
-    pub const NOP: u8 = 0x00;
-    /// RDMA WRITE.
-    pub const RDMA_WRITE: u8 = 0x08;
-    /// RDMA WRITE with immediate.
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    /// SEND.
-    pub const SEND: u8 = 0x0a;
-    /// SEND with immediate.
-    pub const SEND_IMM: u8 = 0x0b;
-    /// RDMA READ.
-    pub const RDMA_READ: u8 = 0x10;
-    /// Atomic compare and swap.
-    pub const ATOMIC_CS: u8 = 0x11;
-    /// Atomic fetch and add.
-    pub const ATOMIC_FA: u8 = 0x12;
+// ---------------------------------------------------------------------------------------------
+// The adapter's layouts as the data path stores and loads them. Every offset, size and bit here
+// is taken from hwdesc; the fast paths store 8-byte words, so the packing of fields into a word
+// is computed from hwdesc's offsets by `be_shift` (a layout change in hwdesc moves the shifts
+// or fails the asserts below, never leaves a second copy behind).
+// ---------------------------------------------------------------------------------------------
+
+/// The shift that places a `size`-byte field at byte offset `off` of a structure inside the
+/// 8-byte word starting at byte `word`, when the word is stored big-endian.
+const fn be_shift(word: usize, off: usize, size: usize) -> u32 {
+    assert!(off >= word && off + size <= word + 8, "field outside the word");
+    (8 * (word + 8 - off - size)) as u32
 }
 
-/// `fm_ce_se` flags of the control segment.
+/// Send WQE basic block (WQEBB) size and its log2.
+const WQEBB: usize = wqe_consts::SEND_WQE_BB;
+const WQEBB_SHIFT: u32 = wqe_consts::SEND_WQE_SHIFT;
+/// The 16-byte unit of WQE segments (the control segment's DS count counts these).
+const DS_BYTES: usize = wqe_consts::SEND_WQE_DS;
+/// Segments (DS units) per WQEBB.
+const DS_PER_BB: u32 = (WQEBB / DS_BYTES) as u32;
+/// 8-byte words of the control segment and of the remote address segment.
+const CTRL_WORDS: usize = wqe_ctrl_seg::SIZE / 8;
+const RADDR_WORDS: usize = wqe_raddr_seg::SIZE / 8;
+/// 8-byte words of a data segment.
+const DATA_WORDS: usize = wqe_data_seg::SIZE / 8;
+/// Control segment, first word: `opmod_idx_opcode` and `qpn_ds`.
+const CTRL_IDX_OPCODE_SHIFT: u32 = be_shift(0, wqe_ctrl_seg::opmod_idx_opcode, 4);
+const CTRL_QPN_DS_SHIFT: u32 = be_shift(0, wqe_ctrl_seg::qpn_ds, 4);
+/// The WQE index in `opmod_idx_opcode` (16 bits at [`wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT`]).
+const WQE_INDEX_MASK: u32 = 0xffff;
+/// Control segment, second word: `fm_ce_se` and `imm`.
+const CTRL_FM_CE_SE_SHIFT: u32 = be_shift(8, wqe_ctrl_seg::fm_ce_se, 1);
+const CTRL_IMM_SHIFT: u32 = be_shift(8, wqe_ctrl_seg::imm, 4);
+/// Remote address segment: `raddr` is the first word, `rkey` in the second.
+const RADDR_RKEY_SHIFT: u32 = be_shift(8, wqe_raddr_seg::rkey, 4);
+/// Data segment, first word: `byte_count` and `lkey`; `addr` is the second word.
+const DATA_BYTE_COUNT_SHIFT: u32 = be_shift(0, wqe_data_seg::byte_count, 4);
+const DATA_LKEY_SHIFT: u32 = be_shift(0, wqe_data_seg::lkey, 4);
+/// The largest DS count the control segment holds.
+const MAX_DS: u32 = wqe_consts::WQE_CTRL_DS_MASK;
+/// Segments of the UD address vector.
+const AV_DS: u32 = (wqe_av::SIZE / DS_BYTES) as u32;
+/// CQE size and its log2; the byte holding opcode and owner.
+const CQE_SIZE: usize = cqe64::SIZE;
+const CQE_SHIFT: u32 = CQE_SIZE.trailing_zeros();
+const CQE_OP_OWN: usize = cqe64::op_own;
+/// `op_own` bits: the owner bit and the opcode field.
+const CQE_OWNER_MASK: u8 = cq_consts::CQE_OWNER_MASK;
+const CQE_OPCODE_MASK: u8 = CqeOpcode::INVALID.0 << cq_consts::CQE_OPCODE_SHIFT;
+/// 24-bit QP, SRQ and CQ numbers and counters in CQEs and doorbells.
+const NUM_MASK_24: u32 = cq_consts::NUM_MASK_24;
+/// Counters in the QP doorbell record (`& 0xffff` of the producer counters).
+const DBR_COUNTER_MASK: u32 = 0xffff;
+
+const _: () = {
+    // The fast paths test ownership and opcode together: the owner is bit 0, REQ is opcode 0,
+    // INVALID fills the opcode field.
+    assert!(CQE_OWNER_MASK == 1 && CQE_OP_OWN + 1 == CQE_SIZE && CqeOpcode::REQ.0 == 0);
+    assert!(CQE_OPCODE_MASK.count_ones() == 4 && CQE_OPCODE_MASK.leading_zeros() == 0);
+    assert!(CQE_SIZE.is_power_of_two() && WQEBB == 1 << WQEBB_SHIFT);
+    assert!(wqe_ctrl_seg::SIZE == DS_BYTES && wqe_raddr_seg::SIZE == DS_BYTES);
+    assert!(wqe_data_seg::SIZE == DS_BYTES && wqe_atomic_seg::SIZE == DS_BYTES);
+    assert!(wqe_data_seg::addr == 8 && wqe_raddr_seg::raddr == 0, "8-byte fields stored as one word");
+    assert!(wqe_srq_next_seg::SIZE == DS_BYTES);
+    assert!(qp_dbr::SIZE == 8 && cq_dbr::SIZE == 8);
+};
+
+/// The send WQE opcodes the data path posts, as `u8` for the control segment (values from
+/// hwdesc's [`WqeOpcode`]).
+pub mod opcode {
+    use umlx_hwdesc::enums::WqeOpcode;
+    /// NOP.
+    pub const NOP: u8 = WqeOpcode::NOP.0;
+    /// RDMA WRITE.
+    pub const RDMA_WRITE: u8 = WqeOpcode::RDMA_WRITE.0;
+    /// RDMA WRITE with immediate.
+    pub const RDMA_WRITE_IMM: u8 = WqeOpcode::RDMA_WRITE_IMM.0;
+    /// SEND.
+    pub const SEND: u8 = WqeOpcode::SEND.0;
+    /// SEND with immediate.
+    pub const SEND_IMM: u8 = WqeOpcode::SEND_IMM.0;
+    /// RDMA READ.
+    pub const RDMA_READ: u8 = WqeOpcode::RDMA_READ.0;
+    /// Atomic compare and swap.
+    pub const ATOMIC_CS: u8 = WqeOpcode::ATOMIC_CS.0;
+    /// Atomic fetch and add.
+    pub const ATOMIC_FA: u8 = WqeOpcode::ATOMIC_FA.0;
+}
+
+/// `fm_ce_se` flags of the control segment (hwdesc's `plain::wqe` values).
 pub mod flags {
+    use umlx_hwdesc::plain::wqe;
     /// Generate a CQE.
-    pub const CQ_UPDATE: u8 = 2 << 2;
+    pub const CQ_UPDATE: u8 = wqe::WQE_CTRL_CQ_UPDATE;
     /// Solicited event.
-    pub const SOLICITED: u8 = 1 << 1;
+    pub const SOLICITED: u8 = wqe::WQE_CTRL_SOLICITED;
     /// Fence: wait for outstanding READ/atomic before this WQE.
-    pub const FENCE: u8 = 4 << 5;
+    pub const FENCE: u8 = wqe::WQE_CTRL_FENCE;
 }
 
 /// One scatter/gather element (`struct ibv_sge`: address, length, lkey), held as the mlx5
@@ -79,7 +157,8 @@ impl Sge {
     /// The element for `length` bytes at `addr`, accessed with `lkey`.
     #[inline]
     pub const fn new(addr: u64, length: u32, lkey: u32) -> Sge {
-        Sge { seg: [(((length as u64) << 32) | lkey as u64).to_be(), addr.to_be()] }
+        let w0 = ((length as u64) << DATA_BYTE_COUNT_SHIFT) | ((lkey as u64) << DATA_LKEY_SHIFT);
+        Sge { seg: [w0.to_be(), addr.to_be()] }
     }
 
     /// Address.
@@ -91,22 +170,23 @@ impl Sge {
     /// Length in bytes.
     #[inline]
     pub const fn length(&self) -> u32 {
-        (u64::from_be(self.seg[0]) >> 32) as u32
+        (u64::from_be(self.seg[0]) >> DATA_BYTE_COUNT_SHIFT) as u32
     }
 
     /// Local key.
     #[inline]
     pub const fn lkey(&self) -> u32 {
-        u64::from_be(self.seg[0]) as u32
+        (u64::from_be(self.seg[0]) >> DATA_LKEY_SHIFT) as u32
     }
 
     /// Whether the length is zero (such an element is left out of WQEs: a zero byte count
     /// would end a scatter list, or mean 2 GiB in a gather list).
     #[inline(always)]
     pub const fn is_empty(&self) -> bool {
-        // The byte count is the first four bytes in memory, whatever the host order.
-        let first = self.seg[0].to_ne_bytes();
-        u32::from_ne_bytes([first[0], first[1], first[2], first[3]]) == 0
+        // The byte count's four bytes in memory, whatever the host order.
+        let w = self.seg[0].to_ne_bytes();
+        let b = wqe_data_seg::byte_count;
+        u32::from_ne_bytes([w[b], w[b + 1], w[b + 2], w[b + 3]]) == 0
     }
 
     /// The data segment's two 8-byte words as they go to memory.
@@ -164,7 +244,7 @@ pub struct SendWqe<'a> {
     /// Inline data instead of the gather list.
     pub inline: Option<&'a [u8]>,
     /// UD address vector (48 bytes, as the hardware reads it).
-    pub av: Option<&'a [u8; 48]>,
+    pub av: Option<&'a [u8; wqe_av::SIZE]>,
 }
 
 /// Why a post was refused (ibverbs errno in parentheses).
@@ -337,7 +417,8 @@ pub struct SendQueue<B: Backend> {
     dbr: *mut u32,
     /// The UAR page, when the backend lets stores reach its BlueFlame registers directly.
     uar_page: Option<NonNull<u8>>,
-    /// BlueFlame register in use: 0x800 or 0x900 (they alternate).
+    /// BlueFlame register in use: the first or the second buffer of the UAR's first BlueFlame
+    /// register (they alternate).
     bf_offset: usize,
     /// BAR0 offset of the UAR page (for [`Backend::write64`]).
     uar_offset: usize,
@@ -350,10 +431,12 @@ pub struct SendQueue<B: Backend> {
     pub max_inline: u32,
 }
 
+/// The WQE's size in 16-byte segments: control, address vector, remote address, atomic
+/// operands, then the inline data (behind its 4-byte header) or one data segment per SGE.
 fn ds_count(w: &SendWqe<'_>) -> u32 {
     let mut ds = 1; // ctrl
     if w.av.is_some() {
-        ds += 3;
+        ds += AV_DS;
     }
     match w.opcode {
         opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ => ds += 1,
@@ -361,7 +444,7 @@ fn ds_count(w: &SendWqe<'_>) -> u32 {
         _ => {}
     }
     match w.inline {
-        Some(d) if !d.is_empty() => ds += (d.len() as u32 + 4).div_ceil(16),
+        Some(d) if !d.is_empty() => ds += (d.len() + wqe_inline_seg::SIZE).div_ceil(DS_BYTES) as u32,
         Some(_) => {}
         None => ds += w.sges.iter().filter(|s| !s.is_empty()).count() as u32,
     }
@@ -379,7 +462,7 @@ impl<B: Backend> SendQueue<B> {
         geo: SqGeometry,
         ring: Arc<WrRing>,
     ) -> Result<SendQueue<B>, PostError> {
-        let bytes = 64usize << geo.log_bbs;
+        let bytes = WQEBB << geo.log_bbs;
         if geo.sq_offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || ring.sq.len() < (1 << geo.log_bbs)
             || dbr.len() < 8
@@ -389,23 +472,23 @@ impl<B: Backend> SendQueue<B> {
         }
         // SAFETY: in bounds (checked above); only the address is computed here.
         let base = unsafe { buf.as_ptr().add(geo.sq_offset) };
-        // SAFETY: dword 1 of the record lies in `dbr` (checked above); address only.
-        let dbr_sq = unsafe { dbr.as_ptr().add(4) }.cast::<u32>();
-        let uar_offset = (geo.uar_index as usize) << 12;
+        // SAFETY: the send counter lies in `dbr` (checked above); address only.
+        let dbr_sq = unsafe { dbr.as_ptr().add(qp_dbr::send_counter) }.cast::<u32>();
+        let uar_offset = geo.uar_index as usize * uar::UAR_PAGE_SIZE;
         Ok(SendQueue {
             base,
             cur_post: 0,
             mask: (1 << geo.log_bbs) - 1,
-            qpn_ds: geo.qpn << 8,
+            qpn_ds: geo.qpn << wqe_consts::WQE_CTRL_QPN_SHIFT,
             fm_ce_se: fm_ce_se_table(geo.sig_all),
-            fm_ce_se_word: fm_ce_se_table(geo.sig_all).map(|f| ((f as u64) << 32).to_be()),
+            fm_ce_se_word: fm_ce_se_table(geo.sig_all).map(|f| ((f as u64) << CTRL_FM_CE_SE_SHIFT).to_be()),
             slots: ring.sq.as_ptr(),
             tail: &*ring.sq_tail as *const AtomicU32,
             limit: 1 << geo.log_bbs,
             last_ctrl: 0,
             dbr: dbr_sq,
             uar_page: backend.doorbell_page(uar_offset),
-            bf_offset: 0x800,
+            bf_offset: uar::BF_OFFSET,
             uar_offset,
             backend,
             ring,
@@ -444,7 +527,7 @@ impl<B: Backend> SendQueue<B> {
         self.limit = self.mask + 1;
         self.last_ctrl = 0;
         self.ring.sq_tail.store(0, Ordering::Release);
-        self.bf_offset = 0x800;
+        self.bf_offset = uar::BF_OFFSET;
     }
 
     /// Records the WQE at `bb` spanning `nbb` WQEBBs: its wr_id and where the SQ head will be
@@ -471,9 +554,18 @@ impl<B: Backend> SendQueue<B> {
     #[inline(always)]
     fn seg_off(&self, bb: u32, seg16: u32) -> usize {
         // 16-byte segment `seg16` of the WQE starting at WQEBB `bb`, wrapping at the ring end.
-        let ring_bytes = (self.mask as usize + 1) * 64;
-        let abs = (bb & self.mask) as usize * 64 + seg16 as usize * 16;
+        let ring_bytes = (self.mask as usize + 1) * WQEBB;
+        let abs = (bb & self.mask) as usize * WQEBB + seg16 as usize * DS_BYTES;
         self.sq_offset + abs % ring_bytes
+    }
+
+    /// Stores one 16-byte segment, as laid out in `seg`, at segment `seg16` of the WQE at `bb`.
+    #[inline(always)]
+    fn put_seg(&self, buf: &DmaMemory, bb: u32, seg16: u32, seg: &[u8; DS_BYTES]) {
+        let o = self.seg_off(bb, seg16);
+        let (w0, w1) = seg.split_at(8);
+        buf.write_u64_be_at(o, u64::from_be_bytes(w0.try_into().unwrap_or_default()));
+        buf.write_u64_be_at(o + 8, u64::from_be_bytes(w1.try_into().unwrap_or_default()));
     }
 
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
@@ -489,45 +581,40 @@ impl<B: Backend> SendQueue<B> {
             return Err(PostError::InlineTooLarge);
         }
         let ds = ds_count(w);
-        if ds > 63 {
+        if ds > MAX_DS {
             return Err(PostError::WqeTooLarge);
         }
-        let nbb = ds.div_ceil(4);
+        let nbb = ds.div_ceil(DS_PER_BB);
         if nbb > self.free_bbs() {
             return Err(PostError::QueueFull);
         }
         self.limit = self.fresh_limit();
         let bb = self.cur_post;
-        let fm_ce_se = self.fm_ce_se[(w.send_flags & 7) as usize];
-        // Control segment.
-        let dw0 = ((bb & 0xffff) << 8) | w.opcode as u32;
-        let dw1 = self.qpn_ds | ds;
-        let ctrl_hi = ((dw0 as u64) << 32) | dw1 as u64;
-        let ctrl_lo = ((fm_ce_se as u64) << 32) | w.imm as u64;
-        let o = self.seg_off(bb, 0);
-        buf.write_u64_be_at(o, ctrl_hi);
-        buf.write_u64_be_at(o + 8, ctrl_lo);
-        self.last_ctrl = ctrl_hi.to_be();
+        let ctrl = wqe_ctrl_seg {
+            opmod_idx_opcode: U32::new(((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | w.opcode as u32),
+            qpn_ds: U32::new(self.qpn_ds | ds),
+            fm_ce_se: self.fm_ce_se[(w.send_flags & 7) as usize],
+            imm: U32::new(w.imm),
+            ..Default::default()
+        };
+        let ctrl: [u8; DS_BYTES] = zerocopy::transmute!(ctrl);
+        self.put_seg(buf, bb, 0, &ctrl);
+        self.last_ctrl = u64::from_ne_bytes(ctrl[..8].try_into().unwrap_or_default());
         let mut seg = 1;
         if let Some(av) = w.av {
-            for i in 0..3 {
-                let o = self.seg_off(bb, seg + i);
-                let c = i as usize * 16;
-                buf.write_u64_be_at(o, u64::from_be_bytes(av[c..c + 8].try_into().unwrap_or_default()));
-                buf.write_u64_be_at(o + 8, u64::from_be_bytes(av[c + 8..c + 16].try_into().unwrap_or_default()));
+            for (i, part) in av.chunks_exact(DS_BYTES).enumerate() {
+                self.put_seg(buf, bb, seg + i as u32, part.try_into().unwrap_or(&[0; DS_BYTES]));
             }
-            seg += 3;
+            seg += AV_DS;
         }
         match w.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-                let o = self.seg_off(bb, seg);
-                buf.write_u64_be_at(o, w.remote.addr);
-                buf.write_u64_be_at(o + 8, (w.remote.rkey as u64) << 32);
+                let raddr = wqe_raddr_seg { raddr: U64::new(w.remote.addr), rkey: U32::new(w.remote.rkey), ..Default::default() };
+                self.put_seg(buf, bb, seg, &zerocopy::transmute!(raddr));
                 seg += 1;
                 if matches!(w.opcode, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
-                    let o = self.seg_off(bb, seg);
-                    buf.write_u64_be_at(o, w.atomic.0);
-                    buf.write_u64_be_at(o + 8, w.atomic.1);
+                    let atomic = wqe_atomic_seg { swap_add: U64::new(w.atomic.0), compare: U64::new(w.atomic.1) };
+                    self.put_seg(buf, bb, seg, &zerocopy::transmute!(atomic));
                     seg += 1;
                 }
             }
@@ -535,25 +622,23 @@ impl<B: Backend> SendQueue<B> {
         }
         match w.inline {
             Some(d) if !d.is_empty() => {
-                // byte_count | INLINE flag, then the data, 16-byte segments, wrapping.
-                let total = 4 + d.len();
-                let mut tmp = [0u8; 16];
+                // The inline header, then the data, in 16-byte segments (wrapping with the ring).
+                let header = wqe_inline_seg { byte_count: U32::new(wqe_consts::INLINE_SEG | d.len() as u32) };
+                let header = header.as_bytes();
+                let total = header.len() + d.len();
+                let mut part = [0u8; DS_BYTES];
                 let mut done = 0usize;
-                let mut s = seg;
                 while done < total {
-                    let n = (total - done).min(16);
-                    for (k, b) in tmp.iter_mut().enumerate().take(n) {
+                    for (k, b) in part.iter_mut().enumerate() {
                         let pos = done + k;
-                        *b = if pos < 4 { (0x8000_0000u32 | d.len() as u32).to_be_bytes()[pos] } else { d[pos - 4] };
+                        *b = match pos.checked_sub(header.len()) {
+                            None => header[pos],
+                            Some(i) => d.get(i).copied().unwrap_or(0),
+                        };
                     }
-                    for b in tmp.iter_mut().skip(n) {
-                        *b = 0;
-                    }
-                    let o = self.seg_off(bb, s);
-                    buf.write_u64_be_at(o, u64::from_be_bytes(tmp[..8].try_into().unwrap_or_default()));
-                    buf.write_u64_be_at(o + 8, u64::from_be_bytes(tmp[8..].try_into().unwrap_or_default()));
-                    done += n;
-                    s += 1;
+                    self.put_seg(buf, bb, seg, &part);
+                    done += DS_BYTES;
+                    seg += 1;
                 }
             }
             Some(_) => {}
@@ -576,7 +661,7 @@ impl<B: Backend> SendQueue<B> {
     #[inline(always)]
     pub fn ring_doorbell(&mut self) {
         // Everything read before the barriers (which the compiler treats as touching all memory).
-        let (counter, ctrl, bf_offset) = ((self.cur_post & 0xffff).to_be(), self.last_ctrl, self.bf_offset);
+        let (counter, ctrl, bf_offset) = ((self.cur_post & DBR_COUNTER_MASK).to_be(), self.last_ctrl, self.bf_offset);
         dma_wmb();
         // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
         // keeps it alive); 4-byte aligned.
@@ -584,11 +669,12 @@ impl<B: Backend> SendQueue<B> {
         dma_wmb();
         match self.uar_page {
             // SAFETY: the backend keeps the UAR page mapped while it lives (this writer holds
-            // it); bf_offset is 0x800 or 0x900, 8-byte aligned, within the page.
+            // it); bf_offset is one of the first BlueFlame register's two buffers, 8-byte
+            // aligned, within the page.
             Some(page) => unsafe { page.as_ptr().add(bf_offset).cast::<u64>().write_volatile(ctrl) },
             None => self.backend.write64(self.uar_offset + bf_offset, u64::from_be(ctrl)),
         }
-        self.bf_offset ^= 0x100;
+        self.bf_offset ^= uar::DB_BLUEFLAME_BUFFER_SIZE;
     }
 }
 
@@ -652,25 +738,27 @@ impl<B: Backend> SqChain<'_, B> {
         let sq = &*self.sq;
         let bb = self.bb;
         let ds = 1 + remote.is_some() as u32 + !sge.is_empty() as u32;
-        let ctrl0 = ((((bb & 0xffff) << 8) | opcode as u32) as u64) << 32 | (sq.qpn_ds | ds) as u64;
+        let idx_opcode = ((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | opcode as u32;
+        let ctrl0 = ((idx_opcode as u64) << CTRL_IDX_OPCODE_SHIFT) | ((sq.qpn_ds | ds) as u64) << CTRL_QPN_DS_SHIFT;
         // Byte swapping distributes over OR: the flags word is stored pre-swapped.
-        let ctrl1_be = sq.fm_ce_se_word[(send_flags & 7) as usize] | (imm as u64).to_be();
+        let ctrl1_be = sq.fm_ce_se_word[(send_flags & 7) as usize] | ((imm as u64) << CTRL_IMM_SHIFT).to_be();
         self.last_ctrl = ctrl0.to_be();
         let idx = (bb & sq.mask) as usize;
         // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
         // `SendQueue::new`; the QP keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
         // aligned. `slots` has mask + 1 entries, kept alive by the queue's `ring`.
         unsafe {
-            let p = sq.base.add(idx << 6).cast::<u64>();
+            let p = sq.base.add(idx << WQEBB_SHIFT).cast::<u64>();
             p.write_volatile(self.last_ctrl);
             p.add(1).write_volatile(ctrl1_be);
             let d = match remote {
                 Some(r) => {
-                    p.add(2).write_volatile(r.addr.to_be());
-                    p.add(3).write_volatile(((r.rkey as u64) << 32).to_be());
-                    p.add(4)
+                    let ra = p.add(CTRL_WORDS);
+                    ra.write_volatile(r.addr.to_be());
+                    ra.add(1).write_volatile(((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
+                    ra.add(RADDR_WORDS)
                 }
-                None => p.add(2),
+                None => p.add(CTRL_WORDS),
             };
             let [w0, w1] = sge.wire();
             d.write_volatile(w0);
@@ -708,6 +796,10 @@ impl<B: Backend> SqChain<'_, B> {
         }
     }
 }
+
+/// The data segment that ends a receive scatter list shorter than the WQE: byte count 0 and
+/// the invalid lkey.
+const TERMINATOR: Sge = Sge::new(0, 0, wqe_consts::INVALID_LKEY);
 
 /// The receive queue writer of one QP (or an SRQ).
 pub struct RecvQueue {
@@ -752,18 +844,19 @@ impl RecvQueue {
     ) -> Result<RecvQueue, PostError> {
         let bytes = (1usize << log_wqes) << stride_shift;
         if offset.checked_add(bytes).is_none_or(|e| e > buf.len())
-            || stride_shift < 4
-            || (srq && stride_shift < 5)
+            || (1usize << stride_shift) < DS_BYTES
+            || (srq && (1usize << stride_shift) < wqe_srq_next_seg::SIZE + DS_BYTES)
             || bytes > u32::MAX as usize
             || ring.rq.len() < (1 << log_wqes)
-            || dbr.len() < 4
+            || dbr.len() < qp_dbr::recv_counter + 4
         {
             return Err(PostError::WqeTooLarge);
         }
-        let per = (1u32 << stride_shift) / 16 - srq as u32;
+        // Data segments per WQE (an SRQ WQE starts with its next segment).
+        let per = ((1usize << stride_shift) / DS_BYTES) as u32 - srq as u32;
         // SAFETY: in bounds (checked above: an SRQ stride holds the next segment and an SGE);
         // only the address is computed here.
-        let base = unsafe { buf.as_ptr().add(offset + if srq { 16 } else { 0 }) };
+        let base = unsafe { buf.as_ptr().add(offset + if srq { wqe_srq_next_seg::SIZE } else { 0 }) };
         Ok(RecvQueue {
             base,
             head: 0,
@@ -774,7 +867,8 @@ impl RecvQueue {
             terminate_one: per > 1,
             slots: ring.rq.as_ptr(),
             tail: &*ring.rq_tail as *const AtomicU32,
-            dbr: dbr.as_ptr().cast::<u32>(),
+            // SAFETY: the receive counter lies in `dbr` (checked above); address only.
+            dbr: unsafe { dbr.as_ptr().add(qp_dbr::recv_counter) }.cast::<u32>(),
             ring,
             max_sge: per,
         })
@@ -852,9 +946,9 @@ impl RecvQueue {
             p.write_volatile(w0);
             p.add(1).write_volatile(w1);
             if self.terminate_one {
-                // Terminator: byte_count 0, invalid lkey.
-                p.add(2).write_volatile(0x100u64.to_be());
-                p.add(3).write_volatile(0);
+                let [t0, t1] = TERMINATOR.wire();
+                p.add(DATA_WORDS).write_volatile(t0);
+                p.add(DATA_WORDS + 1).write_volatile(t1);
             }
         }
         self.record(wr_id);
@@ -878,13 +972,13 @@ impl RecvQueue {
                 let [w0, w1] = s.wire();
                 p.write_volatile(w0);
                 p.add(1).write_volatile(w1);
-                p = p.add(2);
+                p = p.add(DATA_WORDS);
                 written += 1;
             }
             if written < self.max_sge as usize {
-                // Terminator: byte_count 0, invalid lkey.
-                p.write_volatile(0x100u64.to_be());
-                p.add(1).write_volatile(0);
+                let [t0, t1] = TERMINATOR.wire();
+                p.write_volatile(t0);
+                p.add(1).write_volatile(t1);
             }
         }
         self.record(wr_id);
@@ -895,7 +989,7 @@ impl RecvQueue {
     /// SRQ alike).
     #[inline(always)]
     pub fn ring_doorbell(&self) {
-        let counter = (self.head & 0xffff).to_be();
+        let counter = (self.head & DBR_COUNTER_MASK).to_be();
         dma_wmb();
         // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the owner
         // keeps it alive); 4-byte aligned.
@@ -903,73 +997,76 @@ impl RecvQueue {
     }
 }
 
-/// A CQE as read from the ring: a copy of its `op_own` byte and its last five 8-byte words
-/// (no reference into device memory), decoded on demand so unused fields cost nothing.
+/// A CQE as read from the ring: a copy of the fields a completion can need (no reference into
+/// device memory), read through hwdesc's [`cqe64`] and [`err_cqe`] offsets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cqe {
     op_own: u8,
-    w2: u64,
-    w4: u64,
-    w5: u64,
-    w6: u64,
-    w7: u64,
+    flags_rqpn: u32,
+    srqn_uidx: u32,
+    imm_inval_pkey: u32,
+    byte_cnt: u32,
+    vendor_err_synd: u8,
+    syndrome: u8,
+    sop_drop_qpn: u32,
+    wqe_counter: u16,
 }
 
 impl Cqe {
-    /// CQE opcode (op_own >> 4).
+    /// CQE opcode (`op_own` bits 7:4).
     #[inline(always)]
     pub fn opcode(&self) -> u8 {
-        self.op_own >> 4
+        self.op_own >> cq_consts::CQE_OPCODE_SHIFT
     }
     /// Local QPN.
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        (self.w7 >> 32) as u32 & 0xff_ffff
+        self.sop_drop_qpn & NUM_MASK_24
     }
-    /// For requester CQEs: the send WQE opcode (sop_drop_qpn[31:24]).
+    /// For requester CQEs: the send WQE opcode (`sop_drop_qpn` bits 31:24).
     #[inline(always)]
     pub fn wqe_opcode(&self) -> u8 {
-        (self.w7 >> 56) as u8
+        (self.sop_drop_qpn >> cq_consts::SOP_WQE_OPCODE_SHIFT) as u8
     }
     /// WQE counter.
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        (self.w7 >> 16) as u16
+        self.wqe_counter
     }
     /// Byte count.
     #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
-        self.w5 as u32
+        self.byte_cnt
     }
     /// Immediate data / invalidated rkey.
     #[inline(always)]
     pub fn imm(&self) -> u32 {
-        self.w4 as u32
+        self.imm_inval_pkey
     }
     /// flags_rqpn: source QPN (UD), SL, GRH indication.
     #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
-        (self.w2 >> 32) as u32
+        self.flags_rqpn
     }
     /// SRQ number (low 24 bits of srqn_uidx).
     #[inline(always)]
     pub fn srqn(&self) -> u32 {
-        (self.w4 >> 32) as u32 & 0xff_ffff
+        self.srqn_uidx & NUM_MASK_24
     }
     /// Error syndrome (error CQEs).
     #[inline(always)]
     pub fn syndrome(&self) -> u8 {
-        self.w6 as u8
+        self.syndrome
     }
     /// Vendor error syndrome (error CQEs).
     #[inline(always)]
     pub fn vendor_syndrome(&self) -> u8 {
-        (self.w6 >> 8) as u8
+        self.vendor_err_synd
     }
     /// Solicited event flag.
     #[inline(always)]
     pub fn solicited(&self) -> bool {
-        self.op_own & 2 != 0
+        CqeOpOwn::from_bits(self.op_own).solicited()
     }
 }
 
@@ -1007,19 +1104,19 @@ pub struct SopDropQpn(u32);
 impl SopDropQpn {
     /// The dword of a CQE for `qpn` (its low 24 bits) and `wqe_opcode`.
     pub fn new(wqe_opcode: u8, qpn: u32) -> SopDropQpn {
-        SopDropQpn((((wqe_opcode as u32) << 24) | (qpn & 0xff_ffff)).to_be())
+        SopDropQpn((((wqe_opcode as u32) << cq_consts::SOP_WQE_OPCODE_SHIFT) | (qpn & NUM_MASK_24)).to_be())
     }
 
     /// The QPN.
     #[inline(always)]
     pub fn qpn(self) -> u32 {
-        u32::from_be(self.0) & 0xff_ffff
+        u32::from_be(self.0) & NUM_MASK_24
     }
 
     /// The send WQE opcode (requester CQEs).
     #[inline(always)]
     pub fn wqe_opcode(self) -> u8 {
-        (u32::from_be(self.0) >> 24) as u8
+        (u32::from_be(self.0) >> cq_consts::SOP_WQE_OPCODE_SHIFT) as u8
     }
 
     /// As a cache key: no `SopDropQpn` equals [`NO_SOP_DROP_QPN`].
@@ -1033,76 +1130,97 @@ impl SopDropQpn {
 const NO_SOP_DROP_QPN: u64 = u64::MAX;
 
 impl CqeRef<'_> {
+    /// The big-endian dword at `off` (one of hwdesc's 4-byte CQE fields) as a number.
     #[inline(always)]
     fn be32(&self, off: usize) -> u32 {
-        // SAFETY: `p` is a 64-byte aligned CQE inside the ring (see `peek_at` and
-        // `CqCursor::take_requesters`), which outlives this reference; off + 4 <= 64 and
-        // 4-aligned at every call site.
-        u32::from_be(unsafe { self.p.add(off).cast::<u32>().read_volatile() })
+        u32::from_be(self.raw32(off))
     }
 
-    /// CQE opcode (op_own >> 4).
+    /// The dword at `off` as it lies in memory.
+    #[inline(always)]
+    fn raw32(&self, off: usize) -> u32 {
+        // SAFETY: `p` is a 64-byte aligned CQE inside the ring (see `peek_at` and
+        // `CqCursor::take_requesters`), which outlives this reference; every call site passes
+        // the offset of a 4-byte, 4-aligned hwdesc CQE field.
+        unsafe { self.p.add(off).cast::<u32>().read_volatile() }
+    }
+
+    /// The byte at `off` (a one-byte hwdesc CQE field).
+    #[inline(always)]
+    fn byte(&self, off: usize) -> u8 {
+        // SAFETY: as in `raw32`; `off` is inside the CQE.
+        unsafe { self.p.add(off).read_volatile() }
+    }
+
+    /// CQE opcode (`op_own` bits 7:4).
     #[inline(always)]
     pub fn opcode(&self) -> u8 {
-        self.op_own >> 4
+        self.op_own >> cq_consts::CQE_OPCODE_SHIFT
     }
 
     /// Local QPN (low 24 bits of `sop_drop_qpn`).
     #[inline(always)]
     pub fn qpn(&self) -> u32 {
-        self.be32(0x38) & 0xff_ffff
+        self.be32(cqe64::sop_drop_qpn) & NUM_MASK_24
     }
 
     /// The `sop_drop_qpn` dword as it lies in the CQE (see [`SopDropQpn`]).
     #[inline(always)]
     pub fn sop_drop_qpn(&self) -> SopDropQpn {
-        // SAFETY: as in `be32`; offset 0x38, 4 bytes.
-        SopDropQpn(unsafe { self.p.add(0x38).cast::<u32>().read_volatile() })
+        SopDropQpn(self.raw32(cqe64::sop_drop_qpn))
     }
 
-    /// For requester CQEs: the send WQE opcode (top byte of `sop_drop_qpn`).
+    /// For requester CQEs: the send WQE opcode (the first byte of `sop_drop_qpn`).
     #[inline(always)]
     pub fn wqe_opcode(&self) -> u8 {
-        // SAFETY: as in `be32`; byte 0x38 of the CQE.
-        unsafe { self.p.add(0x38).read_volatile() }
+        self.byte(cqe64::sop_drop_qpn)
     }
 
     /// WQE counter.
     #[inline(always)]
     pub fn wqe_counter(&self) -> u16 {
-        // SAFETY: as in `be32`; offset 0x3c is 2-aligned, 2 bytes inside the CQE.
-        u16::from_be(unsafe { self.p.add(0x3c).cast::<u16>().read_volatile() })
+        // SAFETY: as in `raw32`; `wqe_counter` is a 2-byte, 2-aligned field of the CQE.
+        u16::from_be(unsafe { self.p.add(cqe64::wqe_counter).cast::<u16>().read_volatile() })
     }
 
     /// Byte count.
     #[inline(always)]
     pub fn byte_cnt(&self) -> u32 {
-        self.be32(0x2c)
+        self.be32(cqe64::byte_cnt)
     }
 
     /// flags_rqpn: source QPN (UD), SL, GRH indication.
     #[inline(always)]
     pub fn flags_rqpn(&self) -> u32 {
-        self.be32(0x18)
+        self.be32(cqe64::flags_rqpn)
     }
 
     /// SRQ number (low 24 bits of srqn_uidx).
     #[inline(always)]
     pub fn srqn(&self) -> u32 {
-        self.be32(0x20) & 0xff_ffff
+        self.be32(cqe64::srqn_uidx) & NUM_MASK_24
     }
 
     /// Immediate data / invalidated rkey.
     #[inline(always)]
     pub fn imm(&self) -> u32 {
-        self.be32(0x24)
+        self.be32(cqe64::imm_inval_pkey)
     }
 
     /// The whole CQE decoded (for the paths that need most of it).
     #[inline]
     pub fn copy(&self) -> Cqe {
-        let w = |off: usize| ((self.be32(off) as u64) << 32) | self.be32(off + 4) as u64;
-        Cqe { op_own: self.op_own, w2: w(0x18), w4: w(0x20), w5: w(0x28), w6: w(0x30), w7: w(0x38) }
+        Cqe {
+            op_own: self.op_own,
+            flags_rqpn: self.flags_rqpn(),
+            srqn_uidx: self.be32(cqe64::srqn_uidx),
+            imm_inval_pkey: self.imm(),
+            byte_cnt: self.byte_cnt(),
+            vendor_err_synd: self.byte(err_cqe::vendor_err_synd),
+            syndrome: self.byte(err_cqe::syndrome),
+            sop_drop_qpn: self.be32(cqe64::sop_drop_qpn),
+            wqe_counter: self.wqe_counter(),
+        }
     }
 }
 
@@ -1110,11 +1228,12 @@ impl CqRing {
     /// A consumer for 2^`log_size` CQEs in `buf`, publishing its index in `dbr` (both must
     /// outlive it: the CQ owns them).
     pub fn new(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32) -> Option<CqRing> {
-        if log_size > 24 || (64usize << log_size) > buf.len() || dbr.len() < 8 {
+        if log_size > 24 || (CQE_SIZE << log_size) > buf.len() || dbr.len() < cq_dbr::SIZE {
             return None;
         }
         let base = buf.as_ptr().cast_const();
-        let (mask, dbr) = ((1 << log_size) - 1, dbr.as_ptr().cast::<u32>());
+        // SAFETY: the consumer-index word lies in `dbr` (checked above); address only.
+        let (mask, dbr) = ((1 << log_size) - 1, unsafe { dbr.as_ptr().add(cq_dbr::set_ci) }.cast::<u32>());
         Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr })
     }
 
@@ -1130,7 +1249,7 @@ impl CqRing {
     fn set_ci(&mut self, ci: u32) {
         self.ci = ci;
         // SAFETY: the index is masked, so the CQE lies in the ring (see `CqRing::new`).
-        self.head = unsafe { self.base.add(((ci & self.mask) as usize) << 6) };
+        self.head = unsafe { self.base.add(((ci & self.mask) as usize) << CQE_SHIFT) };
         self.owner = pass_owner(ci, self.mask);
     }
 
@@ -1158,8 +1277,8 @@ impl CqRing {
     fn head(&self) -> CqHead<'_> {
         let p = self.head;
         // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the CQ
-        // owns the buffer; see `set_ci` and `advance`); byte 63 of it.
-        let op_own = unsafe { p.add(63).read_volatile() };
+        // owns the buffer; see `set_ci` and `advance`); its op_own byte.
+        let op_own = unsafe { p.add(CQE_OP_OWN).read_volatile() };
         if is_requester_success(op_own, self.owner) {
             dma_rmb();
             return CqHead::RequesterSuccess(CqeRef { p, op_own, _ring: std::marker::PhantomData });
@@ -1181,7 +1300,7 @@ impl CqRing {
         let ci = self.ci.wrapping_add(1);
         let wrap = ci & self.mask == 0;
         // SAFETY: when the head is not the ring's last CQE, the next one is in the ring.
-        let next = if wrap { self.base } else { unsafe { cqe.p.add(64) } };
+        let next = if wrap { self.base } else { unsafe { cqe.p.add(CQE_SIZE) } };
         let owner = self.owner ^ wrap as u8;
         if !f(cqe, NextCqe { p: next, owner, _ring: std::marker::PhantomData }) {
             return HeadTaken::Declined;
@@ -1198,18 +1317,19 @@ impl CqRing {
     pub fn update_ci(&self) {
         // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the CQ
         // keeps it alive); 4-byte aligned.
-        unsafe { self.dbr.write_volatile((self.ci & 0xff_ffff).to_be()) }
+        unsafe { self.dbr.write_volatile((self.ci & NUM_MASK_24).to_be()) }
     }
 
     /// Arms the CQ: doorbell record word 1, then the UAR CQ doorbell. `sn` is the arm sequence
     /// number (incremented per event received).
     pub fn arm<B: Backend>(&self, backend: &B, uar: u32, cqn: u32, sn: u32, solicited_only: bool) {
-        let cmd = if solicited_only { 1 << 24 } else { 0 };
-        let hi = ((sn & 3) << 28) | cmd | (self.ci & 0xff_ffff);
-        // SAFETY: as in `update_ci`; dword 1 of the record.
-        unsafe { self.dbr.add(1).write_volatile(hi.to_be()) };
+        let cmd = if solicited_only { uar::CQ_DB_REQ_NOT_SOL } else { uar::CQ_DB_REQ_NOT };
+        let hi = ((sn & 3) << uar::CQ_DB_SN_SHIFT) | cmd | (self.ci & NUM_MASK_24);
+        // SAFETY: as in `update_ci`; the record's arm word (`dbr` points at its set_ci word).
+        unsafe { self.dbr.byte_sub(cq_dbr::set_ci).byte_add(cq_dbr::arm).write_volatile(hi.to_be()) };
         dma_wmb();
-        backend.write64(((uar as usize) << 12) + 0x20, ((hi as u64) << 32) | cqn as u64);
+        // The UAR's CQ doorbell: the arm value, then the CQ number (`MLX5_CQ_DOORBELL`).
+        backend.write64(uar as usize * uar::UAR_PAGE_SIZE + uar::CQ_DOORBELL, ((hi as u64) << 32) | (cqn & NUM_MASK_24) as u64);
     }
 }
 
@@ -1247,8 +1367,8 @@ impl NextCqe<'_> {
     /// Whether the device has not written it yet.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        // SAFETY: `p` is a CQE of the ring (see `take_requester`); byte 63 of it.
-        let op_own = unsafe { self.p.add(63).read_volatile() };
+        // SAFETY: `p` is a CQE of the ring (see `take_requester`); its op_own byte.
+        let op_own = unsafe { self.p.add(CQE_OP_OWN).read_volatile() };
         !is_written(op_own, self.owner)
     }
 }
@@ -1265,16 +1385,16 @@ fn pass_owner(ci: u32, mask: u32) -> u8 {
 /// against it).
 #[inline(always)]
 fn is_requester_success(op_own: u8, owner: u8) -> bool {
-    (op_own ^ owner) & 0xf1 == 0
+    (op_own ^ owner) & (CQE_OPCODE_MASK | CQE_OWNER_MASK) == 0
 }
 
 /// Whether a CQE whose `op_own` byte is `op_own` has been written by the device on the pass
 /// whose owner bit is `owner`. Both tests in one compare: rotated right by one, an owner
 /// mismatch lands in bit 7 and the opcode in bits 6:3, so a written CQE (owner matches, opcode
-/// not INVALID, 15) is below 0x78.
+/// not INVALID, 15) is below INVALID rotated the same way (0x78).
 #[inline(always)]
 fn is_written(op_own: u8, owner: u8) -> bool {
-    (op_own ^ owner).rotate_right(1) < 0x78
+    (op_own ^ owner).rotate_right(1) < CQE_OPCODE_MASK.rotate_right(1)
 }
 
 /// The CQE at counter `ci` of the ring at `base` (`mask + 1` CQEs), if the device has produced
@@ -1285,9 +1405,9 @@ fn peek_at<'r>(base: *const u8, mask: u32, ci: u32) -> Option<CqeRef<'r>> {
     // SAFETY: `base` and `mask` come from a `CqRing`, whose ring [base, base + 64 * (mask + 1))
     // lies in the CQ buffer (checked in `CqRing::new`; the CQ owns the buffer); the index is
     // masked; CQEs are 64-byte aligned.
-    let p = unsafe { base.add(((ci & mask) as usize) << 6) };
-    // SAFETY: as above; byte 63 of the CQE.
-    let op_own = unsafe { p.add(63).read_volatile() };
+    let p = unsafe { base.add(((ci & mask) as usize) << CQE_SHIFT) };
+    // SAFETY: as above; the CQE's op_own byte.
+    let op_own = unsafe { p.add(CQE_OP_OWN).read_volatile() };
     if !is_written(op_own, pass_owner(ci, mask)) {
         return None;
     }
@@ -1317,11 +1437,11 @@ impl<'r> CqCursor<'r> {
         let pass = pass_owner(self.ci, self.mask);
         // SAFETY: index <= mask, so the CQE lies in the ring (see `peek_at`); the loop below
         // visits n CQEs from it, which end at or before the ring's end.
-        let mut p = unsafe { self.base.add((index as usize) << 6) };
+        let mut p = unsafe { self.base.add((index as usize) << CQE_SHIFT) };
         let start = p;
         for w in &mut out[..n] {
-            // SAFETY: p is one of the n CQEs (see above); byte 63 of it.
-            let op_own = unsafe { p.add(63).read_volatile() };
+            // SAFETY: p is one of the n CQEs (see above); its op_own byte.
+            let op_own = unsafe { p.add(CQE_OP_OWN).read_volatile() };
             // Opcode 0 and the owner bit of this pass: op_own's bits 7:4 and 0 against it.
             if !is_requester_success(op_own, pass) {
                 break;
@@ -1331,9 +1451,9 @@ impl<'r> CqCursor<'r> {
                 break;
             }
             // SAFETY: at most one past the last of the n CQEs: the ring's end at most.
-            p = unsafe { p.add(64) };
+            p = unsafe { p.add(CQE_SIZE) };
         }
-        let taken = (p as usize - start as usize) >> 6;
+        let taken = (p as usize - start as usize) >> CQE_SHIFT;
         self.ci = self.ci.wrapping_add(taken as u32);
         taken
     }
@@ -1410,7 +1530,7 @@ impl std::fmt::Debug for QpTable {
 impl QpTable {
     /// Inserts (control path).
     pub fn insert(&self, ring: Arc<WrRing>) {
-        let qpn = ring.qpn & 0xff_ffff;
+        let qpn = ring.qpn & NUM_MASK_24;
         let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
         let hi = (qpn >> 12) as usize;
         let mut leaf = self.dir[hi].load(Ordering::Acquire);

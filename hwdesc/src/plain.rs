@@ -516,6 +516,9 @@ pub mod cq {
     pub const CQE_OPCODE_SHIFT: u32 = 4;
     /// Mask of the 24-bit QP, SRQ and CQ numbers in CQE and EQE fields.
     pub const NUM_MASK_24: u32 = 0x00ff_ffff;
+    /// Shift of the completed send WQE opcode in a requester CQE's `sop_drop_qpn` (and an
+    /// error CQE's `s_wqe_opcode_qpn`), bits 31:24.
+    pub const SOP_WQE_OPCODE_SHIFT: u32 = 24;
 }
 
 // ---------------------------------------------------------------------------------------------
