@@ -35,12 +35,12 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use umlx_hwdesc::enums::CqeOpcode;
+use umlx_hwdesc::plain::{
+    CqeOpOwn, cq as cq_consts, cq_dbr, cqe64, err_cqe, qp_dbr, uar, wqe as wqe_consts, wqe_atomic_seg, wqe_av,
+    wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg, wqe_srq_next_seg,
+};
 use umlx_hwdesc::{U32, U64};
 use zerocopy::IntoBytes;
-use umlx_hwdesc::plain::{
-    CqeOpOwn, cq as cq_consts, cq_dbr, cqe64, err_cqe, qp_dbr, uar, wqe as wqe_consts, wqe_atomic_seg, wqe_av, wqe_ctrl_seg,
-    wqe_data_seg, wqe_inline_seg, wqe_raddr_seg, wqe_srq_next_seg,
-};
 
 // ---------------------------------------------------------------------------------------------
 // The adapter's layouts as the data path stores and loads them. Every offset, size and bit here
@@ -591,7 +591,9 @@ impl<B: Backend> SendQueue<B> {
         self.limit = self.fresh_limit();
         let bb = self.cur_post;
         let ctrl = wqe_ctrl_seg {
-            opmod_idx_opcode: U32::new(((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | w.opcode as u32),
+            opmod_idx_opcode: U32::new(
+                ((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | w.opcode as u32,
+            ),
             qpn_ds: U32::new(self.qpn_ds | ds),
             fm_ce_se: self.fm_ce_se[(w.send_flags & 7) as usize],
             imm: U32::new(w.imm),
@@ -609,7 +611,11 @@ impl<B: Backend> SendQueue<B> {
         }
         match w.opcode {
             opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA => {
-                let raddr = wqe_raddr_seg { raddr: U64::new(w.remote.addr), rkey: U32::new(w.remote.rkey), ..Default::default() };
+                let raddr = wqe_raddr_seg {
+                    raddr: U64::new(w.remote.addr),
+                    rkey: U32::new(w.remote.rkey),
+                    ..Default::default()
+                };
                 self.put_seg(buf, bb, seg, &zerocopy::transmute!(raddr));
                 seg += 1;
                 if matches!(w.opcode, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
@@ -1201,6 +1207,30 @@ impl CqeRef<'_> {
         self.be32(cqe64::srqn_uidx) & NUM_MASK_24
     }
 
+    /// The sender's QP number (UD responder CQEs; `flags_rqpn` bits 23:0).
+    #[inline(always)]
+    pub fn src_qp(&self) -> u32 {
+        self.flags_rqpn() & NUM_MASK_24
+    }
+
+    /// The received service level (responder CQEs).
+    #[inline(always)]
+    pub fn sl(&self) -> u8 {
+        ((self.flags_rqpn() >> cq_consts::FLAGS_RQPN_SL_SHIFT) & cq_consts::FLAGS_RQPN_SL_MASK) as u8
+    }
+
+    /// Whether the received packet carried a GRH (responder CQEs).
+    #[inline(always)]
+    pub fn has_grh(&self) -> bool {
+        (self.flags_rqpn() >> cq_consts::FLAGS_RQPN_GRH_SHIFT) & cq_consts::FLAGS_RQPN_GRH_MASK != 0
+    }
+
+    /// Whether this is a responder CQE of a message that carried immediate data.
+    #[inline(always)]
+    pub fn with_imm(&self) -> bool {
+        matches!(CqeOpcode(self.opcode()), CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND_IMM)
+    }
+
     /// Immediate data / invalidated rkey.
     #[inline(always)]
     pub fn imm(&self) -> u32 {
@@ -1312,6 +1342,39 @@ impl CqRing {
         HeadTaken::Taken
     }
 
+    /// After MODIFY_CQ has resized the CQ: copies the CQEs not yet polled from this ring's
+    /// buffer `old` into the new ring `new` (2^`new_log` CQEs), up to the device's RESIZE_CQ
+    /// CQE, each with the owner bit of its new place. Old CQE `i` goes to new slot `i + 1`
+    /// (the marker's slot counts as consumed), so a consumer resuming at the returned counter
+    /// (the consumer counter plus one) meets the copies first, then the device's new CQEs. `None` if no RESIZE_CQ CQE follows
+    /// the unpolled ones (the device did not resize).
+    pub fn carry_over(&self, old: &DmaMemory, new: &DmaMemory, new_log: u32) -> Option<u32> {
+        let mut i = self.ci;
+        let (old_mask, new_mask) = (self.mask, (1u32 << new_log).checked_sub(1)?);
+        for _ in 0..=old_mask {
+            let off = ((i & old_mask) as usize) << CQE_SHIFT;
+            let op_own = old.read_u8(off + CQE_OP_OWN).ok()?;
+            if !is_written(op_own, pass_owner(i, old_mask)) {
+                return None; // no valid CQE: the marker must come first
+            }
+            if CqeOpcode(op_own >> cq_consts::CQE_OPCODE_SHIFT) == CqeOpcode::RESIZE_CQ {
+                return Some(self.ci.wrapping_add(1));
+            }
+            let j = i.wrapping_add(1);
+            let mut e = [0u8; CQE_SIZE];
+            old.read_bytes(off, &mut e).ok()?;
+            e[CQE_OP_OWN] = (e[CQE_OP_OWN] & !CQE_OWNER_MASK) | pass_owner(j, new_mask);
+            new.write_bytes(((j & new_mask) as usize) << CQE_SHIFT, &e).ok()?;
+            i = j;
+        }
+        None
+    }
+
+    /// CQEs written and not yet polled, given the device's producer counter (QUERY_CQ).
+    pub fn unpolled(&self, producer_counter: u32) -> u32 {
+        producer_counter.wrapping_sub(self.ci) & NUM_MASK_24
+    }
+
     /// Publishes the consumer index in the CQ doorbell record.
     #[inline(always)]
     pub fn update_ci(&self) {
@@ -1329,7 +1392,10 @@ impl CqRing {
         unsafe { self.dbr.byte_sub(cq_dbr::set_ci).byte_add(cq_dbr::arm).write_volatile(hi.to_be()) };
         dma_wmb();
         // The UAR's CQ doorbell: the arm value, then the CQ number (`MLX5_CQ_DOORBELL`).
-        backend.write64(uar as usize * uar::UAR_PAGE_SIZE + uar::CQ_DOORBELL, ((hi as u64) << 32) | (cqn & NUM_MASK_24) as u64);
+        backend.write64(
+            uar as usize * uar::UAR_PAGE_SIZE + uar::CQ_DOORBELL,
+            ((hi as u64) << 32) | (cqn & NUM_MASK_24) as u64,
+        );
     }
 }
 

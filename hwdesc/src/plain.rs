@@ -519,6 +519,14 @@ pub mod cq {
     /// Shift of the completed send WQE opcode in a requester CQE's `sop_drop_qpn` (and an
     /// error CQE's `s_wqe_opcode_qpn`), bits 31:24.
     pub const SOP_WQE_OPCODE_SHIFT: u32 = 24;
+    /// Shift of the service level in `flags_rqpn` (bits 27:24).
+    pub const FLAGS_RQPN_SL_SHIFT: u32 = 24;
+    /// Mask of the service level after the shift.
+    pub const FLAGS_RQPN_SL_MASK: u32 = 0xf;
+    /// Shift of the GRH indication in `flags_rqpn` (bits 29:28; non-zero: a GRH was received).
+    pub const FLAGS_RQPN_GRH_SHIFT: u32 = 28;
+    /// Mask of the GRH indication after the shift.
+    pub const FLAGS_RQPN_GRH_MASK: u32 = 0x3;
 }
 
 // ---------------------------------------------------------------------------------------------

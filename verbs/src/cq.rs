@@ -321,21 +321,21 @@ impl<B: Backend> Cq<B> {
         let srqn = cqe.srqn();
         let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
         let Some(ring) = srq.or_else(|| shared.qps.get(qpn)) else { return false };
-        let opcode = CqeOpcode(cqe.opcode());
-        let with_imm = opcode != CqeOpcode::RESP_SEND;
-        let flags_rqpn = cqe.flags_rqpn();
-        let grh = (flags_rqpn >> 28) & 3 != 0;
+        let with_imm = cqe.with_imm();
         w.wr_id = ring.complete_recv(cqe.wqe_counter());
         w.status = WcStatus::Success;
-        w.opcode = if opcode == CqeOpcode::RESP_WR_IMM { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
+        w.opcode =
+            if CqeOpcode(cqe.opcode()) == CqeOpcode::RESP_WR_IMM { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
         w.byte_len = cqe.byte_cnt();
         w.imm_data = if with_imm { cqe.imm() } else { 0 };
         w.qp_num = qpn;
-        w.src_qp = flags_rqpn & 0xff_ffff;
-        w.wc_flags = WcFlags(((with_imm as u32) << 1) | grh as u32);
+        w.src_qp = cqe.src_qp();
+        let imm_flag = if with_imm { WcFlags::WITH_IMM.0 } else { 0 };
+        let grh_flag = if cqe.has_grh() { WcFlags::GRH.0 } else { 0 };
+        w.wc_flags = WcFlags(imm_flag | grh_flag);
         w.pkey_index = 0;
         w.slid = 0;
-        w.sl = ((flags_rqpn >> 24) & 0xf) as u8;
+        w.sl = cqe.sl();
         true
     }
 
@@ -391,7 +391,7 @@ impl<B: Backend> Cq<B> {
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         let log = (cqe.max(1) + 1).next_power_of_two().trailing_zeros().max(1);
         let produced = self.cq.producer_counter()?;
-        let pending = produced.wrapping_sub(self.ring.ci()) & 0xff_ffff;
+        let pending = self.ring.unpolled(produced);
         if (1u32 << log) <= pending + 1 {
             return Err(Error::Invalid(format!(
                 "CQ {:#x}: {pending} completions are waiting; {cqe} entries cannot hold them",
@@ -399,39 +399,13 @@ impl<B: Backend> Cq<B> {
             )));
         }
         let new = self.cq.resize(log)?;
-        let (old_log, mut i) = (self.ring.log_size(), self.ring.ci());
-        // Old CQE i is copied to new slot i + 1 (see below).
-        let old = self.ring_buf();
-        let old_n = 1u32 << old_log;
-        let new_n = 1u32 << log;
-        let mut found = false;
-        for _ in 0..=old_n {
-            let off = ((i & (old_n - 1)) as usize) * 64;
-            let op_own = old.read_u8(off + 63)?;
-            if op_own >= 0xf0 || (op_own as u32 ^ (i >> old_log)) & 1 != 0 {
-                break; // no valid CQE: the marker must come first
-            }
-            if op_own >> 4 == 5 {
-                found = true;
-                break;
-            }
-            // CQE i moves to slot i + 1 of the new ring: the marker's slot counts as consumed,
-            // so the consumer goes on at ci + 1 and meets the copies, then the device's new CQEs.
-            let j = i.wrapping_add(1);
-            let mut e = [0u8; 64];
-            old.read_bytes(off, &mut e)?;
-            e[63] = (e[63] & !1) | ((j >> log) & 1) as u8;
-            new.write_bytes(((j & (new_n - 1)) as usize) * 64, &e)?;
-            i = j;
-        }
-        if !found {
+        let Some(ci) = self.ring.carry_over(self.ring_buf(), &new, log) else {
             return Err(Error::Driver(umlx_driver::Error::Firmware {
                 device: self.ctx.name().into(),
                 problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
             }));
-        }
-        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, self.ring.ci().wrapping_add(1))
-            .ok_or_else(|| Error::Invalid("CQ ring".into()))?;
+        };
+        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, ci).ok_or_else(|| Error::Invalid("CQ ring".into()))?;
         self.ring = ring;
         self.resized = Some(new);
         self.ring.update_ci();
