@@ -413,6 +413,14 @@ pub mod eq {
     pub const DB_EQN_SHIFT: u32 = 24;
     /// Mask of the consumer index in an EQ doorbell value.
     pub const DB_CI_MASK: u32 = 0x00ff_ffff;
+    /// `eqe_qp_srq.type_` of a QP event (`MLX5_EVENT_QUEUE_TYPE_QP`).
+    pub const EVENT_QUEUE_TYPE_QP: u8 = 0;
+    /// `eqe_qp_srq.type_` of an RQ event (`MLX5_EVENT_QUEUE_TYPE_RQ`).
+    pub const EVENT_QUEUE_TYPE_RQ: u8 = 1;
+    /// `eqe_qp_srq.type_` of an SQ event (`MLX5_EVENT_QUEUE_TYPE_SQ`).
+    pub const EVENT_QUEUE_TYPE_SQ: u8 = 2;
+    /// `eqe_qp_srq.type_` of a DCT event (`MLX5_EVENT_QUEUE_TYPE_DCT`).
+    pub const EVENT_QUEUE_TYPE_DCT: u8 = 6;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -527,6 +535,17 @@ pub mod cq {
     pub const FLAGS_RQPN_GRH_SHIFT: u32 = 28;
     /// Mask of the GRH indication after the shift.
     pub const FLAGS_RQPN_GRH_MASK: u32 = 0x3;
+    /// Shift of the RoCE L3 header type in `flags_rqpn` on an Ethernet port (bits 25:24, where
+    /// InfiniBand reports the SL; Linux `mlx5_ib` `handle_responder`).
+    pub const FLAGS_RQPN_ROCE_L3_TYPE_SHIFT: u32 = 24;
+    /// Mask of the RoCE L3 header type after the shift.
+    pub const FLAGS_RQPN_ROCE_L3_TYPE_MASK: u32 = 0x3;
+    /// RoCE L3 header type: RoCE v1 GRH (`MLX5_CQE_ROCE_L3_HEADER_TYPE_GRH`).
+    pub const ROCE_L3_HEADER_TYPE_GRH: u8 = 0;
+    /// RoCE L3 header type: IPv6 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV6`).
+    pub const ROCE_L3_HEADER_TYPE_IPV6: u8 = 1;
+    /// RoCE L3 header type: IPv4 (`MLX5_CQE_ROCE_L3_HEADER_TYPE_IPV4`).
+    pub const ROCE_L3_HEADER_TYPE_IPV4: u8 = 2;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -699,6 +718,17 @@ pub mod wqe {
     pub const WQE_CTRL_OPMOD_SHIFT: u32 = 24;
     /// Data segment `byte_count` of an atomic's local result buffer (`MLX5_ATOMIC_SIZE`).
     pub const ATOMIC_SIZE: u32 = 8;
+    /// Shift of the source GID index in the address vector's `grh_gid_fl` (bits 27:20).
+    pub const AV_GRH_SGID_INDEX_SHIFT: u32 = 20;
+    /// Mask of the source GID index after the shift.
+    pub const AV_GRH_SGID_INDEX_MASK: u32 = 0xff;
+    /// The address vector's `grh_gid_fl` bit 30: a GRH is present (rdma-core `mlx5_create_ah`
+    /// sets it for a global address, which every RoCE address is).
+    pub const AV_GRH_PRESENT: u32 = 1 << 30;
+    /// Mask of the flow label in `grh_gid_fl` (bits 19:0).
+    pub const AV_FLOW_LABEL_MASK: u32 = 0x000f_ffff;
+    /// Shift of the SL in the address vector's `stat_rate_sl` for RoCE (bits 3:1).
+    pub const AV_ROCE_SL_SHIFT: u32 = 1;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,8 +9,15 @@ use crate::wire::packet::{
     RocePacket, Transport, ip_to_gid,
 };
 use std::time::Instant;
+use umlx_hwdesc::U32;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
-use umlx_hwdesc::plain::wqe as w;
+use umlx_hwdesc::plain::{cq, eqe_qp_srq, wqe as w, wqe_data_seg, wqe_srq_next_seg};
+use zerocopy::FromBytes;
+
+/// `eqe_qp_srq.type_` the sim reports for an SRQ's events: 1, which Linux names
+/// `MLX5_EVENT_QUEUE_TYPE_RQ` (Linux's SRQ event handler does not read the type; which value a
+/// ConnectX puts there for an SRQ is not stated by a public source).
+const EVENT_QUEUE_TYPE_SRQ: u8 = umlx_hwdesc::plain::eq::EVENT_QUEUE_TYPE_RQ;
 
 /// How a responder request failed.
 enum Fail {
@@ -76,18 +83,21 @@ impl Hca {
             let mut b = vec![0u8; 1 << srq.stride_shift];
             let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
             self.iommu.read(iova, &mut b).ok()?;
-            let next = u16::from_be_bytes([b[2], b[3]]) as u32;
-            let sges = parse_sges(&b[16..]);
+            let (next_seg, list) = wqe_srq_next_seg::read_from_prefix(&b).ok()?;
+            let next = next_seg.next_wqe_index.get() as u32;
+            let sges = parse_sges(list);
             let s = self.objects.srqs.get_mut(&srqn)?;
             s.head = next;
             s.consumed = s.consumed.wrapping_add(1);
             let left = avail - 1;
             if s.lwm > 0 && left < s.lwm {
                 s.lwm = 0;
-                let mut data = [0u8; 28];
-                data[0x14] = 1;
-                data[0x18..0x1c].copy_from_slice(&srqn.to_be_bytes());
-                self.post_event(EventType::SRQ_RQ_LIMIT, 0, &data);
+                let data = eqe_qp_srq {
+                    type_: EVENT_QUEUE_TYPE_SRQ,
+                    qp_srq_n: U32::new(srqn & cq::NUM_MASK_24),
+                    ..Default::default()
+                };
+                self.post_event(EventType::SRQ_RQ_LIMIT, 0, &zerocopy::transmute!(data));
             }
             return Some(RecvWqe { counter: idx as u16, sges, pd: srq.pd });
         }
@@ -123,8 +133,8 @@ impl Hca {
         };
         let mut grh = [0u8; 40];
         let (hdr, l3) = match pkt.ip {
-            IpHeader::Ipv4(_) => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 20), 2u8),
-            _ => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 40), 1u8),
+            IpHeader::Ipv4(_) => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 20), cq::ROCE_L3_HEADER_TYPE_IPV4),
+            _ => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 40), cq::ROCE_L3_HEADER_TYPE_IPV6),
         };
         let hdr = hdr.unwrap_or(&[]);
         grh[40 - hdr.len()..].copy_from_slice(hdr);
@@ -719,18 +729,18 @@ impl Hca {
     }
 }
 
-/// Parses a receive scatter list (16-byte data segments, ended by the invalid lkey 0x100 or
-/// byte count 0).
+/// Parses a receive scatter list (data segments, ended by the invalid lkey or a zero byte
+/// count).
 fn parse_sges(b: &[u8]) -> Vec<(u32, u64, u32)> {
     let mut v = Vec::new();
-    for s in b.chunks_exact(16) {
-        let bc = u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-        let lkey = u32::from_be_bytes([s[4], s[5], s[6], s[7]]);
-        let addr = u64::from_be_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]);
+    for s in b.chunks_exact(wqe_data_seg::SIZE) {
+        let Ok(d) = wqe_data_seg::read_from_bytes(s) else { break };
+        let (bc, lkey) = (d.byte_count.get(), d.lkey.get());
         if lkey == w::INVALID_LKEY || bc == 0 {
             break;
         }
-        v.push((lkey, addr, bc & 0x7fff_ffff));
+        // A receive byte count is 31 bits (bit 31 marks inline data in send WQEs only).
+        v.push((lkey, d.addr.get(), bc & !w::INLINE_SEG));
     }
     v
 }

@@ -8,16 +8,26 @@ use crate::wire::packet::{AtomicEth, Bth, Deth, ExtHeaders, FrameBuilder, ImmDt,
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
 use umlx_hwdesc::ifc::qpc;
-use umlx_hwdesc::plain::wqe as w;
+use umlx_hwdesc::plain::{
+    CqeOpOwn, FmCeSe, cq as cq_consts, cqe64, eqe_qp_srq, err_cqe, qp_dbr, wqe as w, wqe_atomic_seg, wqe_av,
+    wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg,
+};
+use umlx_hwdesc::{U16, U32};
+use zerocopy::FromBytes;
 
-fn be16(b: &[u8], o: usize) -> u16 {
-    b.get(o..o + 2).map_or(0, |x| u16::from_be_bytes([x[0], x[1]]))
+/// The structure `T` at byte `at` of a WQE, if the WQE holds it.
+fn seg<T: FromBytes>(b: &[u8], at: usize) -> Option<T> {
+    T::read_from_prefix(b.get(at..)?).ok().map(|(v, _)| v)
 }
-fn be32(b: &[u8], o: usize) -> u32 {
-    b.get(o..o + 4).map_or(0, |x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+
+/// A requester CQE's `sop_drop_qpn`: the send WQE opcode over the QP number.
+fn sop_drop_qpn(wqe_opcode: u8, qpn: u32) -> U32 {
+    U32::new(((wqe_opcode as u32) << cq_consts::SOP_WQE_OPCODE_SHIFT) | (qpn & cq_consts::NUM_MASK_24))
 }
-fn be64(b: &[u8], o: usize) -> u64 {
-    (be32(b, o) as u64) << 32 | be32(b, o + 4) as u64
+
+/// An `op_own` byte with `opcode` (the owner bit is the CQ's to set).
+fn op_own(opcode: CqeOpcode, solicited: bool) -> u8 {
+    CqeOpOwn::new().with_opcode(opcode.0).with_solicited(solicited).into_bits()
 }
 
 /// Why a WQE could not be parsed.
@@ -163,34 +173,36 @@ impl Hca {
         if !wq.signaled {
             return;
         }
-        let mut c = [0u8; 64];
         let bytes = match wq.kind {
-            Kind::Atomic => 8,
+            Kind::Atomic => w::ATOMIC_SIZE,
             _ => wq.len,
         };
-        c[0x2c..0x30].copy_from_slice(&bytes.to_be_bytes());
-        c[0x38..0x3c].copy_from_slice(&(((wq.opcode as u32) << 24) | path.qpn).to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&wq.index.to_be_bytes());
-        c[0x3f] = CqeOpcode::REQ.0 << 4;
+        let cqe = cqe64 {
+            byte_cnt: U32::new(bytes),
+            sop_drop_qpn: sop_drop_qpn(wq.opcode, path.qpn),
+            wqe_counter: U16::new(wq.index),
+            op_own: op_own(CqeOpcode::REQ, false),
+            ..Default::default()
+        };
         self.objects.xport.stats.cqes += 1;
-        self.write_cqe(path.cqn_snd, &mut c, false);
+        self.write_cqe(path.cqn_snd, &mut zerocopy::transmute!(cqe), false);
     }
 
     /// An error CQE (requester when `resp` is false).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn error_cqe(&mut self, path: &Path, resp: bool, opcode: u8, counter: u16, synd: u8) {
-        let mut c = [0u8; 64];
-        if resp {
-            c[0x20..0x24].copy_from_slice(&path.srqn.unwrap_or(0).to_be_bytes());
-        }
-        c[0x37] = synd;
-        c[0x38..0x3c].copy_from_slice(&(((opcode as u32) << 24) | path.qpn).to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
-        c[0x3f] = if resp { CqeOpcode::RESP_ERR.0 } else { CqeOpcode::REQ_ERR.0 } << 4;
+        let cqe = err_cqe {
+            srqn: U32::new(if resp { path.srqn.unwrap_or(0) } else { 0 }),
+            syndrome: synd,
+            s_wqe_opcode_qpn: sop_drop_qpn(opcode, path.qpn),
+            wqe_counter: U16::new(counter),
+            op_own: op_own(if resp { CqeOpcode::RESP_ERR } else { CqeOpcode::REQ_ERR }, false),
+            ..Default::default()
+        };
         self.objects.xport.stats.cqes += 1;
         self.objects.xport.stats.error_cqes += 1;
         let cqn = if resp { path.cqn_rcv } else { path.cqn_snd };
-        self.write_cqe(cqn, &mut c, false);
+        self.write_cqe(cqn, &mut zerocopy::transmute!(cqe), false);
     }
 
     /// A responder CQE.
@@ -206,25 +218,24 @@ impl Hca {
         ud_l3: Option<u8>,
         solicited: bool,
     ) {
-        let mut c = [0u8; 64];
-        let mut flags = src_qp & 0xff_ffff;
+        let mut flags = src_qp & cq_consts::NUM_MASK_24;
         if let Some(l3) = ud_l3 {
-            // GRH present (g), RoCE L3 header type: 1 = IPv6, 2 = IPv4.
-            flags |= (1 << 28) | ((l3 as u32 & 3) << 24);
+            // GRH present (g = 1), and the RoCE L3 header type (IPv6 or IPv4).
+            flags |= (1 << cq_consts::FLAGS_RQPN_GRH_SHIFT)
+                | ((l3 as u32 & cq_consts::FLAGS_RQPN_ROCE_L3_TYPE_MASK) << cq_consts::FLAGS_RQPN_ROCE_L3_TYPE_SHIFT);
         }
-        c[0x18..0x1c].copy_from_slice(&flags.to_be_bytes());
-        if let Some(s) = path.srqn {
-            c[0x20..0x24].copy_from_slice(&s.to_be_bytes());
-        }
-        if let Some(i) = imm {
-            c[0x24..0x28].copy_from_slice(&i.to_be_bytes());
-        }
-        c[0x2c..0x30].copy_from_slice(&byte_cnt.to_be_bytes());
-        c[0x38..0x3c].copy_from_slice(&path.qpn.to_be_bytes());
-        c[0x3c..0x3e].copy_from_slice(&counter.to_be_bytes());
-        c[0x3f] = (op.0 << 4) | (u8::from(solicited) << 1);
+        let cqe = cqe64 {
+            flags_rqpn: U32::new(flags),
+            srqn_uidx: U32::new(path.srqn.unwrap_or(0)),
+            imm_inval_pkey: U32::new(imm.unwrap_or(0)),
+            byte_cnt: U32::new(byte_cnt),
+            sop_drop_qpn: U32::new(path.qpn & cq_consts::NUM_MASK_24),
+            wqe_counter: U16::new(counter),
+            op_own: op_own(op, solicited),
+            ..Default::default()
+        };
         self.objects.xport.stats.cqes += 1;
-        self.write_cqe(path.cqn_rcv, &mut c, solicited);
+        self.write_cqe(path.cqn_rcv, &mut zerocopy::transmute!(cqe), solicited);
     }
 
     // ---------------------------------------------------------------- errors and flush
@@ -238,9 +249,12 @@ impl Hca {
             qpc::state.set(&mut qp.ctx, QpState::ERR.0 as u64);
         }
         if was != QpState::ERR && t.path.srqn.is_some() {
-            let mut data = [0u8; 28];
-            data[0x18..0x1c].copy_from_slice(&qpn.to_be_bytes());
-            self.post_event(EventType::SRQ_LAST_WQE, 0, &data);
+            let data = eqe_qp_srq {
+                type_: umlx_hwdesc::plain::eq::EVENT_QUEUE_TYPE_QP,
+                qp_srq_n: U32::new(qpn & cq_consts::NUM_MASK_24),
+                ..Default::default()
+            };
+            self.post_event(EventType::SRQ_LAST_WQE, 0, &zerocopy::transmute!(data));
         }
         self.flush(t);
     }
@@ -280,7 +294,7 @@ impl Hca {
     pub(crate) fn sq_fetch(&mut self, t: &mut QpTransport) {
         let Some(log_sq) = t.path.log_sq_size else { return };
         let size = 1u32 << log_sq;
-        let Ok(counter) = self.iommu.read_u32_be(t.path.dbr + 4) else { return };
+        let Ok(counter) = self.iommu.read_u32_be(t.path.dbr + qp_dbr::send_counter as u64) else { return };
         let counter = counter as u16;
         loop {
             let pending = counter.wrapping_sub(t.sq_head) as u32;
@@ -288,39 +302,38 @@ impl Hca {
                 return;
             }
             let idx = t.sq_head as u32 & (size - 1);
-            let mut first = [0u8; 64];
-            let Some(iova) = t.path.buf.iova(t.path.sq_offset + idx as u64 * 64) else { return };
+            let mut first = [0u8; w::SEND_WQE_BB];
+            let Some(iova) = t.path.buf.iova(t.path.sq_offset + ((idx as u64) << w::SEND_WQE_SHIFT)) else { return };
             if self.iommu.read(iova, &mut first).is_err() {
                 return;
             }
-            let ds = (first[7] & 0x3f) as usize;
-            let nbb = (ds * 16).div_ceil(64).max(1) as u32;
+            let Some(ctrl) = seg::<wqe_ctrl_seg>(&first, 0) else { return };
+            let ds = (ctrl.qpn_ds.get() & w::WQE_CTRL_DS_MASK) as usize;
+            let nbb = (ds * w::SEND_WQE_DS).div_ceil(w::SEND_WQE_BB).max(1) as u32;
             if nbb > pending {
                 return; // the rest of the WQE is not posted yet
             }
-            let mut bytes = Vec::with_capacity(nbb as usize * 64);
+            let mut bytes = Vec::with_capacity(nbb as usize * w::SEND_WQE_BB);
             bytes.extend_from_slice(&first);
             for i in 1..nbb {
                 let j = (idx + i) & (size - 1);
-                let mut bb = [0u8; 64];
+                let mut bb = [0u8; w::SEND_WQE_BB];
                 let ok = t
                     .path
                     .buf
-                    .iova(t.path.sq_offset + j as u64 * 64)
+                    .iova(t.path.sq_offset + ((j as u64) << w::SEND_WQE_SHIFT))
                     .is_some_and(|a| self.iommu.read(a, &mut bb).is_ok());
                 if !ok {
                     return;
                 }
                 bytes.extend_from_slice(&bb);
             }
-            let ctrl0 = be32(&bytes, 0);
-            let opcode = ctrl0 as u8;
-            let index = (ctrl0 >> 8) as u16;
+            let (opcode, index) = opcode_index(&ctrl);
             let wqe = match self.parse_wqe(&t.path, &bytes, ds) {
                 Ok(wq) => wq,
                 Err(BadWqe(synd)) => {
                     self.objects.xport.stats.bad_wqes += 1;
-                    let mut wq = blank_wqe(opcode, index, &bytes);
+                    let mut wq = blank_wqe(opcode, index, &ctrl);
                     wq.err = Some(synd);
                     wq
                 }
@@ -331,40 +344,35 @@ impl Hca {
     }
 
     fn parse_wqe(&mut self, path: &Path, b: &[u8], ds: usize) -> Result<SendWqe, BadWqe> {
-        let ctrl0 = be32(b, 0);
-        let opcode = ctrl0 as u8;
-        let index = (ctrl0 >> 8) as u16;
-        let len = ds * 16;
-        if ds == 0 || len > w::SEND_WQE_MAX_WQEBBS * 64 {
-            return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
+        let bad = BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0);
+        let ctrl = seg::<wqe_ctrl_seg>(b, 0).ok_or(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0))?;
+        let (opcode, index) = opcode_index(&ctrl);
+        let len = ds * w::SEND_WQE_DS;
+        if ds == 0 || len > w::SEND_WQE_MAX_WQEBBS * w::SEND_WQE_BB || len > b.len() {
+            return Err(bad);
         }
-        let mut wq = blank_wqe(opcode, index, b);
-        let mut at = 16usize;
+        let b = &b[..len];
+        let mut wq = blank_wqe(opcode, index, &ctrl);
+        let mut at = wqe_ctrl_seg::SIZE;
         if path.ud {
-            if len < at + 48 {
-                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
-            }
-            let av = &b[at..at + 48];
-            let mut rmac = [0u8; 6];
-            rmac.copy_from_slice(&av[0x14..0x1a]);
-            let mut rgid = [0u8; 16];
-            rgid.copy_from_slice(&av[0x20..0x30]);
-            let gfl = be32(av, 0x1c);
-            let qkey = be32(av, 0);
+            let av = seg::<wqe_av>(b, at).ok_or(bad)?;
+            let qkey = av.qkey.get();
+            let gfl = av.grh_gid_fl.get();
             wq.ud = Some(UdDest {
-                qkey: if qkey & 0x8000_0000 != 0 { path.qkey } else { qkey },
-                dqpn: be32(av, 8) & 0xff_ffff,
-                rmac,
-                rgid,
-                sgid_index: ((gfl >> 20) & 0xff) as usize,
-                udp_sport: match be16(av, 0x0e) {
+                // The "Q_Key" of a WR whose high bit is set means: use the QP's own.
+                qkey: if qkey & w::EXTENDED_UD_AV != 0 { path.qkey } else { qkey },
+                dqpn: av.dqp_dct.get() & cq_consts::NUM_MASK_24,
+                rmac: av.rmac,
+                rgid: av.rgid,
+                sgid_index: ((gfl >> w::AV_GRH_SGID_INDEX_SHIFT) & w::AV_GRH_SGID_INDEX_MASK) as usize,
+                udp_sport: match av.rlid.get() {
                     0 => path.udp_sport,
                     p => p,
                 },
-                hop_limit: av[0x1b],
-                tclass: av[0x1a],
+                hop_limit: av.hop_limit,
+                tclass: av.tclass,
             });
-            at += 48;
+            at += wqe_av::SIZE;
             if !matches!(WqeOpcode(opcode), WqeOpcode::SEND | WqeOpcode::SEND_IMM | WqeOpcode::NOP) {
                 return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
             }
@@ -379,43 +387,36 @@ impl Hca {
             _ => return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0)),
         };
         if matches!(wq.kind, Kind::Write | Kind::Read | Kind::Atomic) {
-            if len < at + 16 {
-                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
-            }
-            wq.raddr = be64(b, at);
-            wq.rkey = be32(b, at + 8);
-            at += 16;
+            let r = seg::<wqe_raddr_seg>(b, at).ok_or(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0))?;
+            wq.raddr = r.raddr.get();
+            wq.rkey = r.rkey.get();
+            at += wqe_raddr_seg::SIZE;
         }
         if wq.kind == Kind::Atomic {
-            if len < at + 16 {
-                return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
-            }
-            wq.swap_add = be64(b, at);
-            wq.compare = be64(b, at + 8);
-            at += 16;
+            let a = seg::<wqe_atomic_seg>(b, at).ok_or(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0))?;
+            wq.swap_add = a.swap_add.get();
+            wq.compare = a.compare.get();
+            at += wqe_atomic_seg::SIZE;
         }
         // Data and inline segments.
         let mut total: u64 = 0;
-        while at + 4 <= len {
-            let bc = be32(b, at);
+        while let Some(head) = seg::<wqe_inline_seg>(b, at) {
+            let bc = head.byte_count.get();
             if bc & w::INLINE_SEG != 0 {
                 let n = (bc & !w::INLINE_SEG) as usize;
-                let data = b.get(at + 4..at + 4 + n).filter(|_| at + 4 + n <= len);
-                let Some(data) = data else { return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0)) };
+                let start = at + wqe_inline_seg::SIZE;
+                let Some(data) = b.get(start..start + n) else { return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0)) };
                 if !matches!(wq.kind, Kind::Send | Kind::Write) {
                     return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
                 }
                 wq.data.extend_from_slice(data);
                 total += n as u64;
-                at += (4 + n).div_ceil(16) * 16;
+                at += (wqe_inline_seg::SIZE + n).div_ceil(w::SEND_WQE_DS) * w::SEND_WQE_DS;
                 continue;
             }
-            if at + 16 > len {
-                break;
-            }
-            let lkey = be32(b, at + 4);
-            let addr = be64(b, at + 8);
-            at += 16;
+            let Some(d) = seg::<wqe_data_seg>(b, at) else { break };
+            let (lkey, addr) = (d.lkey.get(), d.addr.get());
+            at += wqe_data_seg::SIZE;
             if bc == 0 {
                 continue;
             }
@@ -711,17 +712,21 @@ impl Hca {
     }
 }
 
-fn blank_wqe(opcode: u8, index: u16, b: &[u8]) -> SendWqe {
-    let fm_ce_se = b.get(11).copied().unwrap_or(0);
-    let mut imm = [0u8; 4];
-    imm.copy_from_slice(b.get(12..16).unwrap_or(&[0; 4]));
+/// The opcode and WQE index of a control segment.
+fn opcode_index(ctrl: &wqe_ctrl_seg) -> (u8, u16) {
+    let v = ctrl.opmod_idx_opcode.get();
+    (v as u8, (v >> w::WQE_CTRL_WQE_INDEX_SHIFT) as u16)
+}
+
+fn blank_wqe(opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) -> SendWqe {
+    let flags = FmCeSe::from_bits(ctrl.fm_ce_se);
     SendWqe {
         opcode,
         index,
-        signaled: fm_ce_se & w::WQE_CTRL_CQ_UPDATE != 0,
-        solicited: fm_ce_se & w::WQE_CTRL_SOLICITED != 0,
-        fence: fm_ce_se & 0xe0 != 0,
-        imm,
+        signaled: ctrl.fm_ce_se & w::WQE_CTRL_CQ_UPDATE != 0,
+        solicited: flags.se(),
+        fence: flags.fm() != 0,
+        imm: ctrl.imm.to_bytes(),
         kind: Kind::Nop,
         data: Vec::new(),
         len: 0,
