@@ -1,5 +1,5 @@
-//! The build script of the crates whose tests read the real ConnectX captures (`umlx-sim`'s
-//! wire tests, `umlx-tools`' `wire decode` test): it finds them.
+//! The build script of the crates whose tests read the real ConnectX captures (`umlx-wire`'s
+//! tests, `umlx-tools`' `wire decode` test): it finds them.
 //!
 //! They live in `shared/rocev2_vectors` beside the workspace (CI has it; a user's clone does
 //! not), or wherever `UMLX_VECTORS` points. When they are there, the tests that read them are

@@ -1,7 +1,8 @@
 //! umlx-driver: the user-mode mlx5 driver.
 //!
 //! It reaches a device only through the [`backend::Backend`] seam: [`vfio`] for a real adapter
-//! bound to `vfio-pci`, [`simdev`] for the software ConnectX. On top of the seam it owns DMA
+//! bound to `vfio-pci`, `simdev` for the software ConnectX (with the `sim` feature, on by
+//! default; a production build without it carries no sim). On top of the seam it owns DMA
 //! memory, the command interface, bring-up and teardown, firmware pages, event queues, health,
 //! and the hardware objects (UAR, PD, MKey, CQ, QP, SRQ).
 
@@ -14,9 +15,11 @@ pub mod event;
 pub mod hca;
 pub mod objects;
 pub mod pages;
+#[cfg(feature = "sim")]
 pub mod simdev;
 pub mod vfio;
 
 pub use error::{Error, Result};
 pub use hca::{Hca, HcaOptions};
+#[cfg(feature = "sim")]
 pub use simdev::SimBackend;

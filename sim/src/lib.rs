@@ -8,8 +8,9 @@
 //!
 //! Modules: [`device`] (the public device: BAR0, PCI config, IOMMU map/unmap, interrupts, the
 //! engine thread), [`firmware`] (command processor and objects), [`iommu`] (the only path to
-//! host memory), [`config`] (identity and hostile knobs), [`wire`] (RoCEv2 frames and pcap),
+//! host memory), [`config`] (identity and hostile knobs), [`port`] (the wire side of the port),
 //! [`host`] (a minimal software host that drives the device directly: tests and benchmarks).
+//! Frames are parsed and built by the `umlx-wire` crate.
 
 pub mod config;
 pub mod device;
@@ -19,7 +20,6 @@ pub mod host;
 pub mod iommu;
 pub mod port;
 pub mod transport;
-pub mod wire;
 
 pub use config::{FailCommand, Hostile, SimConfig};
 pub use device::SimDevice;

@@ -4,7 +4,7 @@
 //! outside the device lock: frames arriving from a wire wait in its receive queue until the
 //! device's engine thread takes them (the port wakes the engine), and frames the transport
 //! built are handed to the port after the device lock is dropped. It answers ARP and IPv6
-//! neighbour solicitation for its own addresses ([`crate::wire::arp`]), drops and counts
+//! neighbour solicitation for its own addresses ([`umlx_wire::arp`]), drops and counts
 //! malformed frames ([`WireStats`]), and can record every frame sent and received in a pcap.
 //!
 //! Wires: an in-process [`crate::fabric::Fabric`], or a UDP socket carrying one Ethernet
@@ -13,9 +13,6 @@
 
 use crate::fabric::FabricShared;
 use crate::firmware::Hca;
-use crate::wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr};
-use crate::wire::pcap::PcapWriter;
-use crate::wire::{WireStats, arp, parse_frame_verified};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufWriter;
@@ -24,6 +21,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
+use umlx_wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr};
+use umlx_wire::pcap::PcapWriter;
+use umlx_wire::{WireStats, arp, parse_frame_verified};
 
 /// Where the port's frames go.
 enum Link {

@@ -309,7 +309,7 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     }
     a.ctx.hca().backend().device().port().stop_pcap().map_err(|e| e.to_string())?;
     let mut sink = std::io::sink();
-    let summary = umlx_sim::wire::decode::decode_pcap_file(&pcap, &mut sink).map_err(|e| e.to_string())?;
+    let summary = umlx_wire::decode::decode_pcap_file(&pcap, &mut sink).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&pcap);
     println!(
         "\nwire (adapter A's port): {} RoCEv2 frames, {} ICRC ok, {} bad; fabric delivered {} frames",

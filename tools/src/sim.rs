@@ -16,8 +16,8 @@ use std::result::Result;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use umlx_sim::transport::TransportStats;
-use umlx_sim::wire::WireStats;
 use umlx_verbs::{Context, Gid};
+use umlx_wire::WireStats;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 

@@ -21,8 +21,7 @@ pub fn run(c: &WireCmd) -> Result<(), String> {
             let f = std::fs::File::open(file).map_err(|e| format!("{path}: {e}"))?;
             let stdout = std::io::stdout();
             let mut out = stdout.lock();
-            umlx_sim::wire::decode::decode_pcap(std::io::BufReader::new(f), &mut out)
-                .map_err(|e| format!("{path}: {e}"))?;
+            umlx_wire::decode::decode_pcap(std::io::BufReader::new(f), &mut out).map_err(|e| format!("{path}: {e}"))?;
             Ok(())
         }
     }

@@ -5,13 +5,16 @@ use crate::types::*;
 use crate::{Error, Result};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+#[cfg(feature = "sim")]
+use umlx_driver::SimBackend;
 use umlx_driver::backend::Backend;
 use umlx_driver::datapath::QpTable;
 use umlx_driver::hca::PortInfo;
 use umlx_driver::objects::{Pd as DrvPd, Uar};
 use umlx_driver::vfio::VfioBackend;
-use umlx_driver::{Hca, HcaOptions, SimBackend};
+use umlx_driver::{Hca, HcaOptions};
 use umlx_hwdesc::ifc::{atomic_caps, cmd_hca_cap};
+#[cfg(feature = "sim")]
 use umlx_sim::{SimConfig, SimDevice};
 
 /// What kind of device an entry of the device list is.
@@ -100,6 +103,7 @@ impl<B: Backend> std::fmt::Debug for Context<B> {
     }
 }
 
+#[cfg(feature = "sim")]
 impl Context<SimBackend> {
     /// Opens a new software ConnectX (its IP addresses become GIDs 1..).
     pub fn open_sim(cfg: SimConfig) -> Result<Context<SimBackend>> {
@@ -115,6 +119,7 @@ impl Context<SimBackend> {
     }
 }
 
+#[cfg(feature = "sim")]
 impl Context<SimBackend> {
     /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
     pub fn use_sim_arp(&self) {
@@ -284,7 +289,7 @@ impl<B: Backend> Context<B> {
     }
 
     /// Installs a neighbour resolver, asked when the neighbour table has no entry (for a
-    /// software ConnectX: ARP on its wire, see [`Context::use_sim_arp`]).
+    /// software ConnectX: ARP on its wire, see `Context::use_sim_arp`).
     pub fn set_resolver(&self, r: Resolver) {
         *self.shared.resolver.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     }

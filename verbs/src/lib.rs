@@ -34,8 +34,10 @@ pub use cq::{CompChannel, Cq};
 pub use mr::Mr;
 pub use qp::{Ah, Pd, PostFailure, PostFailureKind, Qp, Srq};
 pub use types::*;
+#[cfg(feature = "sim")]
+pub use umlx_driver::SimBackend;
 pub use umlx_driver::backend::Backend;
-pub use umlx_driver::{SimBackend, vfio::VfioBackend};
+pub use umlx_driver::vfio::VfioBackend;
 
 /// Errors of the verbs API.
 #[derive(Debug)]

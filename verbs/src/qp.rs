@@ -458,7 +458,7 @@ impl<B: Backend> Qp<B> {
                     p.inner(ads::flow_label).set(c, g.flow_label as u64);
                     p.inner(ads::dscp).set(c, (g.traffic_class >> 2) as u64);
                     p.inner(ads::eth_prio).set(c, (attr.ah_attr.sl & 7) as u64);
-                    p.inner(ads::udp_sport).set(c, umlx_sim::wire::packet::udp_sport(g.flow_label, lqpn, dest) as u64);
+                    p.inner(ads::udp_sport).set(c, umlx_wire::packet::udp_sport(g.flow_label, lqpn, dest) as u64);
                     if let Some(d) = p.inner(ads::rgid_rip).bytes_mut(c) {
                         d.copy_from_slice(&g.dgid.0);
                     }

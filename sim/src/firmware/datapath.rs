@@ -57,6 +57,6 @@ impl Hca {
     /// The port MAC and the IP addresses of the RoCE GID table (what the port answers ARP and
     /// neighbour solicitation for, besides the configured addresses).
     pub fn gid_ips(&self) -> Vec<std::net::IpAddr> {
-        self.vport.gids.iter().flatten().map(|g| crate::wire::packet::gid_to_ip(&g.gid)).collect()
+        self.vport.gids.iter().flatten().map(|g| umlx_wire::packet::gid_to_ip(&g.gid)).collect()
     }
 }

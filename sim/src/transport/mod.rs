@@ -16,7 +16,7 @@
 //!
 //! The per-QP state is [`QpTransport`], kept on the firmware's `Qp`; the per-device state is
 //! [`HcaTransport`] (frames waiting to be sent and timers). Frames are built with
-//! [`crate::wire`] and queued; the device hands them to its port outside the device lock.
+//! [`umlx_wire`] and queued; the device hands them to its port outside the device lock.
 //!
 //! Choices where the documents leave a point open: atomics operate on big-endian 8-byte
 //! targets (the default `atomic_req_8B_endianness_mode` 0) and write the original value
@@ -77,7 +77,7 @@ pub fn ack_timeout(code: u8) -> Option<Duration> {
 
 /// RNR timer code to a duration (IBA table, the values rxe uses).
 pub fn rnr_delay(code: u8) -> Duration {
-    Duration::from_micros(crate::wire::packet::rnr_timer_usecs(code & 0x1f) as u64)
+    Duration::from_micros(umlx_wire::packet::rnr_timer_usecs(code & 0x1f) as u64)
 }
 
 /// Counters of the transport, per device.
@@ -185,9 +185,9 @@ impl Path {
         let udp_sport = if sport != 0 {
             sport
         } else if qp.st == QpServiceType::UD {
-            crate::wire::packet::initial_udp_sport(qp.qpn)
+            umlx_wire::packet::initial_udp_sport(qp.qpn)
         } else {
-            crate::wire::packet::udp_sport(flow_label, qp.qpn, remote_qpn)
+            umlx_wire::packet::udp_sport(flow_label, qp.qpn, remote_qpn)
         };
         let tclass = if a(ads::f_dscp) != 0 || a(ads::dscp) != 0 {
             ((a(ads::dscp) as u8) << 2) | a(ads::ecn) as u8

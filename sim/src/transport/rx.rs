@@ -4,14 +4,14 @@
 use super::{Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
 use crate::firmware::Hca;
 use crate::firmware::objects::Access;
-use crate::wire::packet::{
-    AETH_ACK_UNLIMITED, Aeth, AethKind, AtomicAckEth, Bth, ExtHeaders, IpHeader, NakCode, Opcode, Operation, Position,
-    RocePacket, Transport, ip_to_gid,
-};
 use std::time::Instant;
 use umlx_hwdesc::U32;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
 use umlx_hwdesc::plain::{cq, eqe_qp_srq, wqe as w, wqe_data_seg, wqe_srq_next_seg};
+use umlx_wire::packet::{
+    AETH_ACK_UNLIMITED, Aeth, AethKind, AtomicAckEth, Bth, ExtHeaders, IpHeader, NakCode, Opcode, Operation, Position,
+    RocePacket, Transport, ip_to_gid,
+};
 use zerocopy::FromBytes;
 
 /// `eqe_qp_srq.type_` the sim reports for an SRQ's events: 1, which Linux names
@@ -122,7 +122,7 @@ impl Hca {
 
     fn ud_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
         let Some(deth) = pkt.ext.deth else { return };
-        let qkey = if t.path.qpn == 1 { crate::wire::packet::GSI_QKEY } else { t.path.qkey };
+        let qkey = if t.path.qpn == 1 { umlx_wire::packet::GSI_QKEY } else { t.path.qkey };
         if deth.qkey != qkey {
             self.objects.xport.stats.rx_dropped += 1;
             return;

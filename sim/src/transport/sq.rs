@@ -4,7 +4,6 @@
 use super::{Kind, Path, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, MkeyError};
-use crate::wire::packet::{AtomicEth, Bth, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
 use umlx_hwdesc::ifc::qpc;
@@ -13,6 +12,7 @@ use umlx_hwdesc::plain::{
     wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U16, U32};
+use umlx_wire::packet::{AtomicEth, Bth, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
 use zerocopy::FromBytes;
 
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.

@@ -1,8 +1,9 @@
-//! The RoCEv2 wire codec of the model: everything that turns bytes on the simulated Ethernet
-//! into typed packets and back.
+//! The RoCEv2 wire codec: everything that turns bytes on an Ethernet into typed RoCE packets
+//! and back. The software ConnectX (`umlx-sim`) sends and receives through it, the driver takes
+//! the RoCEv2 UDP source port from it, and `umlx wire decode` reads captures with it.
 //!
-//! This module owns the *format* of what the model's port sends and receives, and nothing of
-//! the transport state machines that use it:
+//! This crate owns the *format* of what a port sends and receives, and nothing of the
+//! transport state machines that use it:
 //!
 //! * [`icrc`]: CRC-32 (IEEE 802.3, slice-by-8) and the RoCE invariant CRC over RoCEv2
 //!   (IPv4, IPv6) and RoCEv1 (GRH) frames, with the masking rules of the wire doc §3.

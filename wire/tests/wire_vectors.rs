@@ -7,8 +7,8 @@ mod wire_common;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use umlx_sim::wire::icrc;
-use umlx_sim::wire::packet::{
+use umlx_wire::icrc;
+use umlx_wire::packet::{
     Aeth, AethKind, Bth, CnpBody, ExtHeaders, FrameBuilder, GSI_QKEY, IpHeader, Ipv4Header, Opcode, Reth, RoceVersion,
     UdpChecksum, parse_frame, parse_frame_verified,
 };

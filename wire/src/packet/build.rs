@@ -10,8 +10,8 @@ use super::headers::{
 };
 use super::opcode::ExtKind;
 use super::parse::{L3Kind, RocePacket, udp_checksum};
-use crate::wire::icrc::{ICRC_LEN, IcrcSpan, icrc_of};
-use crate::wire::inet;
+use crate::icrc::{ICRC_LEN, IcrcSpan, icrc_of};
+use crate::inet;
 
 /// How the builder fills the UDP checksum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

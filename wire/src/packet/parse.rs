@@ -9,8 +9,8 @@ use super::headers::{
     VlanTag,
 };
 use super::opcode::{Opcode, OpcodeInfo};
-use crate::wire::icrc::{ICRC_LEN, IcrcSpan, icrc_of, wire_value};
-use crate::wire::inet;
+use crate::icrc::{ICRC_LEN, IcrcSpan, icrc_of, wire_value};
+use crate::inet;
 
 /// Which L3 header precedes the transport (crate-internal view of [`IpHeader`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

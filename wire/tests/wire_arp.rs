@@ -5,8 +5,8 @@ mod wire_common;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use umlx_sim::wire::arp::{self, NeighborOp};
-use umlx_sim::wire::packet::VlanTag;
+use umlx_wire::arp::{self, NeighborOp};
+use umlx_wire::packet::VlanTag;
 use wire_common::from_hex;
 
 const MY_MAC: [u8; 6] = [0x02, 0x00, 0x00, 0x00, 0x00, 0x01];

@@ -6,13 +6,13 @@ use std::io::Cursor;
 use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use umlx_sim::wire::decode::{DecodeError, decode_pcap, decode_pcap_file};
-use umlx_sim::wire::packet::{Aeth, Bth, ExtHeaders, FrameBuilder, NakCode, Opcode, Reth, parse_frame};
-use umlx_sim::wire::pcap::PcapWriter;
-use umlx_sim::wire::{arp, icrc};
+use umlx_wire::decode::{DecodeError, decode_pcap, decode_pcap_file};
+use umlx_wire::packet::{Aeth, Bth, ExtHeaders, FrameBuilder, NakCode, Opcode, Reth, parse_frame};
+use umlx_wire::pcap::PcapWriter;
+use umlx_wire::{arp, icrc};
 use wire_common::{PCAP_COUNTS, vectors_dir};
 
-fn decode_to_string(bytes: &[u8]) -> (umlx_sim::wire::decode::DecodeSummary, String) {
+fn decode_to_string(bytes: &[u8]) -> (umlx_wire::decode::DecodeSummary, String) {
     let mut out = Vec::new();
     let s = decode_pcap(Cursor::new(bytes), &mut out).expect("decodes");
     (s, String::from_utf8(out).expect("utf-8"))
@@ -139,7 +139,7 @@ fn crafted_capture_counts_every_kind() {
         wr.write_record(Duration::from_millis(i as u64), f).unwrap();
     }
     // 8: a RoCE frame cut by a small snaplen.
-    let mut cut = PcapWriter::with_options(Vec::new(), umlx_sim::wire::pcap::TsResolution::Micro, 50, 1).unwrap();
+    let mut cut = PcapWriter::with_options(Vec::new(), umlx_wire::pcap::TsResolution::Micro, 50, 1).unwrap();
     cut.write_record(Duration::ZERO, &w).unwrap();
     file.extend_from_slice(&cut.into_inner()[24..]);
 
@@ -183,8 +183,7 @@ fn damaged_files() {
 
     let mut sink = Vec::new();
     assert!(matches!(decode_pcap(Cursor::new(b"hello world, not a pcap"), &mut sink), Err(DecodeError::Pcap(_))));
-    let mut raw_ip =
-        PcapWriter::with_options(Vec::new(), umlx_sim::wire::pcap::TsResolution::Micro, 65535, 101).unwrap();
+    let mut raw_ip = PcapWriter::with_options(Vec::new(), umlx_wire::pcap::TsResolution::Micro, 65535, 101).unwrap();
     raw_ip.write_record(Duration::ZERO, &[0x45]).unwrap();
     let bytes = raw_ip.into_inner();
     assert!(matches!(

@@ -5,10 +5,10 @@ mod wire_common;
 use std::io::Cursor;
 use std::time::Duration;
 
-use umlx_sim::wire::pcap::{Endian, LINKTYPE_ETHERNET, PcapError, PcapReader, PcapWriter, TsResolution};
+use umlx_wire::pcap::{Endian, LINKTYPE_ETHERNET, PcapError, PcapReader, PcapWriter, TsResolution};
 use wire_common::{XorShift, pcap_frames};
 
-fn records(bytes: &[u8]) -> Vec<Result<umlx_sim::wire::pcap::PcapRecord, PcapError>> {
+fn records(bytes: &[u8]) -> Vec<Result<umlx_wire::pcap::PcapRecord, PcapError>> {
     PcapReader::new(Cursor::new(bytes)).unwrap().collect()
 }
 

@@ -4,10 +4,10 @@
 
 mod wire_common;
 
-use umlx_sim::wire::packet::{
+use umlx_wire::packet::{
     Bth, ExtHeaders, FrameBuilder, IpHeader, Layer, Opcode, WireError, parse_frame, parse_frame_verified,
 };
-use umlx_sim::wire::{arp, icrc};
+use umlx_wire::{arp, icrc};
 use wire_common::{
     L3, XorShift, pcap_frames, random_builder, reference_icrc, reference_ipv6_udp_checksum_ok, scapy_vectors,
 };
@@ -367,7 +367,7 @@ fn random_valid_packets_round_trip_for_every_opcode() {
 
 #[test]
 fn builder_rejects_invalid_input() {
-    use umlx_sim::wire::packet::{BuildError, ExtKind, Reth};
+    use umlx_wire::packet::{BuildError, ExtKind, Reth};
     let b = |op| FrameBuilder::ipv4([2; 6], [4; 6], [10, 0, 0, 1].into(), [10, 0, 0, 2].into(), Bth::new(op, 1, 2));
     let mut buf = [0u8; 2048];
     assert_eq!(b(Opcode(0x15)).build_into(&mut buf), Err(BuildError::UnknownOpcode { opcode: Opcode(0x15) }));
@@ -404,7 +404,7 @@ fn builder_rejects_invalid_input() {
 #[test]
 #[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn wire_stats_count_by_reason() {
-    use umlx_sim::wire::WireStats;
+    use umlx_wire::WireStats;
     let frames = sample_frames();
     let mut st = WireStats::new();
     let mut expect_v2 = 0;
@@ -412,7 +412,7 @@ fn wire_stats_count_by_reason() {
     for (_, f) in &frames {
         let verdict = parse_frame_verified(f);
         match verdict.as_ref().map(|p| p.version()) {
-            Ok(umlx_sim::wire::packet::RoceVersion::V1) => expect_v1 += 1,
+            Ok(umlx_wire::packet::RoceVersion::V1) => expect_v1 += 1,
             Ok(_) => expect_v2 += 1,
             Err(e) => panic!("{e}"),
         }

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use umlx_sim::wire::pcap::PcapReader;
+use umlx_wire::pcap::PcapReader;
 
 /// The real ConnectX captures: `shared/rocev2_vectors` beside the workspace, or `UMLX_VECTORS`
 /// (found by `sim/build.rs`). Tests that read them carry
@@ -123,7 +123,7 @@ pub const PCAP_COUNTS: &[(&str, u64, u64)] = &[
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use umlx_sim::wire::packet::{
+use umlx_wire::packet::{
     Aeth, AtomicAckEth, AtomicEth, Bth, CnpBody, Deth, ExtHeaders, ExtKind, Feth, FrameBuilder, Ieth, ImmDt, IpHeader,
     Ipv4Header, Ipv6Header, Opcode, Rdeth, Reth, UdpChecksum, VlanTag,
 };
@@ -284,7 +284,7 @@ pub fn reference_icrc(frame: &[u8]) -> u32 {
         }
         _ => panic!("not RoCE"),
     }
-    umlx_sim::wire::icrc::crc32(&m)
+    umlx_wire::icrc::crc32(&m)
 }
 
 /// An independent check of the UDP checksum of an untagged RoCEv2/IPv6 frame: true when

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use umlx_sim::wire::packet::{FrameBuilder, parse_frame, parse_frame_verified};
-use umlx_sim::wire::{arp, icrc};
+use umlx_wire::packet::{FrameBuilder, parse_frame, parse_frame_verified};
+use umlx_wire::{arp, icrc};
 
 fuzz_target!(|data: &[u8]| {
     let _ = icrc::verify(data);
