@@ -32,7 +32,7 @@ use crate::backend::Backend;
 use crate::dma::{DmaMemory, dma_rmb, dma_wmb};
 use crossbeam_utils::CachePadded;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use umlx_hwdesc::enums::CqeOpcode;
 use umlx_hwdesc::plain::{
@@ -282,6 +282,9 @@ pub struct WrRing {
     rq_mask: u32,
     /// RQ tail: receive WQEs completed.
     rq_tail: CachePadded<AtomicU32>,
+    /// For an SRQ: per WQE, set by the completion and cleared when the poster links the WQE
+    /// back into the free list (an SRQ's WQEs complete in any order). Empty for a QP.
+    srq_done: Box<[AtomicBool]>,
     /// The QP (or SRQ) number.
     pub qpn: u32,
 }
@@ -298,8 +301,17 @@ impl WrRing {
             rq: (0..rq_n).map(|_| AtomicU64::new(0)).collect(),
             rq_mask: (rq_n - 1) as u32,
             rq_tail: CachePadded::new(AtomicU32::new(0)),
+            srq_done: Box::new([]),
             qpn,
         }
+    }
+
+    /// Rings for an SRQ of `wqes` receive WQEs (a power of two): its WQEs are reused in the
+    /// order they complete, through a free list (see [`RecvQueue`]).
+    pub fn new_srq(srqn: u32, wqes: usize) -> WrRing {
+        let mut r = WrRing::new(srqn, 1, wqes);
+        r.srq_done = (0..r.rq.len()).map(|_| AtomicBool::new(false)).collect();
+        r
     }
 
     #[inline(always)]
@@ -329,8 +341,13 @@ impl WrRing {
     #[inline(always)]
     pub fn complete_recv(&self, wqe_counter: u16) -> u64 {
         let wr_id = self.rq_slot(wqe_counter as u32).load(Ordering::Acquire);
-        let t = self.rq_tail.load(Ordering::Relaxed);
-        self.rq_tail.store(t.wrapping_add(1), Ordering::Release);
+        if let Some(done) = self.srq_done.get((wqe_counter as u32 & self.rq_mask) as usize) {
+            // An SRQ: this WQE, whichever it is, can be relinked (the poster's free list).
+            done.store(true, Ordering::Release);
+        } else {
+            let t = self.rq_tail.load(Ordering::Relaxed);
+            self.rq_tail.store(t.wrapping_add(1), Ordering::Release);
+        }
         wr_id
     }
 }
@@ -808,6 +825,13 @@ impl<B: Backend> SqChain<'_, B> {
 const TERMINATOR: Sge = Sge::new(0, 0, wqe_consts::INVALID_LKEY);
 
 /// The receive queue writer of one QP (or an SRQ).
+///
+/// A QP's RQ completes in order, so it is a ring: WQE `head & mask` is next, and each
+/// completion frees the oldest. An SRQ's WQEs complete in any order (several QPs consume them),
+/// so, as the device does, it is a linked list through each WQE's `next_wqe_index`: posting
+/// takes the list's head, and completed WQEs (flagged by the poller in the [`WrRing`]) are
+/// linked back at its tail. The tail WQE is never posted, so the device never follows a link
+/// the poster is changing. An SRQ post always takes [`RecvQueue::write_wqe`].
 pub struct RecvQueue {
     /// The first WQE's scatter list (an SRQ WQE's follows its 16-byte next segment).
     base: *mut u8,
@@ -831,8 +855,21 @@ pub struct RecvQueue {
     /// The receive counter of the doorbell record (dword 0; the owner keeps it alive).
     dbr: *mut u32,
     ring: Arc<WrRing>,
+    /// The free list, for an SRQ.
+    srq: Option<SrqFreeList>,
     /// Max SGEs per receive WQE.
     pub max_sge: u32,
+}
+
+/// An SRQ's free WQEs: the list from `head` to `tail` through the WQEs' next segments.
+#[derive(Clone, Copy, Debug)]
+struct SrqFreeList {
+    /// The next WQE to post.
+    head: u32,
+    /// The last WQE of the list (not posted while it is the tail).
+    tail: u32,
+    /// Where the next search for completed WQEs starts.
+    scan: u32,
 }
 
 impl RecvQueue {
@@ -854,6 +891,7 @@ impl RecvQueue {
             || (srq && (1usize << stride_shift) < wqe_srq_next_seg::SIZE + DS_BYTES)
             || bytes > u32::MAX as usize
             || ring.rq.len() < (1 << log_wqes)
+            || (srq && ring.srq_done.len() != 1 << log_wqes)
             || dbr.len() < qp_dbr::recv_counter + 4
         {
             return Err(PostError::WqeTooLarge);
@@ -866,7 +904,8 @@ impl RecvQueue {
         Ok(RecvQueue {
             base,
             head: 0,
-            limit: 1 << log_wqes,
+            // An SRQ keeps `limit` at `head`, so its posts leave the fast path.
+            limit: if srq { 0 } else { 1 << log_wqes },
             closed: false,
             mask: (1 << log_wqes) - 1,
             stride: 1 << stride_shift,
@@ -875,6 +914,7 @@ impl RecvQueue {
             tail: &*ring.rq_tail as *const AtomicU32,
             // SAFETY: the receive counter lies in `dbr` (checked above); address only.
             dbr: unsafe { dbr.as_ptr().add(qp_dbr::recv_counter) }.cast::<u32>(),
+            srq: srq.then(|| SrqFreeList { head: 0, tail: (1 << log_wqes) - 1, scan: 0 }),
             ring,
             max_sge: per,
         })
@@ -896,7 +936,7 @@ impl RecvQueue {
     /// Opens the queue for posts.
     pub fn open(&mut self) {
         self.closed = false;
-        self.limit = self.fresh_limit();
+        self.limit = if self.srq.is_some() { self.head } else { self.fresh_limit() };
     }
 
     #[inline(always)]
@@ -920,20 +960,85 @@ impl RecvQueue {
         Ok(())
     }
 
+    /// The scatter list of WQE `index` (masked).
+    #[inline(always)]
+    fn wqe_at(&self, index: usize) -> *mut u64 {
+        // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
+        // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
+        unsafe { self.base.add((index & self.mask) * self.stride).cast::<u64>() }
+    }
+
     /// The scatter list of the WQE at `head`.
     #[inline(always)]
     fn wqe(&self) -> *mut u64 {
-        // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
-        // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
-        unsafe { self.base.add((self.head as usize & self.mask) * self.stride).cast::<u64>() }
+        self.wqe_at(self.head as usize)
+    }
+
+    /// Records `wr_id` for WQE `index` (masked) and moves the producer counter on.
+    #[inline(always)]
+    fn record_at(&mut self, index: usize, wr_id: u64) {
+        // SAFETY: `slots` has mask + 1 entries kept alive by `ring`; the index is masked.
+        unsafe { &*self.slots.add(index & self.mask) }.store(wr_id, Ordering::Release);
+        self.head = self.head.wrapping_add(1);
     }
 
     /// Records `wr_id` for the WQE at `head` and moves on.
     #[inline(always)]
     fn record(&mut self, wr_id: u64) {
-        // SAFETY: `slots` has mask + 1 entries kept alive by `ring`; the index is masked.
-        unsafe { &*self.slots.add(self.head as usize & self.mask) }.store(wr_id, Ordering::Release);
-        self.head = self.head.wrapping_add(1);
+        self.record_at(self.head as usize, wr_id);
+    }
+
+    /// The `next_wqe_index` field of SRQ WQE `index` (masked).
+    #[inline(always)]
+    fn srq_next(&self, index: u32) -> *mut u16 {
+        let seg = (index as usize & self.mask) * self.stride;
+        // SAFETY: an SRQ's `base` is its first WQE plus the next segment (see `new`), so the
+        // next segment of WQE `index` starts `wqe_srq_next_seg::SIZE` before its scatter list,
+        // inside the queue; `next_wqe_index` is a 2-aligned field of it.
+        unsafe { self.base.add(seg).sub(wqe_srq_next_seg::SIZE).add(wqe_srq_next_seg::next_wqe_index).cast::<u16>() }
+    }
+
+    /// Takes the SRQ's next free WQE: the list's head, unless the head is its tail (then the
+    /// WQEs the poller has completed are linked back first).
+    fn srq_take(&mut self, mut list: SrqFreeList) -> Result<usize, PostError> {
+        if list.head == list.tail {
+            self.srq_relink(&mut list);
+            if list.head == list.tail {
+                self.srq = Some(list);
+                return Err(PostError::QueueFull);
+            }
+        }
+        let index = list.head;
+        // SAFETY: `srq_next` is inside the queue (see there); the poster wrote it last.
+        list.head = u16::from_be(unsafe { self.srq_next(index).read_volatile() }) as u32 & self.mask as u32;
+        self.srq = Some(list);
+        Ok(index as usize)
+    }
+
+    /// Links the completed SRQ WQEs back at the list's tail, searching from where the last
+    /// search stopped: completions mostly come in posting order, so a search usually stops at
+    /// the first WQE not yet completed after finding some.
+    fn srq_relink(&self, list: &mut SrqFreeList) {
+        let mut found = false;
+        for _ in 0..=self.mask {
+            let index = list.scan & self.mask as u32;
+            let Some(done) = self.ring.srq_done.get(index as usize) else { return };
+            if !done.load(Ordering::Acquire) {
+                if found {
+                    return;
+                }
+                list.scan = list.scan.wrapping_add(1);
+                continue;
+            }
+            done.store(false, Ordering::Relaxed);
+            // SAFETY: `srq_next` is inside the queue; the tail WQE is not posted, so the device
+            // does not read its link (see the type's docs). The doorbell record's barrier
+            // orders this store before the device learns of the next post.
+            unsafe { self.srq_next(list.tail).write_volatile((index as u16).to_be()) };
+            list.tail = index;
+            list.scan = list.scan.wrapping_add(1);
+            found = true;
+        }
     }
 
     /// Fast path: writes one receive WQE with one non-empty SGE if the queue has room known
@@ -967,8 +1072,14 @@ impl RecvQueue {
         if sges.len() > self.max_sge as usize {
             return Err(PostError::TooManySges);
         }
-        self.reserve()?;
-        let mut p = self.wqe();
+        let index = match self.srq {
+            Some(list) => self.srq_take(list)?,
+            None => {
+                self.reserve()?;
+                self.head as usize
+            }
+        };
+        let mut p = self.wqe_at(index);
         // SAFETY: `p` is the WQE's scatter list (see `wqe`); at most max_sge SGEs (checked
         // above) plus the terminator fit the stride.
         unsafe {
@@ -987,7 +1098,10 @@ impl RecvQueue {
                 p.add(1).write_volatile(t1);
             }
         }
-        self.record(wr_id);
+        self.record_at(index, wr_id);
+        if self.srq.is_some() {
+            self.limit = self.head; // keeps SRQ posts off the fast path
+        }
         Ok(())
     }
 

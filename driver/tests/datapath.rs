@@ -141,6 +141,54 @@ fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
     assert_eq!(be32(&dbr, 0), 5);
 }
 
+/// The SGE address in the scatter list of SRQ WQE `i` (32-byte WQEs: next segment, one SGE).
+fn srq_sge_addr(buf: &DmaMemory, i: usize) -> u64 {
+    u64::from_be_bytes(bytes(buf, i * 32 + 16 + 8, 8).try_into().unwrap())
+}
+
+#[test]
+fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
+    // Four SRQ WQEs linked 0 -> 1 -> 2 -> 3, as CREATE_SRQ leaves them; WQE 3 is the list's
+    // tail, which is never posted while it is the tail (rdma-core's SRQ keeps the same rule).
+    let buf = DmaMemory::new(4096).unwrap();
+    let dbr = DmaMemory::new(64).unwrap();
+    for i in 0..4usize {
+        buf.write_u16_be(i * 32 + 2, ((i + 1) % 4) as u16).unwrap();
+    }
+    let ring = Arc::new(WrRing::new_srq(9, 4));
+    let mut rq = RecvQueue::new(&buf, &dbr, 0, 2, 5, ring.clone(), true).unwrap();
+    let sge = |n: u64| Sge::new(0x1000 * n, 64, 0x99);
+    for id in 0..3 {
+        assert!(!rq.try_write_one(id, &sge(id + 1)), "an SRQ post takes the general path");
+        rq.write_wqe(id, &[sge(id + 1)]).unwrap();
+    }
+    assert_eq!(rq.write_wqe(3, &[sge(4)]), Err(PostError::QueueFull));
+    rq.ring_doorbell();
+    assert_eq!(be32(&dbr, 0), 3);
+
+    // Two QPs share the SRQ: WQE 1 completes while WQE 0 is still being filled. WQE 0 must
+    // not be reused (a ring would have counted one free WQE and written the oldest, WQE 0).
+    assert_eq!(ring.complete_recv(1), 1);
+    rq.write_wqe(10, &[sge(10)]).unwrap(); // into the old tail, WQE 3
+    assert_eq!(rq.write_wqe(11, &[sge(11)]), Err(PostError::QueueFull));
+    assert_eq!(srq_sge_addr(&buf, 0), 0x1000, "WQE 0 is untouched");
+    assert_eq!(srq_sge_addr(&buf, 3), 0xa000);
+    // The device's list now runs 3 -> 1 (WQE 1 became the tail).
+    assert_eq!(bytes(&buf, 3 * 32 + 2, 2), [0, 1]);
+
+    // WQE 0 completes: it is linked after WQE 1, and the next post goes into WQE 1.
+    assert_eq!(ring.complete_recv(0), 0);
+    rq.write_wqe(11, &[sge(11)]).unwrap();
+    assert_eq!(srq_sge_addr(&buf, 1), 0xb000);
+    assert_eq!(bytes(&buf, 32 + 2, 2), [0, 0]);
+    assert_eq!(rq.write_wqe(12, &[sge(12)]), Err(PostError::QueueFull));
+    rq.ring_doorbell();
+    assert_eq!(be32(&dbr, 0), 5);
+    // The completions name the WQEs the posts went into.
+    assert_eq!(ring.complete_recv(3), 10);
+    assert_eq!(ring.complete_recv(1), 11);
+}
+
 /// Writes a CQE's last 8 bytes: send opcode and QPN, WQE counter, op_own.
 fn put_cqe(buf: &DmaMemory, index: usize, qpn: u32, counter: u16, op_own: u8) {
     let off = index * 64;

@@ -181,7 +181,7 @@ impl<B: Backend> Pd<B> {
         }
         let stride = ((max_sge + 1) * 16).next_power_of_two();
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
-        let ring = Arc::new(WrRing::new(srq.srqn(), 1, wqes as usize));
+        let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
         let rq =
             RecvQueue::new(&srq.mem.buf, &srq.mem.dbr, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
