@@ -10,6 +10,7 @@ use crate::{Error, Result};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use umlx_hwdesc::plain::uar;
 use umlx_sim::{SimConfig, SimDevice};
 
 /// A software ConnectX reached through the backend seam.
@@ -18,7 +19,7 @@ pub struct SimBackend {
     dev: SimDevice,
     irqs: Vec<OwnedFd>,
     /// With plain doorbells: where data-path doorbell writes land instead of the device.
-    doorbell_sink: Option<Box<[AtomicU64; 512]>>,
+    doorbell_sink: Option<Box<[AtomicU64; uar::UAR_PAGE_SIZE / 8]>>,
 }
 
 impl std::fmt::Debug for SimBackend {
@@ -59,7 +60,7 @@ impl SimBackend {
 
     /// The last value stored to a plain doorbell at BAR0 `offset` (plain-doorbell mode).
     pub fn plain_doorbell(&self, offset: usize) -> Option<u64> {
-        self.doorbell_sink.as_ref().map(|s| s[(offset / 8) & 511].load(Ordering::Relaxed))
+        self.doorbell_sink.as_ref().map(|s| s[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].load(Ordering::Relaxed))
     }
 
     /// The device model.
@@ -93,9 +94,9 @@ unsafe impl Backend for SimBackend {
     #[inline]
     fn write64(&self, offset: usize, value: u64) {
         if let Some(sink) = &self.doorbell_sink
-            && offset & 0xfff >= 0x800
+            && offset % uar::UAR_PAGE_SIZE >= uar::BF_OFFSET
         {
-            sink[(offset / 8) & 511].store(value, Ordering::Relaxed);
+            sink[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].store(value, Ordering::Relaxed);
             return;
         }
         self.dev.bar0_write64(offset as u64, value)
@@ -103,7 +104,7 @@ unsafe impl Backend for SimBackend {
 
     fn doorbell_page(&self, uar_offset: usize) -> Option<std::ptr::NonNull<u8>> {
         // Plain doorbells: every UAR page's BlueFlame half lands in the one sink page, as in
-        // `write64` (which indexes it by `(offset / 8) & 511`).
+        // `write64` (which indexes it by the offset within the page).
         let _ = uar_offset;
         let sink = self.doorbell_sink.as_ref()?;
         std::ptr::NonNull::new(sink.as_ptr().cast_mut().cast::<u8>())
