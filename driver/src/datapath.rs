@@ -71,8 +71,8 @@ const DATA_WORDS: usize = wqe_data_seg::SIZE / 8;
 /// Control segment, first word: `opmod_idx_opcode` and `qpn_ds`.
 const CTRL_IDX_OPCODE_SHIFT: u32 = be_shift(0, wqe_ctrl_seg::opmod_idx_opcode, 4);
 const CTRL_QPN_DS_SHIFT: u32 = be_shift(0, wqe_ctrl_seg::qpn_ds, 4);
-/// The WQE index in `opmod_idx_opcode` (16 bits at [`wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT`]).
-const WQE_INDEX_MASK: u32 = 0xffff;
+/// The WQE index in `opmod_idx_opcode`.
+const WQE_INDEX_MASK: u32 = wqe_consts::WQE_CTRL_WQE_INDEX_MASK;
 /// Control segment, second word: `fm_ce_se` and `imm`.
 const CTRL_FM_CE_SE_SHIFT: u32 = be_shift(8, wqe_ctrl_seg::fm_ce_se, 1);
 const CTRL_IMM_SHIFT: u32 = be_shift(8, wqe_ctrl_seg::imm, 4);

@@ -1,6 +1,10 @@
 //! The data path against the PRM's byte layouts: send WQEs (control, remote address and data
 //! segments), the SQ doorbell record and BlueFlame doorbell, receive WQEs with their
 //! terminator, CQE ownership across passes over the ring, and the pollers' QP cache.
+//!
+//! What the driver writes is read back through hwdesc's declarations (`wqe_ctrl_seg`,
+//! `wqe_raddr_seg`, `wqe_data_seg`, `cqe64`, ...), the layouts `umlx layout` checks against
+//! the public mlx5 headers, not through offsets typed again here.
 
 use std::sync::Arc;
 use umlx_driver::SimBackend;
@@ -9,7 +13,37 @@ use umlx_driver::datapath::{
     opcode, send_flags,
 };
 use umlx_driver::dma::DmaMemory;
+use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
+use umlx_hwdesc::plain::{
+    CqeOpOwn, FmCeSe, cq_dbr, cqe64, qp_dbr, uar, wqe as w, wqe_ctrl_seg, wqe_data_seg, wqe_raddr_seg, wqe_srq_next_seg,
+};
+use umlx_hwdesc::{U16, U32};
 use umlx_sim::SimConfig;
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The structure `T` at `off` of `m`.
+fn read<T: FromBytes>(m: &DmaMemory, off: usize) -> T {
+    T::read_from_bytes(&bytes(m, off, size_of::<T>())).unwrap()
+}
+
+/// A control segment's fields: (WQE index, opcode, QPN, DS count, fm_ce_se, imm).
+fn ctrl_fields(c: &wqe_ctrl_seg) -> (u32, WqeOpcode, u32, u32, FmCeSe, u32) {
+    let op = c.opmod_idx_opcode.get();
+    let qd = c.qpn_ds.get();
+    (
+        (op >> w::WQE_CTRL_WQE_INDEX_SHIFT) & w::WQE_CTRL_WQE_INDEX_MASK,
+        WqeOpcode(op as u8),
+        qd >> w::WQE_CTRL_QPN_SHIFT,
+        qd & w::WQE_CTRL_DS_MASK,
+        FmCeSe::from_bits(c.fm_ce_se),
+        c.imm.get(),
+    )
+}
+
+/// A data segment's (address, byte count, lkey).
+fn data_fields(d: &wqe_data_seg) -> (u64, u32, u32) {
+    (d.addr.get(), d.byte_count.get(), d.lkey.get())
+}
 
 fn bytes(m: &DmaMemory, off: usize, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
@@ -65,23 +99,28 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
         .unwrap();
     chain.finish();
 
-    // WQE 0: control (index 0, opcode 0x08, QPN, DS 3, CQ_UPDATE), remote address, data.
-    let w0 = bytes(&q.buf, 0, 48);
-    assert_eq!(&w0[0..8], &[0, 0, 0, 0x08, 0x00, 0x12, 0x34, 3]);
-    assert_eq!(&w0[8..16], &[0, 0, 0, 0x08, 0, 0, 0, 0]);
-    assert_eq!(&w0[16..32], &[0, 0, 0xbb, 0xbb, 0, 0, 0x11, 0x11, 0, 0, 0, 0x77, 0, 0, 0, 0]);
-    assert_eq!(&w0[32..48], &[0, 0, 0, 64, 0, 0, 0, 0x55, 0, 0, 0, 0, 0xaa, 0xaa, 0, 0]);
+    let cq_update = FmCeSe::new().with_ce(2);
+    // WQE 0: control (index 0, RDMA_WRITE, QPN, DS 3, CQ_UPDATE), remote address, data.
+    let c0: wqe_ctrl_seg = read(&q.buf, 0);
+    assert_eq!(ctrl_fields(&c0), (0, WqeOpcode::RDMA_WRITE, 0x1234, 3, cq_update, 0));
+    let r0: wqe_raddr_seg = read(&q.buf, wqe_ctrl_seg::SIZE);
+    assert_eq!((r0.raddr.get(), r0.rkey.get()), (0xbbbb_0000_1111, 0x77));
+    let d0: wqe_data_seg = read(&q.buf, wqe_ctrl_seg::SIZE + wqe_raddr_seg::SIZE);
+    assert_eq!(data_fields(&d0), (0xaaaa_0000, 64, 0x55));
     // WQE 1: index 1, SEND_IMM, DS 2, fence and solicited, the immediate, then data.
-    let w1 = bytes(&q.buf, 64, 32);
-    assert_eq!(&w1[0..8], &[0, 0, 1, 0x0b, 0x00, 0x12, 0x34, 2]);
-    assert_eq!(&w1[8..16], &[0, 0, 0, 0x80 | 0x02, 0xde, 0xad, 0xbe, 0xef]);
-    assert_eq!(&w1[16..32], &[0, 0, 0, 64, 0, 0, 0, 0x55, 0, 0, 0, 0, 0xaa, 0xaa, 0, 0]);
+    let c1: wqe_ctrl_seg = read(&q.buf, w::SEND_WQE_BB);
+    let fence_se = FmCeSe::new().with_fm(4).with_se(true);
+    assert_eq!(ctrl_fields(&c1), (1, WqeOpcode::SEND_IMM, 0x1234, 2, fence_se, 0xdead_beef));
+    assert_eq!(c1.fm_ce_se, w::WQE_CTRL_FENCE | w::WQE_CTRL_SOLICITED);
+    let d1: wqe_data_seg = read(&q.buf, w::SEND_WQE_BB + wqe_ctrl_seg::SIZE);
+    assert_eq!(data_fields(&d1), (0xaaaa_0000, 64, 0x55));
     // One doorbell: the record holds the producer counter, the BlueFlame register the first
     // 8 bytes of the last WQE.
-    assert_eq!(be32(&q.dbr, 4), 2);
-    let db = q.backend.plain_doorbell(0x800).unwrap();
-    assert_eq!(&db.to_ne_bytes()[..], &w1[0..8]);
-    assert_eq!(q.backend.plain_doorbell(0x900), Some(0), "only one doorbell was rung");
+    assert_eq!(be32(&q.dbr, qp_dbr::send_counter), 2);
+    let db = q.backend.plain_doorbell(uar::BF_OFFSET).unwrap();
+    assert_eq!(&db.to_ne_bytes()[..], &c1.as_bytes()[..8]);
+    let other = uar::BF_OFFSET + uar::DB_BLUEFLAME_BUFFER_SIZE;
+    assert_eq!(q.backend.plain_doorbell(other), Some(0), "only one doorbell was rung");
 
     // The ring holds four: two more fit, the fifth is refused.
     let mut chain = q.sq.begin();
@@ -89,8 +128,8 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     chain.write_simple(10, opcode::SEND, 0, 0, None, &sge).unwrap();
     assert_eq!(chain.write_simple(11, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
     chain.finish();
-    assert_eq!(be32(&q.dbr, 4), 4);
-    assert_ne!(q.backend.plain_doorbell(0x900), Some(0), "the second doorbell uses the other register");
+    assert_eq!(be32(&q.dbr, qp_dbr::send_counter), 4);
+    assert_ne!(q.backend.plain_doorbell(other), Some(0), "the second doorbell uses the other register");
 
     // A completion of WQE 0 frees its WQEBB: the next WQE wraps to slot 0 with index 4, and a
     // zero-length SGE is left out (DS 1).
@@ -99,7 +138,8 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     chain.write_simple(12, opcode::SEND, 0, 0, None, &Sge::new(0, 0, 0x55)).unwrap();
     assert_eq!(chain.write_simple(13, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
     chain.finish();
-    assert_eq!(&bytes(&q.buf, 0, 8), &[0, 0, 4, 0x0a, 0x00, 0x12, 0x34, 1]);
+    let c4: wqe_ctrl_seg = read(&q.buf, 0);
+    assert_eq!(ctrl_fields(&c4), (4, WqeOpcode::SEND, 0x1234, 1, FmCeSe::new(), 0));
     assert_eq!(q.ring.complete_send(4), 12);
 }
 
@@ -114,16 +154,15 @@ fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
     let sge = Sge::new(0xcafe_0000, 256, 0x99);
     assert!(rq.try_write_one(5, &sge));
     rq.ring_doorbell();
-    assert_eq!(
-        bytes(&buf, 0, 32),
-        [0, 0, 1, 0, 0, 0, 0, 0x99, 0, 0, 0, 0, 0xca, 0xfe, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
-    );
-    assert_eq!(be32(&dbr, 0), 1);
+    let terminator = (0, 0, w::INVALID_LKEY);
+    assert_eq!(data_fields(&read(&buf, 0)), (0xcafe_0000, 256, 0x99));
+    assert_eq!(data_fields(&read(&buf, wqe_data_seg::SIZE)), terminator);
+    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 1);
 
     // A zero-length SGE is not the short path; written in full it leaves only the terminator.
     assert!(!rq.try_write_one(6, &Sge::new(0x1000, 0, 0x99)));
     rq.write_wqe(6, &[Sge::new(0x1000, 0, 0x99)]).unwrap();
-    assert_eq!(bytes(&buf, 32, 16), [0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(data_fields(&read(&buf, 32)), terminator);
 
     // Closed (its QP in RESET): refused on both paths, nothing written.
     rq.close();
@@ -138,12 +177,17 @@ fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
     assert_eq!(ring.complete_recv(0), 5);
     rq.write_wqe(9, &[sge]).unwrap();
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, 0), 5);
+    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 5);
 }
 
 /// The SGE address in the scatter list of SRQ WQE `i` (32-byte WQEs: next segment, one SGE).
 fn srq_sge_addr(buf: &DmaMemory, i: usize) -> u64 {
-    u64::from_be_bytes(bytes(buf, i * 32 + 16 + 8, 8).try_into().unwrap())
+    read::<wqe_data_seg>(buf, i * 32 + wqe_srq_next_seg::SIZE).addr.get()
+}
+
+/// The `next_wqe_index` of SRQ WQE `i`.
+fn srq_next(buf: &DmaMemory, i: usize) -> u16 {
+    read::<wqe_srq_next_seg>(buf, i * 32).next_wqe_index.get()
 }
 
 #[test]
@@ -153,7 +197,8 @@ fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
     let buf = DmaMemory::new(4096).unwrap();
     let dbr = DmaMemory::new(64).unwrap();
     for i in 0..4usize {
-        buf.write_u16_be(i * 32 + 2, ((i + 1) % 4) as u16).unwrap();
+        let next = wqe_srq_next_seg { next_wqe_index: U16::new(((i + 1) % 4) as u16), ..Default::default() };
+        buf.write_bytes(i * 32, next.as_bytes()).unwrap();
     }
     let ring = Arc::new(WrRing::new_srq(9, 4));
     let mut rq = RecvQueue::new(&buf, &dbr, 0, 2, 5, ring.clone(), true).unwrap();
@@ -164,7 +209,7 @@ fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
     }
     assert_eq!(rq.write_wqe(3, &[sge(4)]), Err(PostError::QueueFull));
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, 0), 3);
+    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 3);
 
     // Two QPs share the SRQ: WQE 1 completes while WQE 0 is still being filled. WQE 0 must
     // not be reused (a ring would have counted one free WQE and written the oldest, WQE 0).
@@ -174,27 +219,36 @@ fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
     assert_eq!(srq_sge_addr(&buf, 0), 0x1000, "WQE 0 is untouched");
     assert_eq!(srq_sge_addr(&buf, 3), 0xa000);
     // The device's list now runs 3 -> 1 (WQE 1 became the tail).
-    assert_eq!(bytes(&buf, 3 * 32 + 2, 2), [0, 1]);
+    assert_eq!(srq_next(&buf, 3), 1);
 
     // WQE 0 completes: it is linked after WQE 1, and the next post goes into WQE 1.
     assert_eq!(ring.complete_recv(0), 0);
     rq.write_wqe(11, &[sge(11)]).unwrap();
     assert_eq!(srq_sge_addr(&buf, 1), 0xb000);
-    assert_eq!(bytes(&buf, 32 + 2, 2), [0, 0]);
+    assert_eq!(srq_next(&buf, 1), 0);
     assert_eq!(rq.write_wqe(12, &[sge(12)]), Err(PostError::QueueFull));
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, 0), 5);
+    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 5);
     // The completions name the WQEs the posts went into.
     assert_eq!(ring.complete_recv(3), 10);
     assert_eq!(ring.complete_recv(1), 11);
 }
 
-/// Writes a CQE's last 8 bytes: send opcode and QPN, WQE counter, op_own.
-fn put_cqe(buf: &DmaMemory, index: usize, qpn: u32, counter: u16, op_own: u8) {
-    let off = index * 64;
-    buf.write_bytes(off + 0x38, &((0x08 << 24) | qpn).to_be_bytes()).unwrap();
-    buf.write_bytes(off + 0x3c, &counter.to_be_bytes()).unwrap();
-    buf.write_u8(off + 0x3f, op_own).unwrap();
+/// Writes CQE `index` as the device would: an RDMA WRITE's requester CQE (`opcode` REQ) or a
+/// responder SEND's, for `qpn` and WQE `counter`, with `owner`.
+fn put_cqe(buf: &DmaMemory, index: usize, qpn: u32, counter: u16, opcode: CqeOpcode, owner: bool) {
+    let cqe = cqe64 {
+        sop_drop_qpn: U32::new(((WqeOpcode::RDMA_WRITE.0 as u32) << 24) | qpn),
+        wqe_counter: U16::new(counter),
+        op_own: CqeOpOwn::new().with_opcode(opcode.0).with_owner(owner).into_bits(),
+        ..Default::default()
+    };
+    buf.write_bytes(index * cqe64::SIZE, cqe.as_bytes()).unwrap();
+}
+
+/// The consumer index in a CQ doorbell record.
+fn cq_ci(dbr: &DmaMemory) -> u32 {
+    be32(dbr, cq_dbr::set_ci)
 }
 
 #[test]
@@ -202,7 +256,8 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
     let buf = DmaMemory::new(4096).unwrap();
     let dbr = DmaMemory::new(64).unwrap();
     for i in 0..4 {
-        buf.write_u8(i * 64 + 63, 0xf0).unwrap(); // INVALID, owner 0: as the driver initialises
+        // INVALID, owner 0: as the driver initialises a CQ.
+        buf.write_u8(i * cqe64::SIZE + cqe64::op_own, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID).unwrap();
     }
     let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
     // What `take_requesters` hands over: (QPN, WQE counter, send opcode) of each CQE taken.
@@ -220,26 +275,26 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
         (out, next)
     };
     assert_eq!(take(&mut ring, 4), (vec![], None), "an INVALID CQE is not handed over");
-    put_cqe(&buf, 0, 0x1234, 7, 0x00); // requester, first pass (owner 0)
-    put_cqe(&buf, 1, 0x1234, 0, 0x20); // responder SEND: only the general peek takes it
+    put_cqe(&buf, 0, 0x1234, 7, CqeOpcode::REQ, false); // requester, first pass (owner 0)
+    put_cqe(&buf, 1, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND: only the general peek takes it
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 7, 0x08)], Some(2)));
-    assert_eq!(be32(&dbr, 0), 1, "the consumer index reaches the doorbell record");
+    assert_eq!(cq_ci(&dbr), 1, "the consumer index reaches the doorbell record");
     {
         let mut c = ring.cursor();
         c.advance(); // the responder CQE, consumed by a general poll
         c.finish();
     }
-    put_cqe(&buf, 2, 0x1234, 8, 0x01); // owner 1 in the first pass: not yet the device's
+    put_cqe(&buf, 2, 0x1234, 8, CqeOpcode::REQ, true); // owner 1 in the first pass: not yet the device's
     assert_eq!(take(&mut ring, 4), (vec![], None));
-    put_cqe(&buf, 2, 0x1234, 8, 0x00);
-    put_cqe(&buf, 3, 0xdead, 9, 0x00);
+    put_cqe(&buf, 2, 0x1234, 8, CqeOpcode::REQ, false);
+    put_cqe(&buf, 3, 0xdead, 9, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 8, 0x08)], Some(0)), "refused by the caller: left");
-    put_cqe(&buf, 3, 0x1234, 9, 0x00);
+    put_cqe(&buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
     // A run stops at the ring's end: CQE 0 of the second pass is owner 1, and still owner 0.
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 9, 0x08)], None));
-    put_cqe(&buf, 0, 0x1234, 10, 0x01);
+    put_cqe(&buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 10, 0x08)], None));
-    assert_eq!(be32(&dbr, 0), 5);
+    assert_eq!(cq_ci(&dbr), 5);
 }
 
 #[test]
@@ -283,7 +338,7 @@ fn the_poll_fast_path_takes_one_requester_cqe_and_publishes_it() {
     let buf = DmaMemory::new(4096).unwrap();
     let dbr = DmaMemory::new(64).unwrap();
     for i in 0..4 {
-        buf.write_u8(i * 64 + 63, 0xf0).unwrap();
+        buf.write_u8(i * cqe64::SIZE + cqe64::op_own, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID).unwrap();
     }
     let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
     // (what the closure saw: QPN, counter, whether the next CQE is empty), and what happened.
@@ -296,27 +351,27 @@ fn the_poll_fast_path_takes_one_requester_cqe_and_publishes_it() {
         (r, seen)
     };
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
-    put_cqe(&buf, 0, 0x1234, 7, 0x00);
+    put_cqe(&buf, 0, 0x1234, 7, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, false), (HeadTaken::Declined, Some((0x1234, 7, true))));
-    assert_eq!((ring.ci(), be32(&dbr, 0)), (0, 0), "declined: not consumed, not published");
-    put_cqe(&buf, 1, 0x1234, 8, 0x00);
+    assert_eq!((ring.ci(), cq_ci(&dbr)), (0, 0), "declined: not consumed, not published");
+    put_cqe(&buf, 1, 0x1234, 8, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 7, false))), "the next one is there");
-    assert_eq!((ring.ci(), be32(&dbr, 0)), (1, 1), "taken: consumed and published");
+    assert_eq!((ring.ci(), cq_ci(&dbr)), (1, 1), "taken: consumed and published");
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 8, true))));
-    put_cqe(&buf, 2, 0x1234, 0, 0x20); // responder SEND
+    put_cqe(&buf, 2, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND
     assert_eq!(take(&mut ring, true), (HeadTaken::Other, None), "not a requester success: not shown");
     {
         let mut c = ring.cursor();
         c.advance();
         c.finish();
     }
-    put_cqe(&buf, 3, 0x1234, 9, 0x00);
+    put_cqe(&buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
     // The next CQE is slot 0 again, on the second pass: its owner bit must be 1.
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 9, true))), "slot 0 is still pass 0's");
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
-    put_cqe(&buf, 0, 0x1234, 10, 0x01);
+    put_cqe(&buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 10, true))), "wrapped: owner 1");
-    assert_eq!((ring.ci(), be32(&dbr, 0)), (5, 5));
-    put_cqe(&buf, 1, 0x1234, 11, 0x00);
+    assert_eq!((ring.ci(), cq_ci(&dbr)), (5, 5));
+    put_cqe(&buf, 1, 0x1234, 11, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None), "owner 0 on the second pass is stale");
 }

@@ -714,6 +714,8 @@ pub mod wqe {
     pub const WQE_CTRL_QPN_SHIFT: u32 = 8;
     /// Shift of the WQE index in `opmod_idx_opcode`.
     pub const WQE_CTRL_WQE_INDEX_SHIFT: u32 = 8;
+    /// Mask of the 16-bit WQE index after the shift.
+    pub const WQE_CTRL_WQE_INDEX_MASK: u32 = 0xffff;
     /// Shift of the opcode modifier in `opmod_idx_opcode`.
     pub const WQE_CTRL_OPMOD_SHIFT: u32 = 24;
     /// Data segment `byte_count` of an atomic's local result buffer (`MLX5_ATOMIC_SIZE`).
