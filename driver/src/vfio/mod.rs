@@ -15,8 +15,9 @@
 //!   with its result, and exact config-space `pread`/`pwrite` (the crate's region I/O only
 //!   logs failures). vfio-bindings is not re-exported by vfio-ioctls, so [`sys`] declares the
 //!   few layouts it needs itself.
-//! - BAR0 is mapped with memmap2 ([`mmio::Bar`]); register access is one inlined volatile load
-//!   or store.
+//! - BAR0 is mapped with mmap ([`mmio::Bar`]), only the areas the sparse-mmap capability lists
+//!   when the kernel reports one (holes go through pread/pwrite); register access is one
+//!   inlined volatile load or store.
 //!
 //! Drop disables interrupts, unmaps BAR0, closes the device fd, the group and the container.
 //! DMA mappings are undone by their [`crate::dma::DmaBuffer`]s, which keep the backend alive.
@@ -206,8 +207,14 @@ impl VfioBackend {
         }
         let bar_len = usize::try_from(bar.size)
             .map_err(|_| device_error(&pci, "BAR0 is larger than the address space", "use a 64-bit build"))?;
-        let bar0 = mmio::Bar::map(dev_fd, REGION_BAR0, bar.offset, bar_len)
-            .map_err(os(&format!("mmap BAR0 ({bar_len:#x} bytes at fd offset {:#x})", bar.offset)))?;
+        // A kernel that keeps the MSI-X table out of mmap lists the areas that may be mapped;
+        // the driver never touches the table (interrupts go through VFIO_DEVICE_SET_IRQS), and
+        // any register in a hole is reached by pread/pwrite.
+        let bar0 = match &bar.sparse_mmap {
+            Some(areas) => mmio::Bar::map_areas(dev_fd, REGION_BAR0, bar.offset, bar_len, areas),
+            None => mmio::Bar::map(dev_fd, REGION_BAR0, bar.offset, bar_len),
+        }
+        .map_err(os(&format!("mmap BAR0 ({bar_len:#x} bytes at fd offset {:#x})", bar.offset)))?;
         let count = |index| sys::irq_info(dev_fd, index).map(|i| i.count).unwrap_or(0);
         let (msi_count, msix_count) = (count(IRQ_MSI), count(IRQ_MSIX));
 

@@ -119,8 +119,22 @@ pub struct DeviceInfo {
 /// `VFIO_DEVICE_FLAGS_RESET`: the device supports `VFIO_DEVICE_RESET`.
 pub const DEVICE_FLAGS_RESET: u32 = 1 << 0;
 
-/// A device region as `VFIO_DEVICE_GET_REGION_INFO` describes it.
+/// `VFIO_REGION_INFO_CAP_SPARSE_MMAP`: only the listed areas of the region may be mmap'd.
+const VFIO_REGION_INFO_CAP_SPARSE_MMAP: u16 = 1;
+/// `VFIO_REGION_INFO_CAP_MSIX_MAPPABLE`: the MSI-X table in this BAR may be mmap'd.
+const VFIO_REGION_INFO_CAP_MSIX_MAPPABLE: u16 = 3;
+
+/// One area of a region that may be mmap'd (`struct vfio_region_sparse_mmap_area`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SparseArea {
+    /// Offset in the region.
+    pub offset: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A device region as `VFIO_DEVICE_GET_REGION_INFO` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionInfo {
     /// Region index (0..=5 BARs, 6 ROM, 7 config space, 8 VGA).
     pub index: u32,
@@ -130,6 +144,11 @@ pub struct RegionInfo {
     pub size: u64,
     /// Offset of the region in the device fd (for pread/pwrite/mmap).
     pub offset: u64,
+    /// With the sparse-mmap capability: the only areas that may be mmap'd (kernels that keep
+    /// the MSI-X table out of the mapping report it); the rest is reached by pread/pwrite.
+    pub sparse_mmap: Option<Vec<SparseArea>>,
+    /// The MSI-X-mappable capability: the whole BAR may be mapped despite its MSI-X table.
+    pub msix_mappable: bool,
 }
 
 impl RegionInfo {
@@ -139,6 +158,8 @@ impl RegionInfo {
     pub const FLAG_WRITE: u32 = 1 << 1;
     /// `VFIO_REGION_INFO_FLAG_MMAP`.
     pub const FLAG_MMAP: u32 = 1 << 2;
+    /// `VFIO_REGION_INFO_FLAG_CAPS`: a capability chain follows.
+    pub const FLAG_CAPS: u32 = 1 << 3;
 
     /// Whether the region can be mmap'd.
     pub fn mappable(&self) -> bool {
@@ -208,12 +229,49 @@ pub fn device_info(device: RawFd) -> io::Result<DeviceInfo> {
     Ok(DeviceInfo { flags: info.flags, num_regions: info.num_regions, num_irqs: info.num_irqs })
 }
 
-/// `VFIO_DEVICE_GET_REGION_INFO` for region `index`.
+/// `VFIO_DEVICE_GET_REGION_INFO` for region `index`, with its capabilities.
 pub fn region_info(device: RawFd, index: u32) -> io::Result<RegionInfo> {
-    let mut info = RawRegionInfo { argsz: size_of::<RawRegionInfo>() as u32, index, ..Default::default() };
-    // SAFETY: `info` is a whole vfio_region_info with argsz its size, owned here.
-    unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_REGION_INFO, &mut info) }?;
-    Ok(RegionInfo { index, flags: info.flags, size: info.size, offset: info.offset })
+    // struct vfio_region_info: argsz, flags, index, cap_offset (u32), size, offset (u64).
+    let b = info_with_caps(device, VFIO_DEVICE_GET_REGION_INFO, &[0, index], size_of::<RawRegionInfo>())?;
+    Ok(parse_region_info(index, &b))
+}
+
+/// Parses a `vfio_region_info` buffer the kernel filled (host byte order), with its capability
+/// chain: the sparse-mmap areas and whether the MSI-X table may be mapped.
+pub fn parse_region_info(index: u32, b: &[u8]) -> RegionInfo {
+    let flags = get_u32(b, 4).unwrap_or(0);
+    let mut info = RegionInfo {
+        index,
+        flags,
+        size: get_u64(b, 16).unwrap_or(0),
+        offset: get_u64(b, 24).unwrap_or(0),
+        sparse_mmap: None,
+        msix_mappable: false,
+    };
+    if flags & RegionInfo::FLAG_CAPS == 0 {
+        return info;
+    }
+    for (id, off) in caps(b, get_u32(b, 12).unwrap_or(0)) {
+        match id {
+            VFIO_REGION_INFO_CAP_SPARSE_MMAP => {
+                // Header, nr_areas u32, reserved u32, then (offset u64, size u64) per area.
+                let n = get_u32(b, off + 8).unwrap_or(0) as usize;
+                let mut areas = Vec::new();
+                for i in 0..n.min(4096) {
+                    let at = off + 16 + 16 * i;
+                    let (Some(offset), Some(size)) = (get_u64(b, at), get_u64(b, at + 8)) else { break };
+                    if size != 0 && offset.checked_add(size).is_some_and(|end| end <= info.size) {
+                        areas.push(SparseArea { offset, size });
+                    }
+                }
+                areas.sort_by_key(|a| a.offset);
+                info.sparse_mmap = Some(areas);
+            }
+            VFIO_REGION_INFO_CAP_MSIX_MAPPABLE => info.msix_mappable = true,
+            _ => {}
+        }
+    }
+    info
 }
 
 /// `VFIO_DEVICE_GET_IRQ_INFO` for IRQ index `index`.
@@ -263,26 +321,54 @@ pub fn device_reset(device: RawFd) -> io::Result<()> {
 /// `VFIO_IOMMU_GET_INFO` on the container, following the capability chain.
 pub fn iommu_info(container: RawFd) -> io::Result<IommuInfo> {
     // struct vfio_iommu_type1_info: argsz u32, flags u32, iova_pgsizes u64, cap_offset u32,
-    // pad u32 (24 bytes), then the capability chain. The buffer is u64 words for alignment;
-    // when the kernel answers with a larger argsz, ask again with that size.
-    let mut len = 24usize;
+    // pad u32 (24 bytes), then the capability chain.
+    info_with_caps(container, VFIO_IOMMU_GET_INFO, &[], 24).map(|b| parse_iommu_info(&b))
+}
+
+/// Runs a VFIO `*_GET_INFO` ioctl whose structure starts with `argsz` and may be followed by a
+/// capability chain: first with `len` bytes (after `argsz`, the words in `head` are written:
+/// e.g. flags and an index), again with the larger `argsz` the kernel answers when the chain
+/// does not fit. Returns the bytes the kernel filled. The buffer is u64 words for alignment.
+fn info_with_caps(fd: RawFd, request: libc::Ioctl, head: &[u32], len: usize) -> io::Result<Vec<u8>> {
+    let mut len = len;
     let mut rounds = 0;
     loop {
-        let mut words = vec![0u64; len.div_ceil(8)];
-        let mut first = [0u8; 8];
-        first[..4].copy_from_slice(&(len as u32).to_ne_bytes());
-        words[0] = u64::from_ne_bytes(first);
+        let mut bytes = vec![0u8; len.div_ceil(8) * 8];
+        bytes[..4].copy_from_slice(&(len as u32).to_ne_bytes());
+        for (i, w) in head.iter().enumerate() {
+            bytes[4 + 4 * i..8 + 4 * i].copy_from_slice(&w.to_ne_bytes());
+        }
+        let mut words: Vec<u64> =
+            bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect();
         // SAFETY: `words` holds at least `len` bytes, the argsz written into its first word,
         // and is owned here.
-        unsafe { ioctl_ptr(container, VFIO_IOMMU_GET_INFO, words.as_mut_ptr()) }?;
+        unsafe { ioctl_ptr(fd, request, words.as_mut_ptr()) }?;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let argsz = get_u32(&bytes, 0).unwrap_or(0) as usize;
         rounds += 1;
         if argsz <= len || argsz > (1 << 20) || rounds == 4 {
-            return Ok(parse_iommu_info(&bytes[..len]));
+            return Ok(bytes[..len].to_vec());
         }
         len = argsz;
     }
+}
+
+/// The capabilities of a VFIO info buffer `b`, from the one at byte `first`: (id, offset of its
+/// header) for each `vfio_info_cap_header` (id u16, version u16, next u32) that lies in the
+/// buffer. A chain that leaves the buffer ends; a loop ends after 32 hops.
+fn caps(b: &[u8], first: u32) -> impl Iterator<Item = (u16, usize)> + '_ {
+    let mut off = first as usize;
+    let mut hops = 0;
+    std::iter::from_fn(move || {
+        if off == 0 || hops == 32 {
+            return None;
+        }
+        hops += 1;
+        let (id, next) = (get_u16(b, off)?, get_u32(b, off + 4)?);
+        let here = off;
+        off = next as usize;
+        Some((id, here))
+    })
 }
 
 fn get_u16(b: &[u8], off: usize) -> Option<u16> {
@@ -308,11 +394,7 @@ pub fn parse_iommu_info(b: &[u8]) -> IommuInfo {
     if flags & VFIO_IOMMU_INFO_CAPS == 0 {
         return info;
     }
-    let mut off = get_u32(b, 16).unwrap_or(0) as usize;
-    let mut hops = 0;
-    while off != 0 && hops < 32 {
-        hops += 1;
-        let (Some(id), Some(next)) = (get_u16(b, off), get_u32(b, off + 4)) else { break };
+    for (id, off) in caps(b, get_u32(b, 16).unwrap_or(0)) {
         match id {
             VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE => {
                 let n = get_u32(b, off + 8).unwrap_or(0) as usize;
@@ -328,7 +410,6 @@ pub fn parse_iommu_info(b: &[u8]) -> IommuInfo {
             VFIO_IOMMU_TYPE1_INFO_DMA_AVAIL => info.dma_avail = get_u32(b, off + 8),
             _ => {}
         }
-        off = next as usize;
     }
     info
 }
@@ -426,6 +507,46 @@ mod tests {
     }
     fn put64(b: &mut Vec<u8>, v: u64) {
         b.extend_from_slice(&v.to_ne_bytes());
+    }
+
+    #[test]
+    fn region_info_with_sparse_mmap_and_msix_caps() {
+        // vfio_region_info (32 bytes): argsz, flags READ|WRITE|MMAP|CAPS, index 0, cap_offset
+        // 32, size 64 KiB, offset 0x100_0000; then SPARSE_MMAP at 32 (two areas around the
+        // MSI-X table page, and one outside the region, which is dropped) and MSIX_MAPPABLE.
+        let mut b = Vec::new();
+        put32(&mut b, 112);
+        put32(&mut b, 0xf);
+        put32(&mut b, 0);
+        put32(&mut b, 32);
+        put64(&mut b, 0x1_0000);
+        put64(&mut b, 0x100_0000);
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        put32(&mut b, 96);
+        put32(&mut b, 3);
+        put32(&mut b, 0);
+        put64(&mut b, 0x3000);
+        put64(&mut b, 0xd000);
+        put64(&mut b, 0);
+        put64(&mut b, 0x2000);
+        put64(&mut b, 0x1_0000);
+        put64(&mut b, 0x1000);
+        b.extend_from_slice(&3u16.to_ne_bytes());
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        put32(&mut b, 0);
+        let info = parse_region_info(0, &b);
+        assert_eq!((info.flags, info.size, info.offset), (0xf, 0x1_0000, 0x100_0000));
+        assert!(info.mappable() && info.msix_mappable);
+        assert_eq!(
+            info.sparse_mmap,
+            Some(vec![SparseArea { offset: 0, size: 0x2000 }, SparseArea { offset: 0x3000, size: 0xd000 }])
+        );
+        // Without the CAPS flag the chain is not read.
+        let mut plain = b.clone();
+        plain[4..8].copy_from_slice(&7u32.to_ne_bytes());
+        let info = parse_region_info(0, &plain);
+        assert_eq!((info.sparse_mmap, info.msix_mappable), (None, false));
     }
 
     #[test]
