@@ -961,13 +961,24 @@ impl<B: Backend> Drop for DmaBuffer<B> {
 /// the device's concurrent writes are never observed through a Rust reference; `into_inner`
 /// gives it back after unmapping.
 pub struct UserMemory<B: Backend> {
-    data: Option<Box<[u8]>>,
+    /// The registered buffer, taken out of its `Box` at registration (`Box::into_raw`) so that
+    /// no `Box` or reference asserts exclusive access while the device may write it; put back
+    /// into a `Box` only after a successful unmap (`into_inner`, `drop`). Null once returned.
+    data: *mut u8,
+    len: usize,
     mapped: bool,
     page_base: usize,
     map_len: usize,
     iova_base: u64,
     space: Arc<DmaSpace<B>>,
 }
+
+// SAFETY: UserMemory owns its buffer (a heap block with no thread affinity, held as a raw
+// pointer) and reaches it only by copies through raw pointers (`read`, `write`), never by
+// references, as DmaMemory does; the backend handle is Send + Sync.
+unsafe impl<B: Backend> Send for UserMemory<B> {}
+// SAFETY: as for Send; `&self` methods only copy within bounds.
+unsafe impl<B: Backend> Sync for UserMemory<B> {}
 
 impl<B: Backend> std::fmt::Debug for UserMemory<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1000,24 +1011,39 @@ impl<B: Backend> UserMemory<B> {
                 return Err(e);
             }
         };
-        // SAFETY: `data` is owned by the UserMemory built below and is neither freed nor moved
-        // (a boxed slice's heap block never moves) until drop/into_inner unmapped the range.
+        // SAFETY: `data` is owned by the UserMemory built below (as a raw pointer) and is neither
+        // freed nor moved (a boxed slice's heap block never moves) until drop/into_inner
+        // unmapped the range.
         if let Err(e) = unsafe { space.backend.dma_map(page_base as *mut u8, map_len, iova_base) } {
             let _ = space.allocator().free(iova_base, map_len as u64);
             // SAFETY: as above.
             unsafe { libc::munlock(page_base as *const libc::c_void, map_len) };
             return Err(e);
         }
-        Ok(UserMemory { data: Some(data), mapped: true, page_base, map_len, iova_base, space: space.clone() })
+        let len = data.len();
+        let data = Box::into_raw(data).cast::<u8>();
+        Ok(UserMemory { data, len, mapped: true, page_base, map_len, iova_base, space: space.clone() })
     }
 
     /// Length of the buffer.
     pub fn len(&self) -> usize {
-        self.data.as_ref().map_or(0, |d| d.len())
+        if self.data.is_null() { 0 } else { self.len }
     }
 
     fn ptr(&self) -> *const u8 {
-        self.data.as_ref().map_or(std::ptr::null(), |d| d.as_ptr())
+        self.data
+    }
+
+    /// Gives the buffer back as a `Box` (only after the device can no longer reach it).
+    fn take_box(&mut self) -> Option<Box<[u8]>> {
+        if self.data.is_null() {
+            return None;
+        }
+        let slice =
+            std::ptr::slice_from_raw_parts_mut(std::mem::replace(&mut self.data, std::ptr::null_mut()), self.len);
+        // SAFETY: `slice` is the pointer `Box::into_raw` gave in `new` with its length, not yet
+        // given back (the pointer is nulled here), so this is its one owner again.
+        Some(unsafe { Box::from_raw(slice) })
     }
 
     /// Whether the buffer is empty (never: registration needs a byte).
@@ -1099,16 +1125,15 @@ impl<B: Backend> UserMemory<B> {
     /// Unmaps and returns the buffer (None if the unmap failed: the memory is then leaked so
     /// the device cannot reach reused memory).
     pub fn into_inner(mut self) -> Option<Box<[u8]>> {
-        if self.unmap() { self.data.take() } else { None }
+        if self.unmap() { self.take_box() } else { None }
     }
 }
 
 impl<B: Backend> Drop for UserMemory<B> {
     fn drop(&mut self) {
-        if !self.unmap()
-            && let Some(d) = self.data.take()
-        {
-            std::mem::forget(d);
+        // A failed unmap leaves the buffer to the device: leaked, never freed for reuse.
+        if self.unmap() {
+            drop(self.take_box());
         }
     }
 }
