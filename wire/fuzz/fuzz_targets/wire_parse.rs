@@ -1,7 +1,8 @@
 //! Fuzz target: arbitrary bytes into `parse_frame`; whatever parses must rebuild with
 //! `FrameBuilder::from_packet` and re-parse (verified) to the same fields.
 //!
-//! Run with `cargo fuzz run wire_parse` from `sim/` (nightly toolchain + cargo-fuzz).
+//! Run with `cargo fuzz run wire_parse` from `wire/` (nightly, or `RUSTC_BOOTSTRAP=1` with
+//! `-s none` on stable, as `.ci/run` does for 30 seconds).
 
 #![no_main]
 
