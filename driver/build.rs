@@ -4,7 +4,8 @@
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(umlx_non_mlx5_pci)");
-    println!("cargo::rerun-if-changed=/sys/bus/pci/devices");
+    // (No rerun-if-changed on /sys: cargo would walk sysfs, whose links loop. The script runs
+    // again when the crate changes.)
     let found = std::fs::read_dir("/sys/bus/pci/devices").is_ok_and(|entries| {
         entries.flatten().any(|e| {
             std::fs::read_to_string(e.path().join("vendor")).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0x15b3")
