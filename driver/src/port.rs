@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::{Error, Hca, Result};
 use umlx_hwdesc::enums::CmdOpcode;
 use umlx_hwdesc::ifc::{
-    hca_vport_context, query_hca_vport_context_in, query_hca_vport_context_out, query_hca_vport_gid_in,
+    atomic_caps, hca_vport_context, query_hca_vport_context_in, query_hca_vport_context_out, query_hca_vport_gid_in,
     query_hca_vport_gid_out,
 };
 use umlx_hwdesc::plain::iseg;
@@ -47,6 +47,15 @@ impl<B: Backend> Hca<B> {
         let rev = b.read32(iseg::FW_REV);
         let sub = b.read32(iseg::CMDIF_REV_FW_SUB);
         FwVersion { major: rev as u16, minor: (rev >> 16) as u16, sub_minor: sub as u16 }
+    }
+
+    /// Whether the device does the two ibverbs atomics, compare-and-swap and fetch-and-add
+    /// (atomic caps `atomic_operations` bits 0 and 1).
+    pub fn atomics_supported(&self) -> bool {
+        const CMP_SWAP_AND_FETCH_ADD: u64 = 0b11;
+        let atomic = self.caps().atomic;
+        !atomic.is_empty()
+            && atomic_caps::atomic_operations.get(&atomic) & CMP_SWAP_AND_FETCH_ADD == CMP_SWAP_AND_FETCH_ADD
     }
 
     /// PCI vendor and device id (config space offsets 0 and 2).

@@ -12,7 +12,7 @@ use umlx_driver::objects::{Pd as DrvPd, Uar};
 use umlx_driver::vfio::VfioBackend;
 use umlx_driver::wqsize;
 use umlx_driver::{Hca, HcaOptions, SimBackend};
-use umlx_hwdesc::ifc::{atomic_caps, cmd_hca_cap};
+use umlx_hwdesc::ifc::cmd_hca_cap;
 use umlx_sim::{SimConfig, SimDevice};
 
 /// What kind of device an entry of the device list is.
@@ -172,7 +172,7 @@ impl<B: Backend> Context<B> {
         let g = |f| caps.general_cap(f);
         let hca = &self.shared.hca;
         let (vendor, device) = hca.pci_ids()?;
-        let atomic = !caps.atomic.is_empty() && atomic_caps::atomic_operations.get(&caps.atomic) & 3 == 3;
+        let atomic = hca.atomics_supported();
         Ok(DeviceAttr {
             fw_ver: hca.fw_version().to_string(),
             node_guid: self.shared.port.node_guid,
