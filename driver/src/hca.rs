@@ -438,6 +438,8 @@ impl<B: Backend> Hca<B> {
             };
             gids.push(GidEntry { index: gids.len() as u32, gid, ipv4 });
         }
+        // Linux `mlx5_core_roce_gid_set`: the port is named only on a multi-port vHCA.
+        let vhca_ports = self.caps().general_cap(cmd_hca_cap::num_vhca_ports) != 0;
         for g in &gids {
             self.command(
                 CmdOpcode::SET_ROCE_ADDRESS,
@@ -446,7 +448,9 @@ impl<B: Backend> Hca<B> {
                 set_roce_address_out::SIZE_BYTES,
                 |b| {
                     set_roce_address_in::roce_address_index.set(b, g.index as u64);
-                    set_roce_address_in::vhca_port_num.set(b, 1);
+                    if vhca_ports {
+                        set_roce_address_in::vhca_port_num.set(b, 1);
+                    }
                     let a = set_roce_address_in::roce_address;
                     if let Some(d) = a.inner(roce_addr_layout::source_l3_address).bytes_mut(b) {
                         d.copy_from_slice(&g.gid);

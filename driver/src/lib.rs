@@ -6,6 +6,7 @@
 //! memory, the command interface, bring-up and teardown, firmware pages, event queues, health,
 //! and the hardware objects (UAR, PD, MKey, CQ, QP, SRQ).
 
+pub mod av;
 pub mod backend;
 pub mod cmd;
 pub mod datapath;
@@ -15,9 +16,12 @@ pub mod event;
 pub mod hca;
 pub mod objects;
 pub mod pages;
+pub mod port;
+pub mod qpc;
 #[cfg(feature = "sim")]
 pub mod simdev;
 pub mod vfio;
+pub mod wqsize;
 
 pub use error::{Error, Result};
 pub use hca::{Hca, HcaOptions};

@@ -67,6 +67,16 @@ impl SimBackend {
     pub fn device(&self) -> &SimDevice {
         &self.dev
     }
+
+    /// A neighbour resolver over the device's own wire: `f(my_ip, ip)` asks for `ip`'s MAC by
+    /// ARP or neighbour solicitation from `my_ip`, waiting up to `timeout`.
+    pub fn neighbor_resolver(
+        &self,
+        timeout: std::time::Duration,
+    ) -> impl Fn(std::net::IpAddr, std::net::IpAddr) -> Option<[u8; 6]> + Send + Sync + 'static {
+        let port = self.dev.port();
+        move |me, ip| port.resolve(me, ip, timeout)
+    }
 }
 
 // SAFETY: `doorbell_page` returns the backend's own sink page (plain doorbells) or nothing;

@@ -130,3 +130,94 @@ fn remote_write_without_local_write_is_refused() {
     let pd = Pd::new(&h).unwrap();
     assert!(matches!(MemoryRegion::new(&pd, 4096, false, Access::REMOTE_WRITE), Err(Error::InvalidArgument(_))));
 }
+
+/// The contexts `qpc::build` makes pass the strict sim for RC and UD (with the optional access
+/// flags in INIT2RTR), QUERY_QP reads back what they carry (`log_msg_max` from the cap, a UD
+/// QP's 4096-byte MTU and 4 KiB messages), and the mask the verbs layer used to send (the path,
+/// RNR timer and responder depth flagged in INIT2RTR) is refused with BAD_PARAM.
+#[test]
+fn driver_qp_contexts_pass_the_strict_firmware() {
+    use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
+    use umlx_hwdesc::enums::{IbMtu, QpOptParam};
+    use umlx_hwdesc::ifc::cmd_hca_cap;
+    let (_b, h) = open();
+    let pd = Pd::new(&h).unwrap();
+    let uar = Arc::new(Uar::new(&h).unwrap());
+    let cq = Arc::new(Cq::new(&h, 6, None).unwrap());
+    let cfg = |service| QpConfig { service, log_sq_size: 6, log_rq_size: 6, rq_stride_shift: 5 };
+    let rc = Qp::new(&pd, &uar, &cq, &cq, None, cfg(QpServiceType::RC)).unwrap();
+    let access = Some(RemoteAccess { write: true, read: true, atomic: false });
+    let init = QpAttrs { port: 1, port_given: true, access, pkey_index: Some(0), ..Default::default() };
+    rc.transition(Transition::Rst2Init, &init).unwrap();
+    let path = AddressPath {
+        dmac: [0x02, 0, 0x5e, 0x10, 0, 0x63],
+        dgid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 99],
+        sgid_index: 1,
+        hop_limit: 0,
+        traffic_class: 0,
+        flow_label: 0,
+        sl: 0,
+    };
+    let rtr = QpAttrs {
+        port: 1,
+        access,
+        path_mtu: Some(IbMtu::MTU_1024),
+        path: Some(path),
+        dest_qpn: Some(0x77),
+        rq_psn: Some(9),
+        max_dest_rd_atomic: Some(4),
+        min_rnr_timer: Some(12),
+        ..Default::default()
+    };
+    // The old mask on the same context: refused, the QP stays in INIT.
+    let log_max_msg = h.caps().general_cap(cmd_hca_cap::log_max_msg) as u8;
+    let m = umlx_driver::qpc::build(Transition::Init2Rtr, QpServiceType::RC, rc.qpn(), &rtr, log_max_msg);
+    let old = QpOptParam::PRIMARY_ADDR_PATH | QpOptParam::RNR_TIMEOUT | QpOptParam::RRA_MAX;
+    match rc.modify(Transition::Init2Rtr, old.bits(), |c| c.copy_from_slice(&m.qpc)) {
+        Err(Error::Command { status, syndrome, .. }) => {
+            assert_eq!(status, CmdStatus::BAD_PARAM_ERR);
+            assert_eq!(
+                syndrome,
+                umlx_sim::firmware::syndrome::make(
+                    CmdOpcode::INIT2RTR_QP.0,
+                    umlx_sim::firmware::syndrome::BAD_OPT_PARAM
+                )
+            );
+        }
+        r => panic!("INIT2RTR with mandatory parameters flagged: {r:?}"),
+    }
+    assert_eq!(rc.query_attrs().unwrap().state, QpState::INIT);
+    rc.transition(Transition::Init2Rtr, &rtr).unwrap();
+    let rts = QpAttrs {
+        port: 1,
+        sq_psn: Some(3),
+        timeout: Some(14),
+        retry_cnt: Some(7),
+        rnr_retry: Some(7),
+        max_rd_atomic: Some(1),
+        ..Default::default()
+    };
+    rc.transition(Transition::Rtr2Rts, &rts).unwrap();
+    let q = rc.query_attrs().unwrap();
+    let c = rc.query().unwrap();
+    assert_eq!(q.state, QpState::RTS);
+    assert_eq!((q.mtu, qpc::log_msg_max.get(&c) as u8), (IbMtu::MTU_1024, log_max_msg));
+    assert_eq!((q.dest_qpn, q.rq_psn, q.sq_psn, q.max_dest_rd_atomic), (0x77, 9, 3, 4));
+    assert_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (14, 7, 7));
+    assert_eq!(q.access, RemoteAccess { write: true, read: true, atomic: false });
+    assert_eq!((q.path.dmac, q.path.dgid, q.path.hop_limit), (path.dmac, path.dgid, 64));
+    assert_eq!(
+        qpc::primary_address_path.inner(ads::udp_sport).get(&c) as u16,
+        umlx_driver::qpc::roce_udp_sport(0, rc.qpn(), 0x77)
+    );
+    // UD: Q_Key optional in INIT2RTR and RTR2RTS; mtu 4096 and log_msg_max 12 as Linux sets.
+    let ud = Qp::new(&pd, &uar, &cq, &cq, None, cfg(QpServiceType::UD)).unwrap();
+    let k = |q| QpAttrs { port: 1, qkey: Some(q), pkey_index: Some(0), ..Default::default() };
+    ud.transition(Transition::Rst2Init, &k(0x11)).unwrap();
+    ud.transition(Transition::Init2Rtr, &k(0x22)).unwrap();
+    ud.transition(Transition::Rtr2Rts, &QpAttrs { sq_psn: Some(5), ..k(0x33) }).unwrap();
+    let c = ud.query().unwrap();
+    let q = ud.query_attrs().unwrap();
+    assert_eq!((q.state, q.qkey, q.sq_psn), (QpState::RTS, 0x33, 5));
+    assert_eq!((q.mtu, qpc::log_msg_max.get(&c)), (IbMtu::MTU_4096, 12));
+}

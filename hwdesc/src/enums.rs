@@ -917,3 +917,47 @@ flag_set! {
         COUNTER_SET_ID = 1 << 25,
     }
 }
+
+impl QpOptParam {
+    /// The optional parameters a QP modify command (`op`) accepts for a QP of service type
+    /// `st`: the table Linux `drivers/infiniband/hw/mlx5/qp.c` keeps as `opt_mask[cur][new][st]`
+    /// ("according to firmware spec") and masks every `opt_param_mask` with. RST2INIT, 2ERR and
+    /// 2RST have no entry there (no optional parameter); neither has a service type this
+    /// table does not list. Parameters of a transition that are not in this set are mandatory
+    /// (always read from the context) or not part of that transition. XRC has the RC set
+    /// (Linux commit "Fix missing XRC optional parameters"); the packet-pacing and LAG bits of
+    /// newer kernels are not listed (umlx sets neither).
+    pub const fn allowed(op: CmdOpcode, st: QpServiceType) -> QpOptParam {
+        const fn u(bits: &[QpOptParam]) -> QpOptParam {
+            let mut v = 0;
+            let mut i = 0;
+            while i < bits.len() {
+                v |= bits[i].0;
+                i += 1;
+            }
+            QpOptParam(v)
+        }
+        use QpOptParam as P;
+        let rc = matches!(st, QpServiceType::RC | QpServiceType::XRC);
+        let uc = st.0 == QpServiceType::UC.0;
+        let ud = st.0 == QpServiceType::UD.0;
+        match op {
+            CmdOpcode::INIT2INIT_QP if rc => u(&[P::RRE, P::RAE, P::RWE, P::PKEY_INDEX, P::PRI_PORT]),
+            CmdOpcode::INIT2INIT_QP if uc => u(&[P::RWE, P::PKEY_INDEX, P::PRI_PORT]),
+            CmdOpcode::INIT2INIT_QP if ud => u(&[P::PKEY_INDEX, P::Q_KEY, P::PRI_PORT]),
+            CmdOpcode::INIT2RTR_QP if rc => u(&[P::ALT_ADDR_PATH, P::RRE, P::RAE, P::RWE, P::PKEY_INDEX]),
+            CmdOpcode::INIT2RTR_QP if uc => u(&[P::ALT_ADDR_PATH, P::RWE, P::PKEY_INDEX]),
+            CmdOpcode::INIT2RTR_QP if ud => u(&[P::PKEY_INDEX, P::Q_KEY]),
+            CmdOpcode::RTR2RTS_QP if rc => u(&[P::ALT_ADDR_PATH, P::RRE, P::RAE, P::RWE, P::PM_STATE, P::RNR_TIMEOUT]),
+            CmdOpcode::RTR2RTS_QP if uc => u(&[P::ALT_ADDR_PATH, P::RWE, P::PM_STATE]),
+            CmdOpcode::RTR2RTS_QP if ud => P::Q_KEY,
+            CmdOpcode::RTS2RTS_QP if rc => u(&[P::RRE, P::RAE, P::RWE, P::RNR_TIMEOUT, P::PM_STATE, P::ALT_ADDR_PATH]),
+            CmdOpcode::RTS2RTS_QP if uc => u(&[P::RWE, P::PM_STATE, P::ALT_ADDR_PATH]),
+            CmdOpcode::RTS2RTS_QP if ud => u(&[P::Q_KEY, P::SRQN, P::CQN_RCV]),
+            CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP if rc => u(&[P::RNR_TIMEOUT, P::RWE, P::RAE, P::RRE]),
+            CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP if uc => P::RWE,
+            CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP if ud => P::Q_KEY,
+            _ => P(0),
+        }
+    }
+}

@@ -696,6 +696,18 @@ pub mod wqe {
     pub const INVALID_LKEY: u32 = 0x100;
     /// Flag ORed into the address vector's `dqp_dct` (`MLX5_EXTENDED_UD_AV`).
     pub const EXTENDED_UD_AV: u32 = 0x8000_0000;
+    /// Address vector `grh_gid_fl` bit 30: a GRH is present (Linux `create_ib_ah`).
+    pub const AV_GRH: u32 = 1 << 30;
+    /// Shift of the source GID index (bits 27:20) in `grh_gid_fl`.
+    pub const AV_SGID_INDEX_SHIFT: u32 = 20;
+    /// Mask of the source GID index after the shift (8 bits).
+    pub const AV_SGID_INDEX_MASK: u32 = 0xff;
+    /// Mask of the flow label (bits 19:0) in `grh_gid_fl`.
+    pub const AV_FLOW_LABEL_MASK: u32 = 0x000f_ffff;
+    /// Shift of the SL in `stat_rate_sl` on RoCE (bits 3:1).
+    pub const AV_ROCE_SL_SHIFT: u32 = 1;
+    /// Mask of the SL before the shift on RoCE (3 bits, the Ethernet priority).
+    pub const AV_ROCE_SL_MASK: u8 = 0x7;
     /// `fm_ce_se`: fence mode "small and fence" (`MLX5_WQE_CTRL_FENCE`).
     pub const WQE_CTRL_FENCE: u8 = 4 << 5;
     /// `fm_ce_se`: fence mode "initiator small" (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`).
@@ -720,17 +732,6 @@ pub mod wqe {
     pub const WQE_CTRL_OPMOD_SHIFT: u32 = 24;
     /// Data segment `byte_count` of an atomic's local result buffer (`MLX5_ATOMIC_SIZE`).
     pub const ATOMIC_SIZE: u32 = 8;
-    /// Shift of the source GID index in the address vector's `grh_gid_fl` (bits 27:20).
-    pub const AV_GRH_SGID_INDEX_SHIFT: u32 = 20;
-    /// Mask of the source GID index after the shift.
-    pub const AV_GRH_SGID_INDEX_MASK: u32 = 0xff;
-    /// The address vector's `grh_gid_fl` bit 30: a GRH is present (rdma-core `mlx5_create_ah`
-    /// sets it for a global address, which every RoCE address is).
-    pub const AV_GRH_PRESENT: u32 = 1 << 30;
-    /// Mask of the flow label in `grh_gid_fl` (bits 19:0).
-    pub const AV_FLOW_LABEL_MASK: u32 = 0x000f_ffff;
-    /// Shift of the SL in the address vector's `stat_rate_sl` for RoCE (bits 3:1).
-    pub const AV_ROCE_SL_SHIFT: u32 = 1;
 }
 
 // ---------------------------------------------------------------------------------------------

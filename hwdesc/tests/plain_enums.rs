@@ -635,3 +635,42 @@ fn flag_sets() {
     assert_eq!(QpOptParam(1 << 11).to_string(), "Unknown(0x800)");
     assert_eq!(u32::from(QpOptParam::from(0x8000_0001)), 0x8000_0001);
 }
+
+/// The optional parameters per QP transition and service type, as Linux mlx5_ib's `opt_mask`
+/// table lists them (raw bit values, so a renamed constant cannot hide a changed table).
+#[test]
+fn qp_opt_param_table_matches_linux_opt_mask() {
+    let a = QpOptParam::allowed;
+    let (rc, uc, ud) = (QpServiceType::RC, QpServiceType::UC, QpServiceType::UD);
+    // No optional parameter in RST2INIT, 2ERR and 2RST.
+    for op in [CmdOpcode::RST2INIT_QP, CmdOpcode::QP_2ERR, CmdOpcode::QP_2RST] {
+        for st in [rc, uc, ud] {
+            assert_eq!(a(op, st).bits(), 0, "{op} {st}");
+        }
+    }
+    // INIT2INIT: RRE|RAE|RWE|PKEY_INDEX|PRI_PORT; UC RWE|PKEY_INDEX|PRI_PORT; UD PKEY_INDEX|Q_KEY|PRI_PORT.
+    assert_eq!(a(CmdOpcode::INIT2INIT_QP, rc).bits(), 0x1_001e);
+    assert_eq!(a(CmdOpcode::INIT2INIT_QP, uc).bits(), 0x1_0018);
+    assert_eq!(a(CmdOpcode::INIT2INIT_QP, ud).bits(), 0x1_0030);
+    // INIT2RTR: ALT_ADDR_PATH|RRE|RAE|RWE|PKEY_INDEX; UC ALT|RWE|PKEY; UD PKEY_INDEX|Q_KEY.
+    assert_eq!(a(CmdOpcode::INIT2RTR_QP, rc).bits(), 0x1f);
+    assert_eq!(a(CmdOpcode::INIT2RTR_QP, uc).bits(), 0x19);
+    assert_eq!(a(CmdOpcode::INIT2RTR_QP, ud).bits(), 0x30);
+    // RTR2RTS: ALT|RRE|RAE|RWE|PM_STATE|RNR_TIMEOUT; UC ALT|RWE|PM_STATE; UD Q_KEY.
+    assert_eq!(a(CmdOpcode::RTR2RTS_QP, rc).bits(), 0x44f);
+    assert_eq!(a(CmdOpcode::RTR2RTS_QP, uc).bits(), 0x409);
+    assert_eq!(a(CmdOpcode::RTR2RTS_QP, ud).bits(), 0x20);
+    // RTS2RTS: as RTR2RTS for RC and UC; UD Q_KEY|SRQN|CQN_RCV.
+    assert_eq!(a(CmdOpcode::RTS2RTS_QP, rc).bits(), 0x44f);
+    assert_eq!(a(CmdOpcode::RTS2RTS_QP, uc).bits(), 0x409);
+    assert_eq!(a(CmdOpcode::RTS2RTS_QP, ud).bits(), 0xc_0020);
+    // SQERR2RTS and SQD2RTS: RNR_TIMEOUT|RWE|RAE|RRE; UC RWE; UD Q_KEY.
+    for op in [CmdOpcode::SQERR2RTS_QP, CmdOpcode::SQD_RTS_QP] {
+        assert_eq!(a(op, rc).bits(), 0x4e);
+        assert_eq!(a(op, uc).bits(), 0x8);
+        assert_eq!(a(op, ud).bits(), 0x20);
+    }
+    // XRC has the RC set; a type without an entry has none.
+    assert_eq!(a(CmdOpcode::INIT2RTR_QP, QpServiceType::XRC), a(CmdOpcode::INIT2RTR_QP, rc));
+    assert_eq!(a(CmdOpcode::INIT2RTR_QP, QpServiceType::DCT).bits(), 0);
+}

@@ -4,7 +4,7 @@
 mod firmware_common;
 
 use firmware_common::*;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, QpServiceType, QpState};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, QpOptParam, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
 
 /// An environment with GID 0 set and one CQ.
@@ -233,22 +233,74 @@ fn optional_parameters_apply_only_when_selected() {
     })
     .unwrap();
     assert_eq!(q.inner(qpc::rwe).get(&query_qp(h, qpn).unwrap()), 1, "not selected: unchanged");
-    modify_qp(h, CmdOpcode::INIT2INIT_QP, qpn, 1 << 3, |i| {
+    modify_qp(h, CmdOpcode::INIT2INIT_QP, qpn, QpOptParam::RWE.bits(), |i| {
         qpc_f(qpc::rwe).set(i, 0);
     })
     .unwrap();
     assert_eq!(q.inner(qpc::rwe).get(&query_qp(h, qpn).unwrap()), 0, "selected: applied");
     transition(h, CmdOpcode::INIT2RTR_QP, qpn).unwrap();
     transition(h, CmdOpcode::RTR2RTS_QP, qpn).unwrap();
-    // RTS2RTS: retry_count (1 << 12) and ack_timeout (1 << 14).
-    modify_qp(h, CmdOpcode::RTS2RTS_QP, qpn, 1 << 12, |i| {
-        qpc_f(qpc::retry_count).set(i, 3);
-        ads_f(ads::ack_timeout).set(i, 20);
+    // RTS2RTS: min_rnr_nak with RNR_TIMEOUT (1 << 6); rwe not selected.
+    modify_qp(h, CmdOpcode::RTS2RTS_QP, qpn, QpOptParam::RNR_TIMEOUT.bits(), |i| {
+        qpc_f(qpc::min_rnr_nak).set(i, 3);
+        qpc_f(qpc::rwe).set(i, 1);
     })
     .unwrap();
     let o = query_qp(h, qpn).unwrap();
-    assert_eq!(q.inner(qpc::retry_count).get(&o), 3);
-    assert_eq!(q.inner(qpc::primary_address_path).inner(ads::ack_timeout).get(&o), 14, "not selected");
+    assert_eq!(q.inner(qpc::min_rnr_nak).get(&o), 3);
+    assert_eq!(q.inner(qpc::rwe).get(&o), 0, "not selected");
+}
+
+/// The strict firmware: an `opt_param_mask` bit outside the transition's optional parameters
+/// (Linux mlx5_ib `opt_mask`, "according to firmware spec") is BAD_PARAM with the
+/// BAD_OPT_PARAM reason, and the QP keeps its state and context.
+#[test]
+fn opt_param_bits_outside_the_transition_table_are_bad_param() {
+    let mut t = QpEnv::new();
+    let qpn = t.new_qp(QpServiceType::RC);
+    let h = t.host();
+    // RST2INIT has no optional parameter at all.
+    let r = modify_qp(h, CmdOpcode::RST2INIT_QP, qpn, QpOptParam::RRE.bits(), init_attrs);
+    expect_fail(r, CmdOpcode::RST2INIT_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_OPT_PARAM);
+    assert_eq!(qp_state(h, qpn), QpState::RST);
+    transition(h, CmdOpcode::RST2INIT_QP, qpn).unwrap();
+    // INIT2RTR (RC): the path, RNR timer and responder depth are mandatory, never optional.
+    for bit in [QpOptParam::PRIMARY_ADDR_PATH, QpOptParam::RNR_TIMEOUT, QpOptParam::RRA_MAX, QpOptParam::Q_KEY] {
+        let r = modify_qp(h, CmdOpcode::INIT2RTR_QP, qpn, bit.bits(), rtr_attrs);
+        expect_fail(r, CmdOpcode::INIT2RTR_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_OPT_PARAM);
+        assert_eq!(qp_state(h, qpn), QpState::INIT, "{bit}");
+        let o = query_qp(h, qpn).unwrap();
+        assert_eq!(query_qp_out::qpc.inner(qpc::mtu).get(&o), 0, "{bit}: a refused transition writes nothing");
+    }
+    // Its optional parameters pass (access flags, P_Key index).
+    let ok = QpOptParam::RRE | QpOptParam::RWE | QpOptParam::RAE | QpOptParam::PKEY_INDEX;
+    assert_eq!(ok, ok & QpOptParam::allowed(CmdOpcode::INIT2RTR_QP, QpServiceType::RC));
+    modify_qp(h, CmdOpcode::INIT2RTR_QP, qpn, ok.bits(), |i| {
+        rtr_attrs(i);
+        init_attrs(i);
+    })
+    .expect("INIT2RTR with its optional parameters");
+    // RTR2RTS (RC): retry counts, ACK timeout and initiator depth are mandatory.
+    for bit in [QpOptParam::RETRY_COUNT, QpOptParam::RNR_RETRY, QpOptParam::ACK_TIMEOUT, QpOptParam::SRA_MAX] {
+        let r = modify_qp(h, CmdOpcode::RTR2RTS_QP, qpn, bit.bits(), rts_attrs);
+        expect_fail(r, CmdOpcode::RTR2RTS_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_OPT_PARAM);
+        assert_eq!(qp_state(h, qpn), QpState::RTR, "{bit}");
+    }
+    transition(h, CmdOpcode::RTR2RTS_QP, qpn).unwrap();
+    // A UD QP: Q_Key is optional in INIT2RTR, the access bits are not.
+    let ud = t.new_qp(QpServiceType::UD);
+    let h = t.host();
+    modify_qp(h, CmdOpcode::RST2INIT_QP, ud, 0, |i| {
+        ads_f(ads::vhca_port_num).set(i, 1);
+    })
+    .unwrap();
+    let r = modify_qp(h, CmdOpcode::INIT2RTR_QP, ud, QpOptParam::RWE.bits(), |_| {});
+    expect_fail(r, CmdOpcode::INIT2RTR_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_OPT_PARAM);
+    modify_qp(h, CmdOpcode::INIT2RTR_QP, ud, QpOptParam::Q_KEY.bits(), |i| {
+        qpc_f(qpc::q_key).set(i, 0x77);
+    })
+    .unwrap();
+    assert_eq!(query_qp_out::qpc.inner(qpc::q_key).get(&query_qp(h, ud).unwrap()), 0x77);
 }
 
 #[test]
@@ -274,7 +326,7 @@ fn ud_qp_transitions() {
     assert_eq!(q.inner(qpc::next_send_psn).get(&o), 0x55);
     assert_eq!(q.inner(qpc::st).get(&o), QpServiceType::UD.0 as u64);
     // Q_Key changes in RTS2RTS only when selected (1 << 5).
-    modify_qp(h, CmdOpcode::RTS2RTS_QP, qpn, 1 << 5, |i| {
+    modify_qp(h, CmdOpcode::RTS2RTS_QP, qpn, QpOptParam::Q_KEY.bits(), |i| {
         qpc_f(qpc::q_key).set(i, 7);
     })
     .unwrap();

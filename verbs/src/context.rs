@@ -12,8 +12,9 @@ use umlx_driver::datapath::QpTable;
 use umlx_driver::hca::PortInfo;
 use umlx_driver::objects::{Pd as DrvPd, Uar};
 use umlx_driver::vfio::VfioBackend;
+use umlx_driver::wqsize;
 use umlx_driver::{Hca, HcaOptions};
-use umlx_hwdesc::ifc::{atomic_caps, cmd_hca_cap};
+use umlx_hwdesc::ifc::cmd_hca_cap;
 #[cfg(feature = "sim")]
 use umlx_sim::{SimConfig, SimDevice};
 
@@ -123,11 +124,11 @@ impl Context<SimBackend> {
 impl Context<SimBackend> {
     /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
     pub fn use_sim_arp(&self) {
-        let port = self.shared.hca.backend().device().port();
+        let resolve = self.shared.hca.backend().neighbor_resolver(std::time::Duration::from_secs(2));
         let mine: Vec<IpAddr> = self.gids().iter().skip(1).map(|(_, g)| g.to_ip()).collect();
         self.set_resolver(Arc::new(move |ip: IpAddr| {
             let me = mine.iter().find(|m| m.is_ipv4() == ip.is_ipv4())?;
-            port.resolve(*me, ip, std::time::Duration::from_secs(2))
+            resolve(*me, ip)
         }));
     }
 }
@@ -174,23 +175,21 @@ impl<B: Backend> Context<B> {
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let caps = self.shared.hca.caps();
         let g = |f| caps.general_cap(f);
-        let b = &self.shared.hca.backend();
-        let fw = (b.read32(0), b.read32(4));
-        let mut cfg = [0u8; 4];
-        b.config_read(0, &mut cfg)?;
-        let atomic = !caps.atomic.is_empty() && atomic_caps::atomic_operations.get(&caps.atomic) & 3 == 3;
+        let hca = &self.shared.hca;
+        let (vendor, device) = hca.pci_ids()?;
+        let atomic = hca.atomics_supported();
         Ok(DeviceAttr {
-            fw_ver: format!("{}.{}.{}", fw.0 & 0xffff, fw.0 >> 16, fw.1 & 0xffff),
+            fw_ver: hca.fw_version().to_string(),
             node_guid: self.shared.port.node_guid,
             sys_image_guid: self.shared.port.node_guid,
             max_mr_size: u64::MAX,
             page_size_cap: !0xfff,
-            vendor_id: u16::from_le_bytes([cfg[0], cfg[1]]) as u32,
-            vendor_part_id: u16::from_le_bytes([cfg[2], cfg[3]]) as u32,
+            vendor_id: vendor as u32,
+            vendor_part_id: device as u32,
             hw_ver: 0,
             max_qp: 1 << g(cmd_hca_cap::log_max_qp),
             max_qp_wr: 1 << g(cmd_hca_cap::log_max_qp_sz),
-            max_sge: ((g(cmd_hca_cap::max_wqe_sz_sq) as u32).saturating_sub(32)) / 16,
+            max_sge: wqsize::device_max_send_sge(g(cmd_hca_cap::max_wqe_sz_sq) as u32),
             max_cq: 1 << g(cmd_hca_cap::log_max_cq),
             max_cqe: (1 << g(cmd_hca_cap::log_max_cq_sz)) - 1,
             max_mr: 1 << g(cmd_hca_cap::log_max_mkey),
@@ -199,7 +198,7 @@ impl<B: Backend> Context<B> {
             max_qp_init_rd_atom: 1 << g(cmd_hca_cap::log_max_ra_req_qp),
             max_srq: 1 << g(cmd_hca_cap::log_max_srq),
             max_srq_wr: (1 << g(cmd_hca_cap::log_max_srq_sz)) - 1,
-            max_srq_sge: (g(cmd_hca_cap::max_wqe_sz_rq) as u32 / 16).saturating_sub(1),
+            max_srq_sge: wqsize::device_max_srq_sge(g(cmd_hca_cap::max_wqe_sz_rq) as u32),
             phys_port_cnt: g(cmd_hca_cap::num_ports) as u8,
             atomic_cap: atomic as u32,
             local_ca_ack_delay: g(cmd_hca_cap::local_ca_ack_delay) as u8,
@@ -211,18 +210,8 @@ impl<B: Backend> Context<B> {
         if port != 1 {
             return Err(Error::Invalid(format!("port {port}: the device has port 1")));
         }
-        let out = self.shared.hca.command(
-            umlx_hwdesc::enums::CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
-            0,
-            umlx_hwdesc::ifc::query_hca_vport_context_in::SIZE_BYTES,
-            umlx_hwdesc::ifc::query_hca_vport_context_out::SIZE_BYTES,
-            |b| {
-                umlx_hwdesc::ifc::query_hca_vport_context_in::port_num.set(b, 1);
-            },
-        )?;
-        let ctx = umlx_hwdesc::ifc::query_hca_vport_context_out::hca_vport_context;
-        let st = ctx.inner(umlx_hwdesc::ifc::hca_vport_context::port_state).get(&out) as u32;
-        let phys = ctx.inner(umlx_hwdesc::ifc::hca_vport_context::port_physical_state).get(&out) as u8;
+        let vport = self.shared.hca.query_vport(port)?;
+        let (st, phys) = (vport.port_state as u32, vport.port_physical_state);
         let active = self.active_mtu();
         let caps = self.shared.hca.caps();
         Ok(PortAttr {
@@ -254,20 +243,9 @@ impl<B: Backend> Context<B> {
         if port != 1 {
             return Err(Error::Invalid(format!("port {port}: the device has port 1")));
         }
-        let out = self.shared.hca.command(
-            umlx_hwdesc::enums::CmdOpcode::QUERY_HCA_VPORT_GID,
-            0,
-            umlx_hwdesc::ifc::query_hca_vport_gid_in::SIZE_BYTES,
-            umlx_hwdesc::ifc::query_hca_vport_gid_out::SIZE_BYTES + 16,
-            |b| {
-                umlx_hwdesc::ifc::query_hca_vport_gid_in::port_num.set(b, 1);
-                umlx_hwdesc::ifc::query_hca_vport_gid_in::gid_index.set(b, index as u64);
-            },
-        )?;
-        let off = umlx_hwdesc::ifc::query_hca_vport_gid_out::SIZE_BYTES;
-        let mut g = [0u8; 16];
-        g.copy_from_slice(&out[off..off + 16]);
-        Ok(Gid(g))
+        let index = u16::try_from(index)
+            .map_err(|_| Error::Invalid(format!("GID index {index}: the table has 16-bit indices")))?;
+        Ok(Gid(self.shared.hca.query_gid(port, index)?))
     }
 
     /// The GID table entries the driver programmed (index, GID).

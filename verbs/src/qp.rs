@@ -9,6 +9,7 @@ use crate::types::*;
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use umlx_driver::av::{Av, AvParams};
 use umlx_driver::backend::Backend;
 use umlx_driver::datapath::{
     self, PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode,
@@ -16,8 +17,9 @@ use umlx_driver::datapath::{
 use umlx_driver::dma::DmaMemory;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
-use umlx_hwdesc::enums::QpServiceType;
-use umlx_hwdesc::ifc::{ads, qpc};
+use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
+use umlx_driver::wqsize::{self, QpCaps};
+use umlx_hwdesc::enums::{IbMtu, QpServiceType, QpState as HwQpState};
 
 /// A protection domain (`struct ibv_pd`).
 pub struct Pd<B: Backend> {
@@ -31,8 +33,13 @@ impl<B: Backend> std::fmt::Debug for Pd<B> {
     }
 }
 
-/// Largest inline data a send WQE carries.
-pub const MAX_INLINE: u32 = 512;
+/// A driver error about an argument is EINVAL ([`Error::Invalid`]); others stay driver errors.
+fn invalid(e: umlx_driver::Error) -> Error {
+    match e {
+        umlx_driver::Error::InvalidArgument(m) => Error::Invalid(m),
+        e => Error::Driver(e),
+    }
+}
 
 impl<B: Backend> Pd<B> {
     /// `ibv_reg_mr` over a buffer the region takes ownership of (given back by [`Mr::dereg`]).
@@ -61,14 +68,17 @@ impl<B: Backend> Pd<B> {
         if !self.ctx.gids().iter().any(|(i, _)| *i == sgid) {
             return Err(Error::Invalid(format!("source GID index {sgid} is not in the GID table")));
         }
-        let mut av = [0u8; 48];
-        av[0x0c] = (attr.sl & 7) << 1;
-        av[0x14..0x1a].copy_from_slice(&dmac);
-        av[0x1a] = attr.grh.traffic_class;
-        av[0x1b] = if attr.grh.hop_limit == 0 { 64 } else { attr.grh.hop_limit };
-        let gid_fl = ((sgid & 0xff) << 20) | (attr.grh.flow_label & 0xf_ffff);
-        av[0x1c..0x20].copy_from_slice(&gid_fl.to_be_bytes());
-        av[0x20..0x30].copy_from_slice(&attr.grh.dgid.0);
+        let g = attr.grh;
+        let av = self.ctx.shared.hca.build_av(&AvParams {
+            dmac,
+            sl: attr.sl,
+            traffic_class: g.traffic_class,
+            hop_limit: g.hop_limit,
+            sgid_index: g.sgid_index,
+            flow_label: g.flow_label,
+            dgid: g.dgid.0,
+            udp_sport: 0,
+        });
         Ok(Ah { attr: *attr, av })
     }
 
@@ -83,29 +93,23 @@ impl<B: Backend> Pd<B> {
         init: QpInitCap,
     ) -> Result<Qp<B>> {
         let cap = init.cap;
-        let max_sge = cap.max_send_sge.max(1);
-        if cap.max_send_sge > 30 || cap.max_recv_sge > 31 {
-            return Err(Error::Invalid(format!(
-                "{} send / {} receive SGEs: at most 30 / 31",
-                cap.max_send_sge, cap.max_recv_sge
-            )));
-        }
-        if cap.max_inline_data > MAX_INLINE {
-            return Err(Error::Invalid(format!("max_inline_data {}: at most {MAX_INLINE}", cap.max_inline_data)));
-        }
         let service = match qp_type {
             QpType::Rc => QpServiceType::RC,
             QpType::Ud => QpServiceType::UD,
         };
-        // Largest WQE: ctrl + (UD: AV 48 | RC: raddr 16 + atomic 16) + data.
-        let fixed = 16 + if qp_type == QpType::Ud { 48 } else { 32 };
-        let data = (max_sge * 16).max((cap.max_inline_data + 4).div_ceil(16) * 16);
-        let wqe_bbs = (fixed + data).div_ceil(64);
-        let sq_bbs = (cap.max_send_wr.max(1) * wqe_bbs).next_power_of_two();
-        let log_sq = sq_bbs.trailing_zeros();
-        let recv_sge = cap.max_recv_sge.max(1);
-        let rq_stride = (recv_sge * 16).next_power_of_two().max(16);
-        let rq_wqes = cap.max_recv_wr.max(1).next_power_of_two();
+        let size = wqsize::qp(
+            service,
+            QpCaps {
+                max_send_wr: cap.max_send_wr,
+                max_recv_wr: cap.max_recv_wr,
+                max_send_sge: cap.max_send_sge,
+                max_recv_sge: cap.max_recv_sge,
+                max_inline_data: cap.max_inline_data,
+            },
+            srq.is_some(),
+        )
+        .map_err(invalid)?;
+        let (sq_bbs, log_sq, rq_stride, rq_wqes) = (size.sq_bbs, size.log_sq_size, size.rq_stride, size.rq_wqes);
         let config = QpConfig {
             service,
             log_sq_size: log_sq,
@@ -116,14 +120,13 @@ impl<B: Backend> Pd<B> {
         let qp = DrvQp::new(&self.pd, &shared.uar, &send_cq.cq, &recv_cq.cq, srq.map(|s| &s.srq), config)?;
         let ring = Arc::new(WrRing::new(qp.qpn(), sq_bbs as usize, if srq.is_some() { 1 } else { rq_wqes as usize }));
         shared.qps.insert(ring.clone());
-        let max_inline = (wqe_bbs * 64 - fixed - 4).min(MAX_INLINE);
         let geo = SqGeometry {
             qpn: qp.qpn(),
             sq_offset: qp.sq_offset,
             log_bbs: log_sq,
             uar_index: shared.uar.index(),
-            max_sge: (wqe_bbs * 64 - fixed) / 16,
-            max_inline,
+            max_sge: size.actual.max_send_sge,
+            max_inline: size.actual.max_inline_data,
             sig_all: init.sq_sig_all,
         };
         let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
@@ -148,12 +151,13 @@ impl<B: Backend> Pd<B> {
             // Closed until the QP leaves RESET.
             rq.close();
         }
+        let a = size.actual;
         let actual = QpCap {
-            max_send_wr: sq_bbs / wqe_bbs,
-            max_recv_wr: if srq.is_some() { 0 } else { rq_wqes },
-            max_send_sge: geo.max_sge,
-            max_recv_sge: if srq.is_some() { 0 } else { rq_stride / 16 },
-            max_inline_data: max_inline,
+            max_send_wr: a.max_send_wr,
+            max_recv_wr: a.max_recv_wr,
+            max_send_sge: a.max_send_sge,
+            max_recv_sge: a.max_recv_sge,
+            max_inline_data: a.max_inline_data,
         };
         Ok(Qp {
             ctx: self.ctx.clone(),
@@ -172,14 +176,11 @@ impl<B: Backend> Pd<B> {
 
     /// `ibv_create_srq` with `max_wr` WQEs of `max_sge` SGEs, and a limit (0: not armed).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq<B>> {
-        if max_sge == 0 || max_sge > 31 {
-            return Err(Error::Invalid(format!("SRQ max_sge {max_sge}: 1..=31")));
-        }
+        let stride = wqsize::srq_stride(max_sge).map_err(invalid)?;
         let wqes = (max_wr + 1).next_power_of_two();
         if limit >= wqes {
             return Err(Error::Invalid(format!("SRQ limit {limit} must be below its size {wqes}")));
         }
-        let stride = ((max_sge + 1) * 16).next_power_of_two();
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
@@ -195,12 +196,12 @@ impl<B: Backend> Pd<B> {
     }
 }
 
-/// An address handle (`struct ibv_ah`): the prebuilt 48-byte UD address vector.
+/// An address handle (`struct ibv_ah`): the prebuilt UD address vector.
 #[derive(Clone, Copy, Debug)]
 pub struct Ah {
     /// The attributes it was created with.
     pub attr: AhAttr,
-    av: [u8; 48],
+    av: Av,
 }
 
 /// A shared receive queue (`struct ibv_srq`).
@@ -329,41 +330,6 @@ impl<B: Backend> std::fmt::Debug for Qp<B> {
     }
 }
 
-/// The PRM optional-parameter mask for the attributes in `mask` (bits of `mlx5_qp_optpar`).
-fn opt_mask(mask: QpAttrMask, later: bool, rc: bool, av: bool) -> u32 {
-    use QpAttrMask as M;
-    let mut opt = 0;
-    if later && rc && mask.contains(M::ACCESS_FLAGS) {
-        opt |= (1 << 1) | (1 << 2) | (1 << 3);
-    }
-    if later && mask.contains(M::PKEY_INDEX) {
-        opt |= 1 << 4;
-    }
-    if later && mask.contains(M::QKEY) {
-        opt |= 1 << 5;
-    }
-    if later && av {
-        opt |= 1 << 7;
-    }
-    for (m, bit) in [
-        (M::MIN_RNR_TIMER, 6),
-        (M::MAX_QP_RD_ATOMIC, 8),
-        (M::MAX_DEST_RD_ATOMIC, 9),
-        (M::RETRY_CNT, 12),
-        (M::RNR_RETRY, 13),
-        (M::TIMEOUT, 14),
-    ] {
-        if mask.contains(m) {
-            opt |= 1 << bit;
-        }
-    }
-    opt
-}
-
-fn log2_ceil(n: u8) -> u64 {
-    if n <= 1 { 0 } else { (32 - ((n as u32) - 1).leading_zeros()) as u64 }
-}
-
 impl<B: Backend> Qp<B> {
     /// QP number.
     pub fn qp_num(&self) -> u32 {
@@ -425,75 +391,40 @@ impl<B: Backend> Qp<B> {
         }
         let port = if mask.contains(M::PORT) { attr.port_num } else { self.port };
         let dest = if mask.contains(M::DEST_QPN) { attr.dest_qp_num } else { self.dest_qpn };
-        let lqpn = self.qp_num();
-        let later = !matches!(t, Transition::Rst2Init);
-        let opt = opt_mask(mask, later, rc, dmac.is_some());
-        let p = qpc::primary_address_path;
-        self.qp
-            .modify(t, opt, |c| {
-                p.inner(ads::vhca_port_num).set(c, port as u64);
-                if mask.contains(M::ACCESS_FLAGS) && rc {
-                    let f = attr.qp_access_flags;
-                    qpc::rwe.set(c, f.contains(AccessFlags::REMOTE_WRITE) as u64);
-                    qpc::rre.set(c, f.contains(AccessFlags::REMOTE_READ) as u64);
-                    qpc::rae.set(c, f.contains(AccessFlags::REMOTE_ATOMIC) as u64);
-                }
-                if mask.contains(M::PKEY_INDEX) {
-                    p.inner(ads::pkey_index).set(c, attr.pkey_index as u64);
-                }
-                if mask.contains(M::QKEY) {
-                    qpc::q_key.set(c, attr.qkey as u64);
-                }
-                if mask.contains(M::PATH_MTU)
-                    && let Some(m) = attr.path_mtu
-                {
-                    qpc::mtu.set(c, m as u64);
-                    qpc::log_msg_max.set(c, 30);
-                }
-                if let Some(mac) = dmac {
-                    let g = attr.ah_attr.grh;
-                    p.inner(ads::src_addr_index).set(c, g.sgid_index as u64);
-                    p.inner(ads::hop_limit).set(c, if g.hop_limit == 0 { 64 } else { g.hop_limit } as u64);
-                    p.inner(ads::tclass).set(c, g.traffic_class as u64);
-                    p.inner(ads::flow_label).set(c, g.flow_label as u64);
-                    p.inner(ads::dscp).set(c, (g.traffic_class >> 2) as u64);
-                    p.inner(ads::eth_prio).set(c, (attr.ah_attr.sl & 7) as u64);
-                    p.inner(ads::udp_sport).set(c, umlx_wire::packet::udp_sport(g.flow_label, lqpn, dest) as u64);
-                    if let Some(d) = p.inner(ads::rgid_rip).bytes_mut(c) {
-                        d.copy_from_slice(&g.dgid.0);
-                    }
-                    p.inner(ads::rmac_47_32).set(c, u16::from_be_bytes([mac[0], mac[1]]) as u64);
-                    p.inner(ads::rmac_31_0).set(c, u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) as u64);
-                }
-                if mask.contains(M::DEST_QPN) {
-                    qpc::remote_qpn.set(c, attr.dest_qp_num as u64);
-                }
-                if mask.contains(M::RQ_PSN) {
-                    qpc::next_rcv_psn.set(c, (attr.rq_psn & 0xff_ffff) as u64);
-                }
-                if mask.contains(M::SQ_PSN) {
-                    qpc::next_send_psn.set(c, (attr.sq_psn & 0xff_ffff) as u64);
-                }
-                if mask.contains(M::MAX_DEST_RD_ATOMIC) {
-                    qpc::log_rra_max.set(c, log2_ceil(attr.max_dest_rd_atomic));
-                }
-                if mask.contains(M::MAX_QP_RD_ATOMIC) {
-                    qpc::log_sra_max.set(c, log2_ceil(attr.max_rd_atomic));
-                }
-                if mask.contains(M::MIN_RNR_TIMER) {
-                    qpc::min_rnr_nak.set(c, attr.min_rnr_timer as u64);
-                }
-                if mask.contains(M::TIMEOUT) {
-                    p.inner(ads::ack_timeout).set(c, attr.timeout as u64);
-                }
-                if mask.contains(M::RETRY_CNT) {
-                    qpc::retry_count.set(c, attr.retry_cnt as u64);
-                }
-                if mask.contains(M::RNR_RETRY) {
-                    qpc::rnr_retry.set(c, attr.rnr_retry as u64);
-                }
-            })
-            .map_err(Error::Driver)?;
+        let given = |m: QpAttrMask| mask.contains(m);
+        let f = attr.qp_access_flags;
+        let g = attr.ah_attr.grh;
+        let attrs = QpAttrs {
+            port,
+            port_given: given(M::PORT),
+            access: (given(M::ACCESS_FLAGS) && rc).then_some(RemoteAccess {
+                write: f.contains(AccessFlags::REMOTE_WRITE),
+                read: f.contains(AccessFlags::REMOTE_READ),
+                atomic: f.contains(AccessFlags::REMOTE_ATOMIC),
+            }),
+            pkey_index: given(M::PKEY_INDEX).then_some(attr.pkey_index),
+            qkey: given(M::QKEY).then_some(attr.qkey),
+            path_mtu: if given(M::PATH_MTU) { attr.path_mtu.map(|m| IbMtu(m as u8)) } else { None },
+            path: dmac.map(|dmac| AddressPath {
+                dmac,
+                dgid: g.dgid.0,
+                sgid_index: g.sgid_index,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+                flow_label: g.flow_label,
+                sl: attr.ah_attr.sl,
+            }),
+            dest_qpn: given(M::DEST_QPN).then_some(attr.dest_qp_num),
+            rq_psn: given(M::RQ_PSN).then_some(attr.rq_psn),
+            sq_psn: given(M::SQ_PSN).then_some(attr.sq_psn),
+            max_dest_rd_atomic: given(M::MAX_DEST_RD_ATOMIC).then_some(attr.max_dest_rd_atomic),
+            max_rd_atomic: given(M::MAX_QP_RD_ATOMIC).then_some(attr.max_rd_atomic),
+            min_rnr_timer: given(M::MIN_RNR_TIMER).then_some(attr.min_rnr_timer),
+            timeout: given(M::TIMEOUT).then_some(attr.timeout),
+            retry_cnt: given(M::RETRY_CNT).then_some(attr.retry_cnt),
+            rnr_retry: given(M::RNR_RETRY).then_some(attr.rnr_retry),
+        };
+        self.qp.transition(t, &attrs).map_err(Error::Driver)?;
         self.port = port;
         self.dest_qpn = dest;
         if t == Transition::ToRst {
@@ -522,58 +453,49 @@ impl<B: Backend> Qp<B> {
 
     /// `ibv_query_qp`: the attributes as the device holds them.
     pub fn query(&self) -> Result<QpAttr> {
-        let c = self.qp.query()?;
-        let p = qpc::primary_address_path;
-        let state = match qpc::state.get(&c) {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqe,
-            5 => QpState::Sqd,
+        let q = self.qp.query_attrs()?;
+        let state = match q.state {
+            HwQpState::RST => QpState::Reset,
+            HwQpState::INIT => QpState::Init,
+            HwQpState::RTR => QpState::Rtr,
+            HwQpState::RTS => QpState::Rts,
+            HwQpState::SQER => QpState::Sqe,
+            HwQpState::SQD => QpState::Sqd,
             _ => QpState::Err,
         };
-        let mut dgid = [0u8; 16];
-        if let Some(b) = p.inner(ads::rgid_rip).bytes(&c) {
-            dgid.copy_from_slice(b);
-        }
-        let hi = p.inner(ads::rmac_47_32).get(&c) as u16;
-        let lo = p.inner(ads::rmac_31_0).get(&c) as u32;
-        let mut mac = [0u8; 6];
-        mac[..2].copy_from_slice(&hi.to_be_bytes());
-        mac[2..].copy_from_slice(&lo.to_be_bytes());
-        let pow = |v: u64| if v == 0 { 0 } else { 1u8 << v };
+        let acc = |on: bool, f: AccessFlags| if on { f } else { AccessFlags(0) };
+        let p = q.path;
         Ok(QpAttr {
             qp_state: Some(state),
-            path_mtu: Mtu::from_value(qpc::mtu.get(&c) as u32),
-            qkey: qpc::q_key.get(&c) as u32,
-            rq_psn: qpc::next_rcv_psn.get(&c) as u32,
-            sq_psn: qpc::next_send_psn.get(&c) as u32,
-            dest_qp_num: qpc::remote_qpn.get(&c) as u32,
-            qp_access_flags: AccessFlags(
-                ((qpc::rwe.get(&c) as u32) << 1) | ((qpc::rre.get(&c) as u32) << 2) | ((qpc::rae.get(&c) as u32) << 3),
-            ),
+            path_mtu: Mtu::from_value(q.mtu.0 as u32),
+            qkey: q.qkey,
+            rq_psn: q.rq_psn,
+            sq_psn: q.sq_psn,
+            dest_qp_num: q.dest_qpn,
+            qp_access_flags: acc(q.access.write, AccessFlags::REMOTE_WRITE)
+                | acc(q.access.read, AccessFlags::REMOTE_READ)
+                | acc(q.access.atomic, AccessFlags::REMOTE_ATOMIC),
             cap: self.cap,
             ah_attr: AhAttr {
                 grh: GlobalRoute {
-                    dgid: Gid(dgid),
-                    flow_label: p.inner(ads::flow_label).get(&c) as u32,
-                    sgid_index: p.inner(ads::src_addr_index).get(&c) as u8,
-                    hop_limit: p.inner(ads::hop_limit).get(&c) as u8,
-                    traffic_class: p.inner(ads::tclass).get(&c) as u8,
+                    dgid: Gid(p.dgid),
+                    flow_label: p.flow_label,
+                    sgid_index: p.sgid_index,
+                    hop_limit: p.hop_limit,
+                    traffic_class: p.traffic_class,
                 },
-                sl: p.inner(ads::eth_prio).get(&c) as u8,
-                port_num: p.inner(ads::vhca_port_num).get(&c) as u8,
-                dmac: Some(mac),
+                sl: p.sl,
+                port_num: q.port,
+                dmac: Some(p.dmac),
             },
-            pkey_index: p.inner(ads::pkey_index).get(&c) as u16,
-            max_rd_atomic: pow(qpc::log_sra_max.get(&c)),
-            max_dest_rd_atomic: pow(qpc::log_rra_max.get(&c)),
-            min_rnr_timer: qpc::min_rnr_nak.get(&c) as u8,
-            port_num: p.inner(ads::vhca_port_num).get(&c) as u8,
-            timeout: p.inner(ads::ack_timeout).get(&c) as u8,
-            retry_cnt: qpc::retry_count.get(&c) as u8,
-            rnr_retry: qpc::rnr_retry.get(&c) as u8,
+            pkey_index: q.pkey_index,
+            max_rd_atomic: q.max_rd_atomic,
+            max_dest_rd_atomic: q.max_dest_rd_atomic,
+            min_rnr_timer: q.min_rnr_timer,
+            port_num: q.port,
+            timeout: q.timeout,
+            retry_cnt: q.retry_cnt,
+            rnr_retry: q.rnr_retry,
         })
     }
 
@@ -857,12 +779,10 @@ fn write_send_general<B: Backend>(
     if ud && !matches!(op, opcode::SEND | opcode::SEND_IMM) {
         return Err(invalid);
     }
-    let mut av_buf;
+    let av_buf;
     let av = if ud {
         let d = wr.ud.ok_or(invalid)?;
-        av_buf = d.ah.av;
-        av_buf[0..4].copy_from_slice(&d.remote_qkey.to_be_bytes());
-        av_buf[8..12].copy_from_slice(&(d.remote_qpn | 0x8000_0000).to_be_bytes());
+        av_buf = d.ah.av.for_remote(d.remote_qpn, d.remote_qkey);
         Some(&av_buf)
     } else {
         None

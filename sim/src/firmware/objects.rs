@@ -13,7 +13,7 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{CmdFail, Hca, syndrome as sy};
 use std::collections::{BTreeMap, BTreeSet};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, QpServiceType, QpState};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, QpOptParam, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
 
 /// A queue buffer: page list and page size.
@@ -407,20 +407,15 @@ const _: () = {
     assert!(qp_2rst_in::qpn.offset_bits == rst2init_qp_in::qpn.offset_bits);
 };
 
-/// Optional-parameter mask bits (PRM `opt_param_mask`).
+/// Optional-parameter mask bits (PRM `opt_param_mask`, declared in hwdesc).
 mod opt {
-    pub const RRE: u32 = 1 << 1;
-    pub const RAE: u32 = 1 << 2;
-    pub const RWE: u32 = 1 << 3;
-    pub const PKEY_INDEX: u32 = 1 << 4;
-    pub const Q_KEY: u32 = 1 << 5;
-    pub const RNR_TIMEOUT: u32 = 1 << 6;
-    pub const PRIMARY_ADDR_PATH: u32 = 1 << 7;
-    pub const SRA_MAX: u32 = 1 << 8;
-    pub const RRA_MAX: u32 = 1 << 9;
-    pub const RETRY_COUNT: u32 = 1 << 12;
-    pub const RNR_RETRY: u32 = 1 << 13;
-    pub const ACK_TIMEOUT: u32 = 1 << 14;
+    use umlx_hwdesc::enums::QpOptParam as P;
+    pub const RRE: u32 = P::RRE.0;
+    pub const RAE: u32 = P::RAE.0;
+    pub const RWE: u32 = P::RWE.0;
+    pub const PKEY_INDEX: u32 = P::PKEY_INDEX.0;
+    pub const Q_KEY: u32 = P::Q_KEY.0;
+    pub const RNR_TIMEOUT: u32 = P::RNR_TIMEOUT.0;
 }
 
 /// What a transition copies from the command's QPC: (field, None = always, Some(bit) = when
@@ -443,7 +438,12 @@ fn transition_fields(op: CmdOpcode, st: QpServiceType) -> Vec<(Field, Option<u32
         }
         CmdOpcode::INIT2RTR_QP => {
             if ud {
-                vec![(qpc::q_key, Some(opt::Q_KEY)), (p(ads::pkey_index), Some(opt::PKEY_INDEX))]
+                vec![
+                    (qpc::mtu, None),
+                    (qpc::log_msg_max, None),
+                    (qpc::q_key, Some(opt::Q_KEY)),
+                    (p(ads::pkey_index), Some(opt::PKEY_INDEX)),
+                ]
             } else {
                 vec![
                     (qpc::mtu, None),
@@ -476,21 +476,17 @@ fn transition_fields(op: CmdOpcode, st: QpServiceType) -> Vec<(Field, Option<u32
                 ]
             }
         }
+        // The optional parameters of these transitions (QpOptParam::allowed) hold no timeout,
+        // retry count or path: those bits are refused before this table is read.
         CmdOpcode::RTS2RTS_QP | CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP => {
             if ud {
                 vec![(qpc::q_key, Some(opt::Q_KEY))]
             } else {
                 vec![
                     (qpc::min_rnr_nak, Some(opt::RNR_TIMEOUT)),
-                    (p(ads::ack_timeout), Some(opt::ACK_TIMEOUT)),
-                    (qpc::retry_count, Some(opt::RETRY_COUNT)),
-                    (qpc::rnr_retry, Some(opt::RNR_RETRY)),
-                    (qpc::log_sra_max, Some(opt::SRA_MAX)),
-                    (qpc::log_rra_max, Some(opt::RRA_MAX)),
                     (qpc::rre, Some(opt::RRE)),
                     (qpc::rwe, Some(opt::RWE)),
                     (qpc::rae, Some(opt::RAE)),
-                    (qpc::primary_address_path, Some(opt::PRIMARY_ADDR_PATH)),
                 ]
             }
         }
@@ -1438,6 +1434,11 @@ impl Hca {
         let mut ctx = qp.ctx.clone();
         if !short {
             let mask = rst2init_qp_in::opt_param_mask.get(input) as u32;
+            // Only the transition's optional parameters may be flagged (the firmware-spec table
+            // Linux masks every modify with, `opt_mask` in mlx5_ib qp.c).
+            if QpOptParam(mask).difference(QpOptParam::allowed(op, st)).bits() != 0 {
+                return Err(bad_param(opc, sy::BAD_OPT_PARAM));
+            }
             let src = rst2init_qp_in::qpc;
             for (f, bit) in transition_fields(op, st) {
                 if bit.is_none_or(|b| mask & b != 0) {

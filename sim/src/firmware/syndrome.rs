@@ -56,6 +56,10 @@ pub const BAD_QP_ATTRIBUTE: u16 = 0x18;
 /// The referenced PD, CQ, EQ, UAR or SRQ does not exist.
 pub const BAD_REFERENCE: u16 = 0x19;
 
+/// A QP modify command's `opt_param_mask` names a parameter that is not optional in that
+/// transition for the QP's service type.
+pub const BAD_OPT_PARAM: u16 = 0x1a;
+
 /// Builds a syndrome from an opcode and a reason.
 pub const fn make(opcode: u16, reason: u16) -> u32 {
     ((opcode as u32) << 16) | reason as u32
@@ -89,6 +93,7 @@ pub fn describe(syndrome: u32) -> Option<&'static str> {
         BAD_QP_STATE => "QP transition not allowed from the current state",
         BAD_QP_ATTRIBUTE => "QP attribute missing or invalid for the transition",
         BAD_REFERENCE => "referenced PD/CQ/EQ/UAR/SRQ does not exist",
+        BAD_OPT_PARAM => "opt_param_mask names a parameter that is not optional in this QP transition",
         _ => return None,
     })
 }

@@ -364,7 +364,7 @@ impl Hca {
                 dqpn: av.dqp_dct.get() & cq_consts::NUM_MASK_24,
                 rmac: av.rmac,
                 rgid: av.rgid,
-                sgid_index: ((gfl >> w::AV_GRH_SGID_INDEX_SHIFT) & w::AV_GRH_SGID_INDEX_MASK) as usize,
+                sgid_index: ((gfl >> w::AV_SGID_INDEX_SHIFT) & w::AV_SGID_INDEX_MASK) as usize,
                 udp_sport: match av.rlid.get() {
                     0 => path.udp_sport,
                     p => p,
