@@ -104,6 +104,8 @@ pub struct SimStats {
     pub bad_doorbells: u64,
     /// DMA attempted with bus mastering disabled.
     pub dma_without_bus_master: u64,
+    /// MANAGE_PAGES CANT_GIVE received (the driver could not meet a page request).
+    pub pages_cant_give: u64,
 }
 
 /// Health state.
@@ -113,6 +115,8 @@ pub(crate) struct Health {
     pub synd: u8,
     /// Extended syndrome.
     pub ext_synd: u16,
+    /// Recovery flow required (health buffer `rfr` bit 31): set with a fatal syndrome.
+    pub rfr: bool,
     /// Counter value frozen at the fatal error.
     pub frozen_counter: Option<u32>,
 }
@@ -133,6 +137,12 @@ pub struct Hca {
     pub(crate) cmdq_addr_h: u32,
     pub(crate) cmdq_addr_l: u32,
     pub(crate) nic_interface: u8,
+    /// Set when the command queue address was written: `initializing` reads 1 until then.
+    pub(crate) cmdq_ready_at: Option<Instant>,
+    /// Empty MANAGE_PAGES TAKE replies still to give after TEARDOWN_HCA (hostile knob).
+    pub(crate) reclaim_empty_left: u32,
+    /// Host-side limit on DMA mappings (see `SimDevice::set_dma_entry_limit`).
+    pub(crate) dma_entry_limit: Option<usize>,
     pub(crate) health: Health,
     pub(crate) state: HcaState,
     pub(crate) issi: u16,
@@ -165,6 +175,9 @@ impl Hca {
             cmdq_addr_h: 0,
             cmdq_addr_l: 0,
             nic_interface: 0,
+            cmdq_ready_at: None,
+            reclaim_empty_left: 0,
+            dma_entry_limit: None,
             health: Health::default(),
             state: HcaState::Disabled,
             issi: 0,
@@ -206,16 +219,22 @@ impl Hca {
         let iommu = std::mem::take(&mut self.iommu);
         let irqs = std::mem::take(&mut self.irqs);
         let stats = self.stats;
+        let limit = self.dma_entry_limit;
         let cfg = self.cfg.clone();
         *self = Hca::new(cfg);
+        self.dma_entry_limit = limit;
         self.iommu = iommu;
         self.irqs = irqs;
         self.stats = stats;
     }
 
     /// Whether the firmware is still initializing after reset.
+    ///
+    /// It is also set again for `cmdq_init_delay` after the command queue address is written
+    /// (Linux `mlx5_function_enable` and rdma-core wait for it to clear after programming the
+    /// queue; that the bit is set again meanwhile is inferred from that wait).
     pub fn initializing(&self) -> bool {
-        self.reset_at.elapsed() < self.cfg.init_delay
+        self.reset_at.elapsed() < self.cfg.init_delay || self.cmdq_ready_at.is_some_and(|t| Instant::now() < t)
     }
 
     /// Whether bus mastering is enabled in the PCI COMMAND register.
@@ -224,8 +243,18 @@ impl Hca {
     }
 
     /// Whether a fatal health error is present.
+    ///
+    /// Fatal means a syndrome with the recovery-flow-required bit (Linux
+    /// `sensor_fw_synd_rfr`); a syndrome without it is a warning and the firmware goes on.
     pub fn is_fatal(&self) -> bool {
-        self.health.synd != 0
+        self.health.synd != 0 && self.health.rfr
+    }
+
+    /// Raises a health syndrome without the recovery-flow-required bit: reported in the health
+    /// buffer, commands keep working.
+    pub fn inject_health_warning(&mut self, synd: HealthSyndrome) {
+        self.health.synd = synd.0.max(1);
+        self.health.rfr = false;
     }
 
     /// The health counter's current value (24 bits): it advances while the firmware is alive
@@ -244,6 +273,7 @@ impl Hca {
             self.health.frozen_counter = Some(self.health_counter());
         }
         self.health.synd = synd.0.max(1);
+        self.health.rfr = true;
         self.health.ext_synd = 0;
     }
 
@@ -274,7 +304,9 @@ impl Hca {
                 init | (1 << 30)
             }
             0x0230 => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
-            0x0238 if self.health.synd != 0 => 1 << 31,
+            0x0238 if self.health.rfr => 1 << 31,
+            0x0ff8 => self.cfg.cmd_exec_to,
+            0x0ffc => self.cfg.cmd_q_init_to,
             0x023c => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
             0x1000 => (self.internal_timer() >> 32) as u32,
             0x1004 => self.internal_timer() as u32,
@@ -302,6 +334,9 @@ impl Hca {
             0x0014 => {
                 self.cmdq_addr_l = value & 0xffff_f000;
                 self.nic_interface = ((value >> 8) & 7) as u8;
+                if !self.cfg.cmdq_init_delay.is_zero() {
+                    self.cmdq_ready_at = Some(Instant::now() + self.cfg.cmdq_init_delay);
+                }
             }
             0x0018 => self.ring_cmd_doorbell(value),
             o if o >= (FIRST_UAR_INDEX as u64) << 12 && o + 4 <= BAR0_SIZE => {
