@@ -41,6 +41,7 @@ use std::fs::File;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdStatus, HealthSyndrome};
+use umlx_hwdesc::plain::iseg;
 
 pub(crate) use objects::Objects;
 pub(crate) use pages::Pages;
@@ -289,30 +290,33 @@ impl Hca {
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
     pub fn bar_read32(&mut self, offset: u64) -> u32 {
+        const SYND_DWORD: usize = iseg::HEALTH_SYND & !3;
+        let Ok(offset) = usize::try_from(offset) else { return 0 };
         match offset {
-            0x0000 => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
-            0x0004 => (5 << 16) | self.cfg.fw_version.2 as u32,
-            0x0010 => self.cmdq_addr_h,
-            0x0014 => {
-                (self.cmdq_addr_l & 0xffff_f000)
-                    | ((self.nic_interface as u32 & 7) << 8)
-                    | (LOG_CMDQ_SIZE << 4)
+            iseg::FW_REV => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
+            iseg::CMDIF_REV_FW_SUB => (iseg::CMDIF_REV << iseg::CMDIF_REV_SHIFT) | self.cfg.fw_version.2 as u32,
+            iseg::CMDQ_ADDR_H => self.cmdq_addr_h,
+            iseg::CMDQ_ADDR_L_SZ => {
+                (self.cmdq_addr_l & iseg::CMDQ_ADDR_L_MASK)
+                    | ((self.nic_interface as u32 & iseg::NIC_IFC_MASK) << iseg::NIC_IFC_SHIFT)
+                    | (LOG_CMDQ_SIZE << iseg::LOG_CMDQ_SIZE_SHIFT)
                     | LOG_CMDQ_STRIDE
             }
-            0x01fc => {
-                let init = if self.initializing() { 1u32 << 31 } else { 0 };
-                init | (1 << 30)
+            iseg::INITIALIZING => {
+                let init = if self.initializing() { 1u32 << iseg::INITIALIZING_BIT } else { 0 };
+                init | (1 << iseg::FW_RESET_SUPPORTED_BIT)
             }
-            0x0230 => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
-            0x0238 if self.health.rfr => 1 << 31,
-            0x0ff8 => self.cfg.cmd_exec_to,
-            0x0ffc => self.cfg.cmd_q_init_to,
-            0x023c => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
-            0x1000 => (self.internal_timer() >> 32) as u32,
-            0x1004 => self.internal_timer() as u32,
-            0x1010 => self.health_counter() | ((self.health.synd as u32) << 24),
-            0x1040 => (self.real_time() >> 32) as u32,
-            0x1044 => self.real_time() as u32,
+            iseg::HEALTH_FW_VER => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
+            iseg::HEALTH_RFR if self.health.rfr => 1 << iseg::RFR_BIT,
+            // irisc_index, synd, ext_synd share one dword.
+            SYND_DWORD => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
+            iseg::CMD_EXEC_TO => self.cfg.cmd_exec_to,
+            iseg::CMD_Q_INIT_TO => self.cfg.cmd_q_init_to,
+            iseg::INTERNAL_TIMER_H => (self.internal_timer() >> 32) as u32,
+            iseg::INTERNAL_TIMER_L => self.internal_timer() as u32,
+            iseg::HEALTH_COUNTER => self.health_counter() | ((self.health.synd as u32) << 24),
+            iseg::REAL_TIME_H => (self.real_time() >> 32) as u32,
+            iseg::REAL_TIME_L => self.real_time() as u32,
             _ => 0,
         }
     }
@@ -330,15 +334,15 @@ impl Hca {
     /// Writes a 32-bit BAR0 register.
     pub fn bar_write32(&mut self, offset: u64, value: u32) {
         match offset {
-            0x0010 => self.cmdq_addr_h = value,
-            0x0014 => {
-                self.cmdq_addr_l = value & 0xffff_f000;
-                self.nic_interface = ((value >> 8) & 7) as u8;
+            o if o == iseg::CMDQ_ADDR_H as u64 => self.cmdq_addr_h = value,
+            o if o == iseg::CMDQ_ADDR_L_SZ as u64 => {
+                self.cmdq_addr_l = value & iseg::CMDQ_ADDR_L_MASK;
+                self.nic_interface = ((value >> iseg::NIC_IFC_SHIFT) & iseg::NIC_IFC_MASK) as u8;
                 if !self.cfg.cmdq_init_delay.is_zero() {
                     self.cmdq_ready_at = Some(Instant::now() + self.cfg.cmdq_init_delay);
                 }
             }
-            0x0018 => self.ring_cmd_doorbell(value),
+            o if o == iseg::CMD_DBELL as u64 => self.ring_cmd_doorbell(value),
             o if o >= (FIRST_UAR_INDEX as u64) << 12 && o + 4 <= BAR0_SIZE => {
                 let uar = (o >> 12) as u32;
                 self.uar_write32(uar, (o & 0xfff) as u32, value);
