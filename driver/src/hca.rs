@@ -540,7 +540,8 @@ impl<B: Backend> Hca<B> {
         if n > 0 {
             self.give_pages(n as usize)?;
         } else if n == 0 {
-            // Both drivers issue the (empty) give: the firmware may expect it.
+            // rdma-core issues the (empty) give; Linux sends nothing for 0 pages. Either is
+            // accepted; this follows rdma-core.
             self.give_pages(0)?;
         }
         Ok(n)
