@@ -13,11 +13,12 @@ use crate::{Error, Result};
 use std::sync::Arc;
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, DeliveryStatus};
 use umlx_hwdesc::ifc::{mbox_in, mbox_out};
+use umlx_hwdesc::plain::{cmd as cmdk, cmd_layout as ent, cmd_prot_block as blk, iseg};
 
 /// Bytes of a message carried inline in the queue entry.
-pub const INLINE: usize = 16;
+pub const INLINE: usize = cmdk::CMD_INLINE_SIZE;
 /// Data bytes per mailbox block.
-pub const BLOCK_DATA: usize = 512;
+pub const BLOCK_DATA: usize = cmdk::CMD_DATA_BLOCK_SIZE;
 /// Distance between mailbox blocks in a chain buffer.
 const BLOCK_STRIDE: usize = 1024;
 /// Blocks pre-built per direction per slot (4 KiB of message).
@@ -36,8 +37,8 @@ impl<B: Backend> Chain<B> {
         for i in 0..blocks {
             let off = i * BLOCK_STRIDE;
             let next = if i + 1 < blocks { buf.iova() + ((i + 1) * BLOCK_STRIDE) as u64 } else { 0 };
-            buf.write_u64_be(off + 0x230, next)?;
-            buf.write_u32_be(off + 0x238, i as u32)?;
+            buf.write_u64_be(off + blk::next, next)?;
+            buf.write_u32_be(off + blk::block_num, i as u32)?;
         }
         Ok(Chain { buf, blocks })
     }
@@ -73,7 +74,8 @@ impl<B: Backend> CmdQueue<B> {
     /// Allocates the queue page (its IOVA is programmed into BAR0 by the caller).
     pub fn new(backend: &Arc<B>, space: &Arc<DmaSpace<B>>, log_size: u32, log_stride: u32) -> Result<CmdQueue<B>> {
         let name = backend.name().to_string();
-        if log_size > 5 || log_size + log_stride > 12 || log_stride < 6 {
+        if (1usize << log_size) > cmdk::MAX_COMMANDS || log_size + log_stride > 12 || (1usize << log_stride) < ent::SIZE
+        {
             return Err(Error::Firmware {
                 device: name,
                 problem: format!(
@@ -135,30 +137,31 @@ impl<B: Backend> CmdQueue<B> {
         let n = input.len().min(INLINE);
         inline[..n].copy_from_slice(&input[..n]);
         let p = &self.page;
-        p.write_u32_be(e, 7 << 24)?; // type = PCI transport
-        p.write_u32_be(e + 0x04, input.len() as u32)?;
-        p.write_u64_be(e + 0x08, if in_blocks > 0 { inc.iova() } else { 0 })?;
-        p.write_bytes(e + 0x10, &inline)?;
-        p.fill(e + 0x20, 16, 0)?;
-        p.write_u64_be(e + 0x30, if out_blocks > 0 { outc.iova() } else { 0 })?;
-        p.write_u32_be(e + 0x38, outlen as u32)?;
+        p.write_u8(e + ent::type_, cmdk::PCI_CMD_XPORT)?;
+        p.fill(e + ent::rsvd0, 3, 0)?;
+        p.write_u32_be(e + ent::inlen, input.len() as u32)?;
+        p.write_u64_be(e + ent::in_ptr, if in_blocks > 0 { inc.iova() } else { 0 })?;
+        p.write_bytes(e + ent::in_, &inline)?;
+        p.fill(e + ent::out, INLINE, 0)?;
+        p.write_u64_be(e + ent::out_ptr, if out_blocks > 0 { outc.iova() } else { 0 })?;
+        p.write_u32_be(e + ent::outlen, outlen as u32)?;
         // token, signature, reserved: 0; then ownership to the firmware.
-        p.write_u8(e + 0x3c, 0)?;
-        p.write_u8(e + 0x3d, 0)?;
-        p.write_u8(e + 0x3e, 0)?;
+        p.write_u8(e + ent::token, 0)?;
+        p.write_u8(e + ent::sig, 0)?;
+        p.write_u8(e + ent::rsvd1, 0)?;
         dma_wmb();
-        p.write_u8(e + 0x3f, 1)?;
+        p.write_u8(e + ent::status_own, cmdk::CMD_OWNER_HW)?;
         dma_wmb();
         slot.outlen = outlen;
         slot.opcode = CmdOpcode(mbox_in::opcode.get(input) as u16);
         slot.op_mod = mbox_in::op_mod.get(input) as u16;
-        self.backend.write32(0x18, 1 << slot.index);
+        self.backend.write32(iseg::CMD_DBELL, 1 << slot.index);
         Ok(())
     }
 
     /// Whether the firmware handed the slot back.
     pub fn done(&self, slot: &Slot<B>) -> bool {
-        self.page.read_u8_at(self.entry(slot) + 0x3f) & 1 == 0
+        self.page.read_u8_at(self.entry(slot) + ent::status_own) & cmdk::CMD_OWNER_MASK != cmdk::CMD_OWNER_HW
     }
 
     /// Reads the output of a completed command; a delivery error or a non-OK status is an
@@ -166,10 +169,10 @@ impl<B: Backend> CmdQueue<B> {
     pub fn finish(&self, slot: &mut Slot<B>) -> Result<Vec<u8>> {
         dma_rmb();
         let e = self.entry(slot);
-        let status_own = self.page.read_u8(e + 0x3f)?;
-        let delivery = DeliveryStatus(status_own >> 1);
+        let status_own = self.page.read_u8(e + ent::status_own)?;
+        let delivery = DeliveryStatus(status_own >> cmdk::DELIVERY_STATUS_SHIFT);
         let mut out = vec![0u8; slot.outlen.max(INLINE)];
-        self.page.read_bytes(e + 0x20, &mut out[..INLINE])?;
+        self.page.read_bytes(e + ent::out, &mut out[..INLINE])?;
         let outc = match &slot.long {
             Some((_, o)) => o,
             None => &slot.output,

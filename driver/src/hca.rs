@@ -17,13 +17,26 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use umlx_hwdesc::enums::{CmdOpcode, EventType, HcaCapType};
+use umlx_hwdesc::enums::{CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
+use zerocopy::FromBytes;
 
-/// How long a command may take before it is a timeout.
-pub const CMD_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long to wait for the firmware's `initializing` bit to clear.
+/// How long a command may take before it is a timeout, unless the device reports its own in
+/// the init segment (Linux `MLX5_TO_CMD_MS` default, rdma-core `MLX5_CMD_TIMEOUT_MSEC`).
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to wait for the firmware's `initializing` bit to clear before touching the command
+/// queue (Linux `MLX5_TO_FW_PRE_INIT_TIMEOUT_MS`, rdma-core `FW_PRE_INIT_TIMEOUT_MILI`).
 pub const FW_INIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long to wait for `initializing` to clear again after the command queue address is
+/// programmed, unless the device reports `cmd_q_init_to` (Linux `MLX5_TO_FW_INIT_MS` default).
+pub const FW_CMDQ_INIT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Page reclaim at teardown gives up after this long without getting a page back (Linux
+/// `MLX5_TO_RECLAIM_PAGES_MS` default).
+pub const RECLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pages asked for per MANAGE_PAGES TAKE at teardown: as many addresses as fit in the output
+/// mailboxes Linux allocates for it (`optimal_reclaimed_pages`).
+const RECLAIM_BATCH: usize = 768;
 /// The health counter must move at least once in this window.
 pub const HEALTH_WINDOW: Duration = Duration::from_secs(3);
 /// Entries of the async EQ (32 events + 0x80 spare, rounded up, as the Linux driver sizes it).
@@ -49,8 +62,10 @@ pub struct AsyncEvent {
 pub struct HcaOptions {
     /// Use interrupts (eventfd) to wait for command completions after bring-up; otherwise poll.
     pub interrupts: bool,
-    /// Command timeout.
-    pub cmd_timeout: Duration,
+    /// Command timeout. `None`: the device's `cmd_exec_to` when its init segment reports
+    /// timeouts (`cmd_q_init_to` non-zero), else [`CMD_TIMEOUT`], as Linux does. `Some`: this
+    /// value whatever the device reports (tests use a short one).
+    pub cmd_timeout: Option<Duration>,
     /// Record the bring-up trace.
     pub trace: bool,
     /// IP addresses of the port: each becomes a RoCEv2 GID (after the link-local GID at index
@@ -60,7 +75,7 @@ pub struct HcaOptions {
 
 impl Default for HcaOptions {
     fn default() -> Self {
-        HcaOptions { interrupts: true, cmd_timeout: CMD_TIMEOUT, trace: true, ips: Vec::new() }
+        HcaOptions { interrupts: true, cmd_timeout: None, trace: true, ips: Vec::new() }
     }
 }
 
@@ -90,6 +105,23 @@ impl Caps {
     /// A general capability field.
     pub fn general_cap(&self, f: umlx_hwdesc::Field) -> u64 {
         f.get(&self.general)
+    }
+
+    /// Size of one half of a BlueFlame register: the send doorbell alternates between the two
+    /// halves (Linux `mlx5_ib` `bf.buf_size = (1 << log_bf_reg_size) / 2`, rdma-core
+    /// `bf_reg_size / 2`). Falls back to [`uark::DB_BLUEFLAME_BUFFER_SIZE`] when the cap reads 0.
+    pub fn bf_buf_size(&self) -> usize {
+        match self.general_cap(cmd_hca_cap::log_bf_reg_size) {
+            0 => uark::DB_BLUEFLAME_BUFFER_SIZE,
+            // At most half a UAR page (0x800 bytes of BlueFlame registers).
+            l => ((1usize << l.min(11)) / 2).max(8),
+        }
+    }
+
+    /// The 8-byte atomic result byte order in force: true when the device returns the
+    /// original value in host order (`atomic_req_8B_endianness_mode` 1), false for big-endian.
+    pub fn atomic_host_endian(&self) -> bool {
+        !self.atomic.is_empty() && atomic_caps::atomic_req_8B_endianness_mode.get(&self.atomic) == 1
     }
 }
 
@@ -148,6 +180,10 @@ pub struct Hca<B: Backend> {
     /// Set with `fatal`, for a cheap check on the data path (a plain load).
     fatal_flag: Arc<AtomicBool>,
     health: Mutex<Health>,
+    /// The last non-fatal health report (a syndrome without the recovery-flow bit).
+    health_report: Mutex<Option<String>>,
+    /// The command timeout in force (option, device-reported, or the default).
+    cmd_timeout: Duration,
     trace: Mutex<Vec<TraceStep>>,
     opts: HcaOptions,
     caps: Mutex<Option<Caps>>,
@@ -176,21 +212,28 @@ impl<B: Backend> Hca<B> {
         let t0 = Instant::now();
         // Step: wait for firmware (before touching the command queue).
         let name = backend.name().to_string();
-        wait_fw_ready(&*backend, FW_INIT_TIMEOUT)?;
-        let cmdif = backend.read32(0x04) >> 16;
-        if cmdif != 5 {
+        wait_fw_ready(&*backend, FW_INIT_TIMEOUT, "before the command queue is programmed")?;
+        let cmdif = backend.read32(iseg::CMDIF_REV_FW_SUB) >> iseg::CMDIF_REV_SHIFT;
+        if cmdif != iseg::CMDIF_REV {
             return Err(Error::Firmware {
                 device: name,
-                problem: format!("command interface revision {cmdif}, expected 5"),
+                problem: format!("command interface revision {cmdif}, expected {}", iseg::CMDIF_REV),
             });
         }
         // Step: program the command queue.
-        let geometry = backend.read32(0x14);
-        let (log_size, log_stride) = ((geometry >> 4) & 0xf, geometry & 0xf);
+        let geometry = backend.read32(iseg::CMDQ_ADDR_L_SZ);
+        let (log_size, log_stride) =
+            ((geometry >> iseg::LOG_CMDQ_SIZE_SHIFT) & iseg::LOG_CMDQ_MASK, geometry & iseg::LOG_CMDQ_MASK);
         let queue = CmdQueue::new(&backend, &space, log_size, log_stride)?;
         let iova = queue.iova();
-        backend.write32(0x10, (iova >> 32) as u32);
-        backend.write32(0x14, iova as u32 & 0xffff_f000);
+        backend.write32(iseg::CMDQ_ADDR_H, (iova >> 32) as u32);
+        backend.write32(iseg::CMDQ_ADDR_L_SZ, iova as u32 & iseg::CMDQ_ADDR_L_MASK);
+        // Step: the firmware takes the queue address with `initializing` set again; wait for it
+        // to clear, for as long as the device says (Linux `mlx5_tout_query_iseg`, then
+        // `wait_fw_init(FW_INIT)` in `mlx5_function_enable`).
+        let (init_to, exec_to) = device_timeouts(&*backend);
+        wait_fw_ready(&*backend, init_to.unwrap_or(FW_CMDQ_INIT_TIMEOUT), "after the command queue was programmed")?;
+        let cmd_timeout = opts.cmd_timeout.or(exec_to).unwrap_or(CMD_TIMEOUT);
         let regular = queue.slot(0)?;
         let page_slot = queue.slot(queue.size - 1)?;
         let hca = Arc::new(Hca {
@@ -206,9 +249,11 @@ impl<B: Backend> Hca<B> {
             fatal: Mutex::new(None),
             fatal_flag: Arc::new(AtomicBool::new(false)),
             health: Mutex::new(Health {
-                last_counter: backend.read32(0x1010) & 0xff_ffff,
+                last_counter: backend.read32(iseg::HEALTH_COUNTER) & iseg::HEALTH_COUNTER_MASK,
                 last_change: Instant::now(),
             }),
+            health_report: Mutex::new(None),
+            cmd_timeout,
             trace: Mutex::new(Vec::new()),
             opts,
             caps: Mutex::new(None),
@@ -219,7 +264,7 @@ impl<B: Backend> Hca<B> {
         hca.step(
             "wait for firmware + program command queue",
             t0,
-            format!("log_cmdq_size {log_size} stride {log_stride} at IOVA {iova:#x}"),
+            format!("log_cmdq_size {log_size} stride {log_stride} at IOVA {iova:#x}; command timeout {cmd_timeout:?}"),
         );
         if let Err(e) = hca.bring_up() {
             // Leave nothing behind: tear down what was brought up (errors there are secondary).
@@ -397,6 +442,16 @@ impl<B: Backend> Hca<B> {
         let mut atomic = Vec::new();
         if cmd_hca_cap::atomic.get(&general) == 1 {
             atomic = query(HcaCapType::ATOMIC, true)?;
+            // Linux `handle_hca_cap_atomic`: when the device can return 8-byte atomic results
+            // in host byte order (mode 1), ask for it. Without it (mode 0) the original value an
+            // atomic writes into the requester's buffer is big-endian.
+            if atomic_caps::supported_atomic_req_8B_endianness_mode_1.get(&atomic) == 1
+                && atomic_caps::atomic_req_8B_endianness_mode.get(&atomic) != 1
+            {
+                atomic_caps::atomic_req_8B_endianness_mode.set(&mut atomic, 1);
+                set(HcaCapType::ATOMIC, &atomic)?;
+                atomic = query(HcaCapType::ATOMIC, true)?;
+            }
         }
         Ok(Caps { general, roce, atomic })
     }
@@ -489,15 +544,34 @@ impl<B: Backend> Hca<B> {
         if n > 0 {
             self.give_pages(n as usize)?;
         } else if n == 0 {
-            // Both drivers issue the (empty) give: the firmware may expect it.
+            // rdma-core issues the (empty) give; Linux sends nothing for 0 pages. Either is
+            // accepted; this follows rdma-core.
             self.give_pages(0)?;
         }
         Ok(n)
     }
 
     fn give_pages(&self, n: usize) -> Result<()> {
-        let addrs = self.pages.lock().unwrap_or_else(|e| e.into_inner()).alloc(n)?;
-        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, 1, manage_pages_in::SIZE_BYTES + 8 * n);
+        let addrs = match self.pages.lock().unwrap_or_else(|e| e.into_inner()).alloc(n) {
+            Ok(a) => a,
+            Err(e) => {
+                // Linux `give_pages` -> `page_notify_fail`: tell the firmware the request cannot
+                // be met (MANAGE_PAGES CANT_GIVE) so it stops waiting for the pages.
+                let inp = cmd_in(CmdOpcode::MANAGE_PAGES, ManagePagesOpMod::CANT_GIVE.0, manage_pages_in::SIZE_BYTES);
+                let notified = self.exec_pages(&inp, manage_pages_out::SIZE_BYTES);
+                return Err(Error::Firmware {
+                    device: self.name().into(),
+                    problem: format!(
+                        "cannot allocate the {n} pages the firmware asked for ({e}); {}",
+                        match notified {
+                            Ok(_) => "told it with MANAGE_PAGES CANT_GIVE".to_string(),
+                            Err(ce) => format!("MANAGE_PAGES CANT_GIVE failed too: {ce}"),
+                        }
+                    ),
+                });
+            }
+        };
+        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, ManagePagesOpMod::GIVE.0, manage_pages_in::SIZE_BYTES + 8 * n);
         manage_pages_in::input_num_entries.set(&mut inp, n as u64);
         for (i, a) in addrs.iter().enumerate() {
             let off = manage_pages_in::SIZE_BYTES + 8 * i;
@@ -516,7 +590,7 @@ impl<B: Backend> Hca<B> {
     }
 
     fn take_pages(&self, n: usize) -> Result<usize> {
-        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, 2, manage_pages_in::SIZE_BYTES);
+        let mut inp = cmd_in(CmdOpcode::MANAGE_PAGES, ManagePagesOpMod::TAKE.0, manage_pages_in::SIZE_BYTES);
         manage_pages_in::input_num_entries.set(&mut inp, n as u64);
         let out = self.exec_pages(&inp, manage_pages_out::SIZE_BYTES + 8 * n)?;
         let got = manage_pages_out::output_num_entries.get(&out) as usize;
@@ -554,7 +628,7 @@ impl<B: Backend> Hca<B> {
         let n = 1usize << ASYNC_EQ_LOG_SIZE;
         let buf = DmaBuffer::new(&self.space, n * 64, false)?;
         for i in 0..n {
-            buf.write_u8(i * 64 + 63, 1)?; // owner bit initial value
+            buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
         }
         let npages = buf.len().div_ceil(4096);
         let mut inp = cmd_in(CmdOpcode::CREATE_EQ, 0, create_eq_in::SIZE_BYTES + 8 * npages);
@@ -595,8 +669,7 @@ impl<B: Backend> Hca<B> {
     }
 
     fn eq_doorbell(&self, eqn: u32, ci: u32, arm: bool) {
-        let off = (self.uar() as usize) << 12 | if arm { 0x40 } else { 0x48 };
-        self.backend.write32(off, (eqn << 24) | (ci & 0xff_ffff));
+        self.backend.write32(eq_doorbell_offset(self.uar(), arm), eq_doorbell_value(eqn, ci));
     }
 
     /// Drains the async EQ: completes nothing itself for commands (their owners see the
@@ -611,39 +684,55 @@ impl<B: Backend> Hca<B> {
             let mut consumed = 0;
             loop {
                 let idx = (eq.ci & (n - 1)) as usize;
-                let owner = eq.buf.read_u8_at(idx * 64 + 63) & 1;
+                let owner = eq.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & 1;
                 if owner as u32 != (eq.ci >> eq.log_size) & 1 {
                     break;
                 }
                 dma_rmb();
-                let mut eqe = [0u8; 64];
-                eq.buf.read_bytes(idx * 64, &mut eqe)?;
+                let mut raw = [0u8; eqe::SIZE];
+                eq.buf.read_bytes(idx * eqk::EQE_SIZE, &mut raw)?;
                 eq.ci = eq.ci.wrapping_add(1);
                 consumed += 1;
-                let ty = EventType(eqe[1]);
-                let data = &eqe[0x20..0x3c];
-                let be32 = |o: usize| u32::from_be_bytes([data[o], data[o + 1], data[o + 2], data[o + 3]]);
+                let Ok(e) = eqe::read_from_bytes(&raw[..]) else { continue };
+                let ty = EventType(e.type_);
+                let data = &e.data[..];
                 match ty {
                     EventType::CMD => {}
-                    EventType::PAGE_REQUEST => page_reqs.push(be32(4) as i32),
-                    EventType::PORT_CHANGE => self.push_event(AsyncEvent {
-                        event_type: ty,
-                        sub_type: eqe[3],
-                        object: (data[8] >> 4) as u32,
-                        syndrome: 0,
-                    }),
-                    EventType::CQ_ERROR => self.push_event(AsyncEvent {
-                        event_type: ty,
-                        sub_type: 0,
-                        object: be32(0) & 0xff_ffff,
-                        syndrome: data[0x0b],
-                    }),
-                    _ => self.push_event(AsyncEvent {
-                        event_type: ty,
-                        sub_type: eqe[3],
-                        object: be32(0x18) & 0xff_ffff,
-                        syndrome: 0,
-                    }),
+                    EventType::PAGE_REQUEST => {
+                        if let Ok((p, _)) = eqe_page_req::read_from_prefix(data) {
+                            page_reqs.push(p.num_pages.get());
+                        }
+                    }
+                    EventType::PORT_CHANGE => {
+                        if let Ok((p, _)) = eqe_port_state::read_from_prefix(data) {
+                            self.push_event(AsyncEvent {
+                                event_type: ty,
+                                sub_type: e.sub_type,
+                                object: (p.port >> 4) as u32,
+                                syndrome: 0,
+                            })
+                        }
+                    }
+                    EventType::CQ_ERROR => {
+                        if let Ok((c, _)) = eqe_cq_err::read_from_prefix(data) {
+                            self.push_event(AsyncEvent {
+                                event_type: ty,
+                                sub_type: 0,
+                                object: c.cqn.get() & 0xff_ffff,
+                                syndrome: c.syndrome,
+                            })
+                        }
+                    }
+                    _ => {
+                        if let Ok((q, _)) = eqe_qp_srq::read_from_prefix(data) {
+                            self.push_event(AsyncEvent {
+                                event_type: ty,
+                                sub_type: e.sub_type,
+                                object: q.qp_srq_n.get() & 0xff_ffff,
+                                syndrome: 0,
+                            })
+                        }
+                    }
                 }
                 if consumed % 64 == 0 {
                     let (eqn, ci) = (eq.eqn, eq.ci);
@@ -683,17 +772,34 @@ impl<B: Backend> Hca<B> {
         if let Some(r) = self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
         }
-        let fw_ver = self.backend.read32(0x230);
-        let synd = (self.backend.read32(0x23c) >> 16) & 0xff;
-        let nic_if = (self.backend.read32(0x14) >> 8) & 7;
-        let counter = self.backend.read32(0x1010) & 0xff_ffff;
+        let fw_ver = self.backend.read32(iseg::HEALTH_FW_VER);
+        let rfr = self.backend.read32(iseg::HEALTH_RFR) >> iseg::RFR_BIT & 1 == 1;
+        // `synd` is one byte inside the big-endian dword that starts at a multiple of 4.
+        let synd_dword = iseg::HEALTH_SYND & !3;
+        let synd = HealthSyndrome((self.backend.read32(synd_dword) >> (8 * (3 - (iseg::HEALTH_SYND & 3)))) as u8);
+        let nic_if = NicInterface(
+            ((self.backend.read32(iseg::CMDQ_ADDR_L_SZ) >> iseg::NIC_IFC_SHIFT) & iseg::NIC_IFC_MASK) as u8,
+        );
+        let counter = self.backend.read32(iseg::HEALTH_COUNTER) & iseg::HEALTH_COUNTER_MASK;
+        let tearing_down = self.torn_down.load(Ordering::Acquire);
         let reason = if fw_ver == 0xffff_ffff {
             Some("PCI function not responding (health buffer reads all ones)".to_string())
-        } else if synd != 0 {
-            Some(format!("health syndrome {:?}", umlx_hwdesc::enums::HealthSyndrome(synd as u8)))
-        } else if nic_if == 7 && !self.torn_down.load(Ordering::Acquire) {
-            Some("NIC interface in SW reset".to_string())
+        } else if synd.0 != 0 && rfr {
+            // Linux `sensor_fw_synd_rfr`: fatal when the recovery-flow bit is set with a syndrome.
+            Some(format!("health syndrome {synd:?} with recovery flow required (RFR)"))
+        } else if (nic_if == NicInterface::DISABLED || nic_if == NicInterface::SW_RESET) && !tearing_down {
+            // Linux `mlx5_health_check_fatal_sensors` / `mlx5_get_nic_state`.
+            Some(format!("NIC interface state {nic_if:?} (the device no longer serves this function)"))
         } else {
+            if synd.0 != 0 {
+                // A syndrome without RFR is reported, not fatal (Linux `poll_health` logs it
+                // and queues the health report).
+                let mut r = self.health_report.lock().unwrap_or_else(|e| e.into_inner());
+                let msg = format!("health syndrome {synd:?} without recovery flow required: reported, not fatal");
+                if r.as_deref() != Some(msg.as_str()) {
+                    *r = Some(msg);
+                }
+            }
             let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
             if counter != h.last_counter {
                 h.last_counter = counter;
@@ -711,6 +817,18 @@ impl<B: Backend> Hca<B> {
             return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
         }
         Ok(())
+    }
+
+    /// The last non-fatal health report: a health syndrome the firmware raised without the
+    /// recovery-flow-required bit (Linux reports these through devlink health and goes on).
+    pub fn health_report(&self) -> Option<String> {
+        self.health_report.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The command timeout in force: the option, else the device-reported `cmd_exec_to`, else
+    /// [`CMD_TIMEOUT`].
+    pub fn cmd_timeout(&self) -> Duration {
+        self.cmd_timeout
     }
 
     /// Whether the device is in its fatal error state, as one atomic load (for the data path).
@@ -786,7 +904,7 @@ impl<B: Backend> Hca<B> {
                 last_health = Instant::now();
                 self.check_health()?;
             }
-            if start.elapsed() > self.opts.cmd_timeout {
+            if start.elapsed() > self.cmd_timeout {
                 let (opcode, op_mod) = self.queue.posted(slot);
                 return Err(Error::CommandTimeout {
                     device: self.name().into(),
@@ -837,18 +955,39 @@ impl<B: Backend> Hca<B> {
         self.step("TEARDOWN_HCA", t, String::new());
         let t = Instant::now();
         let mut reclaimed = 0;
+        let mut empty_replies = 0u32;
+        // Linux `mlx5_reclaim_root_pages`: keep asking while the firmware holds pages; an empty
+        // reply is not the end, only RECLAIM_TIMEOUT without progress is.
+        let mut last_progress = Instant::now();
         while torn && self.pages_given() > 0 {
-            let want = self.pages_given().min(768);
+            let want = self.pages_given().min(RECLAIM_BATCH);
             match self.take_pages(want) {
-                Ok(0) => break,
-                Ok(n) => reclaimed += n,
+                Ok(0) => {
+                    empty_replies += 1;
+                    if last_progress.elapsed() > RECLAIM_TIMEOUT {
+                        note(Err(Error::Firmware {
+                            device: self.name().into(),
+                            problem: format!(
+                                "MANAGE_PAGES take: the firmware still holds {} pages and returned none for {:?}",
+                                self.pages_given(),
+                                RECLAIM_TIMEOUT
+                            ),
+                        }));
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Ok(n) => {
+                    reclaimed += n;
+                    last_progress = Instant::now();
+                }
                 Err(e) => {
                     note(Err(e));
                     break;
                 }
             }
         }
-        self.step("reclaim pages (MANAGE_PAGES take)", t, format!("{reclaimed} pages"));
+        self.step("reclaim pages (MANAGE_PAGES take)", t, format!("{reclaimed} pages, {empty_replies} empty replies"));
         let t = Instant::now();
         note(
             self.exec_simple(CmdOpcode::DISABLE_HCA, 0, disable_hca_in::SIZE_BYTES, disable_hca_out::SIZE_BYTES)
@@ -887,24 +1026,57 @@ impl<B: Backend> Drop for Hca<B> {
     }
 }
 
+/// Converts an init-segment timeout register (`cmd_exec_to`, `cmd_q_init_to`): bits 19:0
+/// count units, bits 31:29 (two of them used) give the unit: milliseconds, seconds, minutes,
+/// hours (Linux `lib/tout.c`).
+pub fn iseg_timeout(reg: u32) -> Duration {
+    let value = (reg & iseg::TO_VALUE_MASK) as u64;
+    match (reg >> iseg::TO_MULTIPLIER_SHIFT) & iseg::TO_MULTIPLIER_MASK {
+        0 => Duration::from_millis(value),
+        1 => Duration::from_secs(value),
+        2 => Duration::from_secs(value * 60),
+        _ => Duration::from_secs(value * 3600),
+    }
+}
+
+/// The timeouts the device reports, `(firmware init, command execution)`: both `None` unless
+/// `cmd_q_init_to` is non-zero (Linux `tout_is_supported`).
+fn device_timeouts<B: Backend>(b: &B) -> (Option<Duration>, Option<Duration>) {
+    let init = b.read32(iseg::CMD_Q_INIT_TO);
+    if init == 0 || init == 0xffff_ffff {
+        return (None, None);
+    }
+    (Some(iseg_timeout(init)), Some(iseg_timeout(b.read32(iseg::CMD_EXEC_TO))))
+}
+
+/// BAR0 offset of the EQ doorbell of `uar` (with or without arming).
+pub(crate) fn eq_doorbell_offset(uar: u32, arm: bool) -> usize {
+    (uar as usize) * uark::UAR_PAGE_SIZE + if arm { uark::EQ_DOORBELL_ARM } else { uark::EQ_DOORBELL_NO_ARM }
+}
+
+/// The value written to an EQ doorbell.
+pub(crate) fn eq_doorbell_value(eqn: u32, ci: u32) -> u32 {
+    (eqn << eqk::DB_EQN_SHIFT) | (ci & eqk::DB_CI_MASK)
+}
+
 /// Polls the `initializing` bit until it clears.
-fn wait_fw_ready<B: Backend>(b: &B, timeout: Duration) -> Result<()> {
+fn wait_fw_ready<B: Backend>(b: &B, timeout: Duration, when: &str) -> Result<()> {
     let start = Instant::now();
     loop {
-        let v = b.read32(0x1fc);
+        let v = b.read32(iseg::INITIALIZING);
         if v == 0xffff_ffff {
             return Err(Error::DeviceFatal {
                 device: b.name().into(),
                 reason: "BAR0 reads all ones: PCI function not responding".into(),
             });
         }
-        if v & (1 << 31) == 0 {
+        if v & (1 << iseg::INITIALIZING_BIT) == 0 {
             return Ok(());
         }
         if start.elapsed() > timeout {
             return Err(Error::Firmware {
                 device: b.name().into(),
-                problem: format!("firmware still initializing after {timeout:?}"),
+                problem: format!("firmware still initializing {when}: waited {timeout:?}"),
             });
         }
         std::thread::sleep(Duration::from_micros(200));

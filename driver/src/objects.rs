@@ -13,8 +13,9 @@ use crate::{Error, Hca, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, QpServiceType, QpState};
+use umlx_hwdesc::enums::{CmdOpcode, EventType, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{cq as cqk, eq as eqk, eqe, eqe_comp};
 
 fn report<B: Backend>(hca: &Hca<B>, what: &str, r: Result<Vec<u8>>) {
     if let Err(e) = r
@@ -169,10 +170,13 @@ impl<B: Backend> CompEq<B> {
                 hca.backend().irq_count()
             )));
         }
-        let n = 1usize << log_size;
-        let buf = DmaBuffer::new(hca.dma_space(), (n * 64).max(4096), false)?;
+        // Linux `create_map_eq` / rdma-core: the requested entries plus MLX5_NUM_SPARE_EQE,
+        // rounded up to a power of two, so the device never overruns while the driver drains.
+        let n = ((1usize << log_size) + eqk::NUM_SPARE_EQE as usize).next_power_of_two();
+        let log_size = n.trailing_zeros();
+        let buf = DmaBuffer::new(hca.dma_space(), (n * eqk::EQE_SIZE).max(4096), false)?;
         for i in 0..n {
-            buf.write_u8(i * 64 + 63, 1)?;
+            buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
         }
         let npages = buf.len().div_ceil(4096);
         let uar = hca.uar();
@@ -212,28 +216,39 @@ impl<B: Backend> CompEq<B> {
     }
 
     fn doorbell(&self, arm: bool) {
-        let off = (self.hca.uar() as usize) << 12 | if arm { 0x40 } else { 0x48 };
-        self.hca.backend().write32(off, (self.eqn << 24) | (self.ci.load(Ordering::Relaxed) & 0xff_ffff));
+        let off = crate::hca::eq_doorbell_offset(self.hca.uar(), arm);
+        self.hca.backend().write32(off, crate::hca::eq_doorbell_value(self.eqn, self.ci.load(Ordering::Relaxed)));
     }
 
-    /// Drains the EQ: calls `f(cqn)` for each completion event, then re-arms.
+    /// Entries of the EQ as created (the requested count plus the spare entries, rounded up).
+    pub fn entries(&self) -> u32 {
+        1 << self.log_size
+    }
+
+    /// Drains the EQ: calls `f(cqn)` for each completion event, then re-arms. While draining,
+    /// the consumer index is written without arming every `NUM_SPARE_EQE` entries (Linux
+    /// `mlx5_eq_comp_int` / `eq_update_ci`, rdma-core), so the device never sees the EQ full.
     pub fn drain(&self, mut f: impl FnMut(u32)) -> Result<usize> {
         let n = 1u32 << self.log_size;
         let mut count = 0;
         loop {
             let ci = self.ci.load(Ordering::Relaxed);
             let idx = (ci & (n - 1)) as usize;
-            if (self.buf.read_u8_at(idx * 64 + 63) & 1) as u32 != (ci >> self.log_size) & 1 {
+            let base = idx * eqk::EQE_SIZE;
+            if (self.buf.read_u8_at(base + eqe::owner) & 1) as u32 != (ci >> self.log_size) & 1 {
                 break;
             }
             crate::dma::dma_rmb();
-            let ty = self.buf.read_u8(idx * 64 + 1)?;
-            let cqn = self.buf.read_u32_be(idx * 64 + 0x38)? & 0xff_ffff;
+            let ty = self.buf.read_u8(base + eqe::type_)?;
+            let cqn = self.buf.read_u32_be(base + eqe::data + eqe_comp::cqn)? & cqk::NUM_MASK_24;
             self.ci.store(ci.wrapping_add(1), Ordering::Relaxed);
-            if ty == 0 {
+            if EventType(ty) == EventType::COMP {
                 f(cqn);
             }
             count += 1;
+            if count % eqk::NUM_SPARE_EQE as usize == 0 {
+                self.doorbell(false);
+            }
         }
         self.doorbell(true);
         Ok(count)

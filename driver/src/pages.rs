@@ -37,11 +37,17 @@ impl<B: Backend> FwPages<B> {
                     let huge = DmaBuffer::with_alignment(&self.space, PAGE_2M, true, PAGE_2M);
                     let buf = match huge {
                         Ok(b) => b,
-                        Err(_) => {
-                            DmaBuffer::with_alignment(&self.space, PAGE_2M, false, PAGE_2M).inspect_err(|_| {
-                                // Give back what this call took before failing.
-                            })?
-                        }
+                        Err(_) => match DmaBuffer::with_alignment(&self.space, PAGE_2M, false, PAGE_2M) {
+                            Ok(b) => b,
+                            Err(e) => {
+                                // Give back what this call took before failing: the caller
+                                // gives the firmware none of them.
+                                for &a in &out {
+                                    self.free(a);
+                                }
+                                return Err(e);
+                            }
+                        },
                     };
                     self.blocks.push(Block { buf, used: [0; PAGES_PER_BLOCK / 64], count: 0 });
                     self.blocks.len() - 1

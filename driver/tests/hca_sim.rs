@@ -74,8 +74,8 @@ fn a_command_that_never_completes_times_out() {
     let mut cfg = SimConfig::default();
     cfg.hostile.command_delay = Some(Duration::from_secs(3600));
     let b = SimBackend::new("t", cfg).unwrap();
-    let e =
-        Hca::open(b.clone(), HcaOptions { cmd_timeout: Duration::from_millis(200), ..Default::default() }).unwrap_err();
+    let e = Hca::open(b.clone(), HcaOptions { cmd_timeout: Some(Duration::from_millis(200)), ..Default::default() })
+        .unwrap_err();
     assert!(matches!(e, Error::CommandTimeout { opcode: CmdOpcode::ENABLE_HCA, .. }), "{e}");
 }
 

@@ -221,3 +221,33 @@ fn driver_qp_contexts_pass_the_strict_firmware() {
     assert_eq!((q.state, q.qkey, q.sq_psn), (QpState::RTS, 0x33, 5));
     assert_eq!((q.mtu, qpc::log_msg_max.get(&c)), (IbMtu::MTU_4096, 12));
 }
+
+#[test]
+fn completion_eqs_get_the_spare_entries() {
+    // EQ-6: 2^2 entries asked, 4 + MLX5_NUM_SPARE_EQE (0x80) rounded up = 256 created.
+    let (_b, h) = open();
+    let eq = CompEq::new(&h, 1, 2).unwrap();
+    assert_eq!(eq.entries(), 256);
+    let out = h
+        .command(
+            CmdOpcode::QUERY_EQ,
+            0,
+            umlx_hwdesc::ifc::query_eq_in::SIZE_BYTES,
+            umlx_hwdesc::ifc::query_eq_out::SIZE_BYTES,
+            |b| {
+                umlx_hwdesc::ifc::query_eq_in::eq_number.set(b, eq.eqn() as u64);
+            },
+        )
+        .unwrap();
+    let ctx = umlx_hwdesc::ifc::query_eq_out::eq_context_entry;
+    assert_eq!(ctx.inner(umlx_hwdesc::ifc::eqc::log_eq_size).get(&out), 8, "the device sees 256 entries");
+}
+
+#[test]
+fn the_blueflame_half_size_comes_from_log_bf_reg_size() {
+    // UAR-3: the sim reports log_bf_reg_size 9, so each half is 0x100 bytes.
+    let (_b, h) = open();
+    let caps = h.caps();
+    assert_eq!(caps.general_cap(umlx_hwdesc::ifc::cmd_hca_cap::log_bf_reg_size), 9);
+    assert_eq!(caps.bf_buf_size(), 0x100);
+}

@@ -235,6 +235,14 @@ pub mod iseg {
     pub const HEALTH_COUNTER_MASK: u32 = 0x00ff_ffff;
     /// Health buffer `rfr` bit 31: recovery flow required (`MLX5_RFR_OFFSET`).
     pub const RFR_BIT: u32 = 31;
+    /// `cmd_exec_to` / `cmd_q_init_to`: bits 19:0 hold the count of time units (Linux
+    /// `lib/tout.c` `tout_convert_iseg_to_ms`).
+    pub const TO_VALUE_MASK: u32 = 0x000f_ffff;
+    /// `cmd_exec_to` / `cmd_q_init_to`: the unit is `(reg >> TO_MULTIPLIER_SHIFT) &
+    /// TO_MULTIPLIER_MASK`: 0 milliseconds, 1 seconds, 2 minutes, 3 hours.
+    pub const TO_MULTIPLIER_SHIFT: u32 = 29;
+    /// Mask of the time unit after the shift (Linux keeps two bits).
+    pub const TO_MULTIPLIER_MASK: u32 = 0x3;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ pub struct Hostile {
     pub page_churn_every: u64,
     /// Inject a fatal health error after this many executed commands.
     pub fatal_after_commands: Option<u64>,
+    /// After TEARDOWN_HCA, answer this many MANAGE_PAGES TAKE commands with no pages before
+    /// returning any (a firmware still releasing its ICM; Linux `reclaim_pages` keeps asking).
+    pub reclaim_empty_replies: u32,
 }
 
 /// Identity and limits of one software ConnectX.
@@ -53,6 +56,15 @@ pub struct SimConfig {
     pub num_msix: u32,
     /// How long the `initializing` bit stays set after reset.
     pub init_delay: Duration,
+    /// How long `initializing` is set again after the driver writes the command queue address
+    /// (`cmdq_addr_l_sz`): the firmware takes the init-segment configuration meanwhile.
+    pub cmdq_init_delay: Duration,
+    /// The init segment's `cmd_q_init_to` (0x0FFC) register value (0: timeouts not reported).
+    pub cmd_q_init_to: u32,
+    /// The init segment's `cmd_exec_to` (0x0FF8) register value.
+    pub cmd_exec_to: u32,
+    /// Advertise `supported_atomic_req_8B_endianness_mode_1` in the current atomic caps.
+    pub atomic_endianness_mode_1: bool,
     /// Pages the firmware asks for before INIT_HCA (boot stage).
     pub boot_pages: u32,
     /// Pages the firmware asks for before INIT_HCA (init stage).
@@ -75,6 +87,11 @@ impl SimConfig {
             device_id: 0x101d,
             num_msix: 64,
             init_delay: Duration::from_millis(2),
+            cmdq_init_delay: Duration::from_millis(2),
+            // 2 s to take the queue, 60 s per command (unit 1 = seconds in bits 31:29).
+            cmd_q_init_to: (1 << 29) | 2,
+            cmd_exec_to: (1 << 29) | 60,
+            atomic_endianness_mode_1: false,
             boot_pages: 32,
             init_pages: 256,
             eth_mtu: 1500,

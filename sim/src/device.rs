@@ -156,8 +156,18 @@ impl SimDevice {
     /// [`SimDevice::dma_unmap`] removes the mapping or the device is dropped; the device reads and
     /// writes it concurrently with the host, so the host must not hold Rust references into it.
     pub unsafe fn dma_map(&self, iova: u64, host: *mut u8, len: u64) -> Result<(), MapError> {
+        let mut h = self.lock();
+        if h.dma_entry_limit.is_some_and(|l| h.iommu.mapping_count() >= l) {
+            return Err(MapError::NoSpace);
+        }
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.lock().iommu.map(iova, host, len, true, true) }
+        unsafe { h.iommu.map(iova, host, len, true, true) }
+    }
+
+    /// Limits the number of DMA mappings, as vfio type1's `dma_entry_limit` does (MAP_DMA then
+    /// fails with ENOSPC); `None` lifts the limit. Lets tests make the host run out of DMA.
+    pub fn set_dma_entry_limit(&self, limit: Option<usize>) {
+        self.lock().dma_entry_limit = limit;
     }
 
     /// Removes a DMA mapping.
@@ -189,6 +199,17 @@ impl SimDevice {
     /// Function-level reset.
     pub fn reset(&self) {
         self.lock().reset()
+    }
+
+    /// Raises a health syndrome without the recovery-flow bit (not fatal).
+    pub fn inject_health_warning(&self, synd: HealthSyndrome) {
+        self.lock().inject_health_warning(synd)
+    }
+
+    /// Sets the `nic_interface` field the init segment reports (bits 10:8 of
+    /// `cmdq_addr_l_sz`), as firmware does when it disables the function.
+    pub fn set_nic_interface(&self, state: umlx_hwdesc::enums::NicInterface) {
+        self.lock().nic_interface = state.0 & 7;
     }
 
     /// Injects a fatal health error (syndrome as in the health buffer).

@@ -642,6 +642,9 @@ impl CmdHost {
         self.enable_bus_master();
         assert!(self.wait_ready(Duration::from_secs(5)), "firmware still initializing after 5 s");
         self.program_queue();
+        // The firmware takes the queue address with `initializing` set again (Linux
+        // `mlx5_function_enable` waits for it a second time).
+        assert!(self.wait_ready(Duration::from_secs(5)), "firmware still initializing after the queue was programmed");
     }
 
     // ---- command issue ----

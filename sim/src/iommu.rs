@@ -60,6 +60,8 @@ pub enum MapError {
     Exists,
     /// No mapping at exactly that IOVA and length (ENOENT).
     NotFound,
+    /// The container's mapping limit is reached (ENOSPC, vfio type1 `dma_entry_limit`).
+    NoSpace,
 }
 
 impl std::fmt::Display for MapError {
@@ -68,6 +70,7 @@ impl std::fmt::Display for MapError {
             MapError::Invalid => "invalid IOVA range (zero length, not 4 KiB aligned or wrapping)",
             MapError::Exists => "IOVA range overlaps an existing mapping",
             MapError::NotFound => "no mapping at that IOVA and length",
+            MapError::NoSpace => "DMA mapping limit reached (vfio dma_entry_limit)",
         })
     }
 }

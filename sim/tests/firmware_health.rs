@@ -183,3 +183,17 @@ fn page_churn() {
     assert!(seen.contains(&16) && seen.contains(&-16), "churn in both directions: {seen:?}");
     assert!(dev.page_accounting().given_total > 288);
 }
+
+#[test]
+fn a_syndrome_without_rfr_is_not_fatal() {
+    let env = Env::new();
+    let (dev, mut host) = (env.dev.clone(), env.host);
+    dev.inject_health_warning(HealthSyndrome::HIGH_TEMP);
+    assert_eq!(synd(&dev), 0x10, "the syndrome is in the health buffer");
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> 31, 0, "no recovery flow required");
+    let c0 = counter(&dev);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_ne!(counter(&dev), c0, "the health counter keeps running");
+    host.exec(CmdOpcode::QUERY_ISSI, 0, umlx_hwdesc::ifc::query_issi_in::SIZE_BYTES, 0x70, |_| {})
+        .expect("commands still execute");
+}

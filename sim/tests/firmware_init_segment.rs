@@ -129,6 +129,7 @@ fn commands_need_bus_mastering() {
     let mut host = CmdHost::new(&dev);
     assert!(host.wait_ready(Duration::from_secs(2)));
     host.program_queue();
+    assert!(host.wait_ready(Duration::from_secs(2)), "the firmware takes the queue address");
     let p = host.prepare(0, &cmd_input(CmdOpcode::ENABLE_HCA, 0, enable_hca_in::SIZE_BYTES), 16);
     host.post(&p);
     std::thread::sleep(Duration::from_millis(5));
@@ -141,4 +142,37 @@ fn commands_need_bus_mastering() {
     assert_eq!(dev.stats().commands, 1);
     let again = host.enable_hca();
     expect_fail(again, CmdOpcode::ENABLE_HCA, CmdStatus::BAD_SYS_STATE_ERR, sy::ALREADY_DONE);
+}
+
+#[test]
+fn initializing_is_set_again_after_the_queue_address_is_written() {
+    let dev = SimDevice::new(SimConfig { cmdq_init_delay: Duration::from_millis(300), ..Default::default() });
+    let mut host = CmdHost::new(&dev);
+    host.enable_bus_master();
+    assert!(host.wait_ready(Duration::from_secs(2)));
+    host.program_queue();
+    let init = |d: &SimDevice| d.bar0_read32(iseg::INITIALIZING as u64) >> 31 == 1;
+    assert!(init(&dev), "initializing again while the firmware takes the queue address");
+    // A command posted now (a driver that does not wait) is dropped.
+    let p = host.prepare(0, &cmd_input(CmdOpcode::ENABLE_HCA, 0, 16), 16);
+    host.post(&p);
+    assert!(init(&dev), "test needs the firmware still initializing");
+    assert!(!host.is_done(0), "a doorbell before the firmware took the queue must not execute");
+    assert_eq!(dev.stats().commands, 0);
+    assert!(host.wait_ready(Duration::from_secs(2)));
+    host.ring(1);
+    host.poll(&p).expect("ENABLE_HCA once the queue is taken");
+}
+
+#[test]
+fn the_init_segment_reports_command_timeouts() {
+    let dev = SimDevice::new(SimConfig::default());
+    let init_to = dev.bar0_read32(iseg::CMD_Q_INIT_TO as u64);
+    let exec_to = dev.bar0_read32(iseg::CMD_EXEC_TO as u64);
+    assert_ne!(init_to, 0, "cmd_q_init_to non-zero: timeouts are reported");
+    // Unit (bits 31:29) 1 = seconds, value (bits 19:0): 2 s and 60 s.
+    assert_eq!((init_to >> iseg::TO_MULTIPLIER_SHIFT, init_to & iseg::TO_VALUE_MASK), (1, 2));
+    assert_eq!((exec_to >> iseg::TO_MULTIPLIER_SHIFT, exec_to & iseg::TO_VALUE_MASK), (1, 60));
+    let quiet = SimDevice::new(SimConfig { cmd_q_init_to: 0, ..Default::default() });
+    assert_eq!(quiet.bar0_read32(iseg::CMD_Q_INIT_TO as u64), 0);
 }

@@ -138,3 +138,25 @@ fn no_page_request_without_a_subscribed_eq() {
     // The demand is still visible to QUERY_PAGES.
     assert_eq!(host.query_pages(PagesOpMod::REGULAR).unwrap(), 6);
 }
+
+#[test]
+fn reclaim_after_teardown_may_answer_empty_before_returning_pages() {
+    let dev = SimDevice::new(SimConfig {
+        hostile: umlx_sim::Hostile { reclaim_empty_replies: 2, ..Default::default() },
+        ..Default::default()
+    });
+    let mut host = CmdHost::new(&dev);
+    host.bring_up().unwrap();
+    let held = dev.page_accounting().held as usize;
+    assert!(held > 0);
+    host.teardown_hca(umlx_hwdesc::enums::TeardownProfile::GRACEFUL_CLOSE).unwrap();
+    assert!(host.take_pages(64).unwrap().is_empty(), "first TAKE after teardown: none yet");
+    assert!(host.take_pages(64).unwrap().is_empty(), "second TAKE: none yet");
+    let mut back = 0;
+    while back < held {
+        let n = host.take_pages(768).unwrap().len();
+        assert!(n > 0, "pages come back once the firmware released them");
+        back += n;
+    }
+    assert_eq!(dev.page_accounting().held, 0);
+}

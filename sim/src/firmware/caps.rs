@@ -105,7 +105,7 @@ pub mod limits {
 
 impl Caps {
     /// The caps of a freshly reset device.
-    pub fn new(_cfg: &SimConfig) -> Caps {
+    pub fn new(cfg: &SimConfig) -> Caps {
         use cmd_hca_cap as c;
         use limits::*;
         let mut g = vec![0u8; CAP_AREA];
@@ -199,6 +199,9 @@ impl Caps {
         atomic_caps::atomic_operations.set(&mut a, 0b11);
         atomic_caps::atomic_size_qp.set(&mut a, 1 << 3);
         atomic_caps::atomic_req_8B_endianness_mode.set(&mut a, 0);
+        // Whether mode 1 (host-order 8-byte atomic results) may be asked for; off by default
+        // because the transport returns big-endian results (mode 0).
+        atomic_caps::supported_atomic_req_8B_endianness_mode_1.set(&mut a, cfg.atomic_endianness_mode_1 as u64);
         let mut amax = a.clone();
         atomic_caps::atomic_req_8B_endianness_mode.set(&mut amax, 1);
         Caps { general_cur: g, general_max: gmax, roce_cur: r, roce_max: rmax, atomic_cur: a, atomic_max: amax }

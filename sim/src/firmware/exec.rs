@@ -227,6 +227,7 @@ impl Hca {
         self.set_link(false);
         self.state = HcaState::TornDown;
         self.pages.torn_down();
+        self.reclaim_empty_left = self.cfg.hostile.reclaim_empty_replies;
         let mut o = out(teardown_hca_out::SIZE_BYTES);
         // Profile 2 (prepare fast teardown) reports state 0: ready; the driver then writes
         // nic_interface = DISABLED.

@@ -41,6 +41,7 @@ use std::fs::File;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdStatus, HealthSyndrome};
+use umlx_hwdesc::plain::iseg;
 
 pub(crate) use objects::Objects;
 pub(crate) use pages::Pages;
@@ -104,6 +105,8 @@ pub struct SimStats {
     pub bad_doorbells: u64,
     /// DMA attempted with bus mastering disabled.
     pub dma_without_bus_master: u64,
+    /// MANAGE_PAGES CANT_GIVE received (the driver could not meet a page request).
+    pub pages_cant_give: u64,
 }
 
 /// Health state.
@@ -113,6 +116,8 @@ pub(crate) struct Health {
     pub synd: u8,
     /// Extended syndrome.
     pub ext_synd: u16,
+    /// Recovery flow required (health buffer `rfr` bit 31): set with a fatal syndrome.
+    pub rfr: bool,
     /// Counter value frozen at the fatal error.
     pub frozen_counter: Option<u32>,
 }
@@ -133,6 +138,12 @@ pub struct Hca {
     pub(crate) cmdq_addr_h: u32,
     pub(crate) cmdq_addr_l: u32,
     pub(crate) nic_interface: u8,
+    /// Set when the command queue address was written: `initializing` reads 1 until then.
+    pub(crate) cmdq_ready_at: Option<Instant>,
+    /// Empty MANAGE_PAGES TAKE replies still to give after TEARDOWN_HCA (hostile knob).
+    pub(crate) reclaim_empty_left: u32,
+    /// Host-side limit on DMA mappings (see `SimDevice::set_dma_entry_limit`).
+    pub(crate) dma_entry_limit: Option<usize>,
     pub(crate) health: Health,
     pub(crate) state: HcaState,
     pub(crate) issi: u16,
@@ -165,6 +176,9 @@ impl Hca {
             cmdq_addr_h: 0,
             cmdq_addr_l: 0,
             nic_interface: 0,
+            cmdq_ready_at: None,
+            reclaim_empty_left: 0,
+            dma_entry_limit: None,
             health: Health::default(),
             state: HcaState::Disabled,
             issi: 0,
@@ -206,16 +220,22 @@ impl Hca {
         let iommu = std::mem::take(&mut self.iommu);
         let irqs = std::mem::take(&mut self.irqs);
         let stats = self.stats;
+        let limit = self.dma_entry_limit;
         let cfg = self.cfg.clone();
         *self = Hca::new(cfg);
+        self.dma_entry_limit = limit;
         self.iommu = iommu;
         self.irqs = irqs;
         self.stats = stats;
     }
 
     /// Whether the firmware is still initializing after reset.
+    ///
+    /// It is also set again for `cmdq_init_delay` after the command queue address is written
+    /// (Linux `mlx5_function_enable` and rdma-core wait for it to clear after programming the
+    /// queue; that the bit is set again meanwhile is inferred from that wait).
     pub fn initializing(&self) -> bool {
-        self.reset_at.elapsed() < self.cfg.init_delay
+        self.reset_at.elapsed() < self.cfg.init_delay || self.cmdq_ready_at.is_some_and(|t| Instant::now() < t)
     }
 
     /// Whether bus mastering is enabled in the PCI COMMAND register.
@@ -224,8 +244,18 @@ impl Hca {
     }
 
     /// Whether a fatal health error is present.
+    ///
+    /// Fatal means a syndrome with the recovery-flow-required bit (Linux
+    /// `sensor_fw_synd_rfr`); a syndrome without it is a warning and the firmware goes on.
     pub fn is_fatal(&self) -> bool {
-        self.health.synd != 0
+        self.health.synd != 0 && self.health.rfr
+    }
+
+    /// Raises a health syndrome without the recovery-flow-required bit: reported in the health
+    /// buffer, commands keep working.
+    pub fn inject_health_warning(&mut self, synd: HealthSyndrome) {
+        self.health.synd = synd.0.max(1);
+        self.health.rfr = false;
     }
 
     /// The health counter's current value (24 bits): it advances while the firmware is alive
@@ -244,6 +274,7 @@ impl Hca {
             self.health.frozen_counter = Some(self.health_counter());
         }
         self.health.synd = synd.0.max(1);
+        self.health.rfr = true;
         self.health.ext_synd = 0;
     }
 
@@ -259,28 +290,33 @@ impl Hca {
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
     pub fn bar_read32(&mut self, offset: u64) -> u32 {
+        const SYND_DWORD: usize = iseg::HEALTH_SYND & !3;
+        let Ok(offset) = usize::try_from(offset) else { return 0 };
         match offset {
-            0x0000 => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
-            0x0004 => (5 << 16) | self.cfg.fw_version.2 as u32,
-            0x0010 => self.cmdq_addr_h,
-            0x0014 => {
-                (self.cmdq_addr_l & 0xffff_f000)
-                    | ((self.nic_interface as u32 & 7) << 8)
-                    | (LOG_CMDQ_SIZE << 4)
+            iseg::FW_REV => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
+            iseg::CMDIF_REV_FW_SUB => (iseg::CMDIF_REV << iseg::CMDIF_REV_SHIFT) | self.cfg.fw_version.2 as u32,
+            iseg::CMDQ_ADDR_H => self.cmdq_addr_h,
+            iseg::CMDQ_ADDR_L_SZ => {
+                (self.cmdq_addr_l & iseg::CMDQ_ADDR_L_MASK)
+                    | ((self.nic_interface as u32 & iseg::NIC_IFC_MASK) << iseg::NIC_IFC_SHIFT)
+                    | (LOG_CMDQ_SIZE << iseg::LOG_CMDQ_SIZE_SHIFT)
                     | LOG_CMDQ_STRIDE
             }
-            0x01fc => {
-                let init = if self.initializing() { 1u32 << 31 } else { 0 };
-                init | (1 << 30)
+            iseg::INITIALIZING => {
+                let init = if self.initializing() { 1u32 << iseg::INITIALIZING_BIT } else { 0 };
+                init | (1 << iseg::FW_RESET_SUPPORTED_BIT)
             }
-            0x0230 => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
-            0x0238 if self.health.synd != 0 => 1 << 31,
-            0x023c => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
-            0x1000 => (self.internal_timer() >> 32) as u32,
-            0x1004 => self.internal_timer() as u32,
-            0x1010 => self.health_counter() | ((self.health.synd as u32) << 24),
-            0x1040 => (self.real_time() >> 32) as u32,
-            0x1044 => self.real_time() as u32,
+            iseg::HEALTH_FW_VER => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
+            iseg::HEALTH_RFR if self.health.rfr => 1 << iseg::RFR_BIT,
+            // irisc_index, synd, ext_synd share one dword.
+            SYND_DWORD => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
+            iseg::CMD_EXEC_TO => self.cfg.cmd_exec_to,
+            iseg::CMD_Q_INIT_TO => self.cfg.cmd_q_init_to,
+            iseg::INTERNAL_TIMER_H => (self.internal_timer() >> 32) as u32,
+            iseg::INTERNAL_TIMER_L => self.internal_timer() as u32,
+            iseg::HEALTH_COUNTER => self.health_counter() | ((self.health.synd as u32) << 24),
+            iseg::REAL_TIME_H => (self.real_time() >> 32) as u32,
+            iseg::REAL_TIME_L => self.real_time() as u32,
             _ => 0,
         }
     }
@@ -298,12 +334,15 @@ impl Hca {
     /// Writes a 32-bit BAR0 register.
     pub fn bar_write32(&mut self, offset: u64, value: u32) {
         match offset {
-            0x0010 => self.cmdq_addr_h = value,
-            0x0014 => {
-                self.cmdq_addr_l = value & 0xffff_f000;
-                self.nic_interface = ((value >> 8) & 7) as u8;
+            o if o == iseg::CMDQ_ADDR_H as u64 => self.cmdq_addr_h = value,
+            o if o == iseg::CMDQ_ADDR_L_SZ as u64 => {
+                self.cmdq_addr_l = value & iseg::CMDQ_ADDR_L_MASK;
+                self.nic_interface = ((value >> iseg::NIC_IFC_SHIFT) & iseg::NIC_IFC_MASK) as u8;
+                if !self.cfg.cmdq_init_delay.is_zero() {
+                    self.cmdq_ready_at = Some(Instant::now() + self.cfg.cmdq_init_delay);
+                }
             }
-            0x0018 => self.ring_cmd_doorbell(value),
+            o if o == iseg::CMD_DBELL as u64 => self.ring_cmd_doorbell(value),
             o if o >= (FIRST_UAR_INDEX as u64) << 12 && o + 4 <= BAR0_SIZE => {
                 let uar = (o >> 12) as u32;
                 self.uar_write32(uar, (o & 0xfff) as u32, value);

@@ -29,7 +29,7 @@ pub struct Pages {
     /// Whether INIT_HCA ran (init demand stays).
     pub initialized: bool,
     /// After TEARDOWN_HCA: demand is zero.
-    torn_down: bool,
+    pub(crate) torn_down: bool,
     /// Net pages asked for by PAGE_REQUEST events not yet answered (positive: give, negative:
     /// take).
     pub requested: i64,
@@ -148,6 +148,7 @@ impl Hca {
         match op_mod {
             // Allocation failed on the driver side: forget the outstanding request.
             0 => {
+                self.stats.pages_cant_give += 1;
                 self.pages.requested = 0;
                 Ok(out(manage_pages_out::SIZE_BYTES))
             }
@@ -183,6 +184,13 @@ impl Hca {
                 Ok(out(manage_pages_out::SIZE_BYTES))
             }
             2 => {
+                if self.pages.torn_down && self.reclaim_empty_left > 0 {
+                    // Hostile: still releasing ICM; nothing to hand back yet.
+                    self.reclaim_empty_left -= 1;
+                    let mut o = out(manage_pages_out::SIZE_BYTES);
+                    manage_pages_out::output_num_entries.set(&mut o, 0);
+                    return Ok(o);
+                }
                 // Return at most what is asked, and only pages beyond the current demand.
                 let surplus = (self.pages.held.len() as i64 - self.pages.demand() as i64).max(0) as usize;
                 let k = n.min(surplus);
