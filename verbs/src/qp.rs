@@ -330,6 +330,41 @@ impl<B: Backend> std::fmt::Debug for Qp<B> {
     }
 }
 
+/// The attributes a modify must carry (besides `IBV_QP_STATE`) and those it may carry, for an
+/// RC (`rc`) or UD QP: the table the Linux RDMA core checks every `ibv_modify_qp` against
+/// (`qp_state_table`, `ib_modify_qp_is_ok`), so umlx accepts exactly what rdma-core on a
+/// kernel device accepts and refuses the rest with EINVAL instead of dropping it.
+fn transition_attrs(t: Transition, rc: bool) -> (QpAttrMask, QpAttrMask) {
+    use QpAttrMask as M;
+    let m = |bits: &[QpAttrMask]| M(bits.iter().fold(0, |a, b| a | b.0));
+    let none = M(0);
+    match (t, rc) {
+        (Transition::ToRst | Transition::ToErr, _) => (none, none),
+        (Transition::Rst2Init, true) => (m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), none),
+        (Transition::Rst2Init, false) => (m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), none),
+        (Transition::Init2Init, true) => (none, m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS])),
+        (Transition::Init2Init, false) => (none, m(&[M::PKEY_INDEX, M::PORT, M::QKEY])),
+        (Transition::Init2Rtr, true) => (
+            m(&[M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN, M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER]),
+            m(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]),
+        ),
+        (Transition::Init2Rtr, false) => (none, m(&[M::PKEY_INDEX, M::QKEY])),
+        (Transition::Rtr2Rts, true) => (
+            m(&[M::TIMEOUT, M::RETRY_CNT, M::RNR_RETRY, M::SQ_PSN, M::MAX_QP_RD_ATOMIC]),
+            m(&[M::CUR_STATE, M::ALT_PATH, M::ACCESS_FLAGS, M::MIN_RNR_TIMER, M::PATH_MIG_STATE]),
+        ),
+        (Transition::Rtr2Rts, false) => (M::SQ_PSN, m(&[M::CUR_STATE, M::QKEY])),
+        (Transition::Rts2Rts | Transition::Sqd2Rts, true) => {
+            (none, m(&[M::CUR_STATE, M::ACCESS_FLAGS, M::ALT_PATH, M::PATH_MIG_STATE, M::MIN_RNR_TIMER]))
+        }
+        (Transition::Rts2Rts | Transition::Sqd2Rts | Transition::SqErr2Rts, false) => {
+            (none, m(&[M::CUR_STATE, M::QKEY]))
+        }
+        // An RC QP never reaches SQE (its send errors move it to ERR).
+        (Transition::SqErr2Rts, true) => (none, none),
+    }
+}
+
 impl<B: Backend> Qp<B> {
     /// QP number.
     pub fn qp_num(&self) -> u32 {
@@ -355,20 +390,21 @@ impl<B: Backend> Qp<B> {
         };
         use QpAttrMask as M;
         let rc = self.qp_type == QpType::Rc;
-        let (t, required) = match (self.state, target) {
-            (_, QpState::Reset) => (Transition::ToRst, M(0)),
-            (_, QpState::Err) => (Transition::ToErr, M(0)),
-            (QpState::Reset, QpState::Init) => (Transition::Rst2Init, if rc { M::RC_INIT } else { M::UD_INIT }),
-            (QpState::Init, QpState::Init) => (Transition::Init2Init, M(0)),
-            (QpState::Init, QpState::Rtr) => (Transition::Init2Rtr, if rc { M::RC_RTR } else { M::STATE }),
-            (QpState::Rtr, QpState::Rts) => (Transition::Rtr2Rts, if rc { M::RC_RTS } else { M::STATE | M::SQ_PSN }),
-            (QpState::Rts, QpState::Rts) => (Transition::Rts2Rts, M(0)),
-            (QpState::Sqe, QpState::Rts) => (Transition::SqErr2Rts, M(0)),
-            (QpState::Sqd, QpState::Rts) => (Transition::Sqd2Rts, M(0)),
+        let t = match (self.state, target) {
+            (_, QpState::Reset) => Transition::ToRst,
+            (_, QpState::Err) => Transition::ToErr,
+            (QpState::Reset, QpState::Init) => Transition::Rst2Init,
+            (QpState::Init, QpState::Init) => Transition::Init2Init,
+            (QpState::Init, QpState::Rtr) => Transition::Init2Rtr,
+            (QpState::Rtr, QpState::Rts) => Transition::Rtr2Rts,
+            (QpState::Rts, QpState::Rts) => Transition::Rts2Rts,
+            (QpState::Sqe, QpState::Rts) => Transition::SqErr2Rts,
+            (QpState::Sqd, QpState::Rts) => Transition::Sqd2Rts,
             (from, to) => {
                 return Err(Error::WrongState(format!("QP {:#x}: no transition from {from} to {to}", self.qp_num())));
             }
         };
+        let (required, optional) = transition_attrs(t, rc);
         if !mask.contains(required) {
             return Err(Error::Invalid(format!(
                 "QP {:#x} {} -> {}: attribute mask {:#x} lacks required {:#x}",
@@ -377,6 +413,17 @@ impl<B: Backend> Qp<B> {
                 target,
                 mask.0,
                 required.0 & !mask.0
+            )));
+        }
+        let extra = mask.0 & !(required.0 | optional.0 | M::STATE.0);
+        if extra != 0 {
+            return Err(Error::Invalid(format!(
+                "QP {:#x} {} -> {}: attributes {:#x} cannot be modified in this transition (ibverbs allows {:#x})",
+                self.qp_num(),
+                self.state,
+                target,
+                extra,
+                required.0 | optional.0
             )));
         }
         let dmac = if mask.contains(M::AV) && rc { Some(self.ctx.resolve_dmac(&attr.ah_attr)?) } else { None };

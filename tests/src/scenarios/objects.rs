@@ -308,8 +308,18 @@ pub fn rc_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Out
     ensure_eq!(q.sq_psn, 0xabcdef, "send PSN");
     ensure_eq!((q.timeout, q.retry_cnt, q.rnr_retry), (14, 6, 5), "timeout, retry count, RNR retry");
     ensure_eq!(q.max_rd_atomic, 4, "initiator READ/atomic depth");
-    qa.modify(&QpAttr { qp_state: Some(QpState::Rts), timeout: 15, ..Default::default() }, QpAttrMask::TIMEOUT)?;
-    ensure_eq!(qa.query()?.timeout, 15, "timeout after RTS2RTS");
+    // RTS -> RTS carries what ibverbs lets it (the RNR timer here). The ACK timeout is set at
+    // RTR -> RTS: a modify naming it now is refused with EINVAL, as the kernel's RDMA core
+    // refuses it, and changes nothing.
+    let rts = QpAttr { qp_state: Some(QpState::Rts), min_rnr_timer: 20, timeout: 15, ..Default::default() };
+    qa.modify(&rts, QpAttrMask::MIN_RNR_TIMER)?;
+    ensure_eq!(qa.query()?.min_rnr_timer, 20, "RNR timer after RTS2RTS");
+    let refused = qa.modify(&rts, QpAttrMask::TIMEOUT);
+    ensure!(
+        matches!(&refused, Err(e) if e.errno() == 22),
+        "an ACK timeout in RTS2RTS must be refused with EINVAL, got {refused:?}"
+    );
+    ensure_eq!(qa.query()?.timeout, 14, "the refused modify changed nothing");
 
     connect_rc(&mut qb, &b.ep, &a.ep, qa.qp_num(), 0x123456, 0xabcdef, &o)?;
     let ping = |qa: &mut Qp<B>, qb: &mut Qp<B>, a: &mut crate::Side<B>, b: &mut crate::Side<B>, n: u8| -> Result {
