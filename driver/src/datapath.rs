@@ -369,6 +369,16 @@ pub struct SqGeometry {
     pub max_inline: u32,
     /// Signal every WQE (`sq_sig_all`).
     pub sig_all: bool,
+    /// Size of each of the two buffers of the BlueFlame register the doorbell alternates
+    /// between ([`crate::hca::Caps::bf_buf_size`], from the cap `log_bf_reg_size`).
+    pub bf_buf_size: usize,
+}
+
+/// Whether a BlueFlame buffer size is one the doorbell can alternate by: a power of two of at
+/// least 8 bytes whose two buffers, from the first register at [`uar::BF_OFFSET`], stay in the
+/// UAR page (toggling the offset's bit for it moves between them).
+const fn bf_buf_size_fits(size: usize) -> bool {
+    size.is_power_of_two() && size >= 8 && uar::BF_OFFSET & size == 0 && uar::BF_OFFSET + 2 * size <= uar::UAR_PAGE_SIZE
 }
 
 /// Send flags as ibverbs numbers them (`IBV_SEND_*`); the SQ turns them into `fm_ce_se`.
@@ -437,6 +447,8 @@ pub struct SendQueue<B: Backend> {
     /// BlueFlame register in use: the first or the second buffer of the UAR's first BlueFlame
     /// register (they alternate).
     bf_offset: usize,
+    /// The BlueFlame buffer size: `bf_offset` toggles by it.
+    bf_buf_size: usize,
     /// BAR0 offset of the UAR page (for [`Backend::write64`]).
     uar_offset: usize,
     backend: Arc<B>,
@@ -484,6 +496,7 @@ impl<B: Backend> SendQueue<B> {
             || ring.sq.len() < (1 << geo.log_bbs)
             || dbr.len() < 8
             || geo.log_bbs > 16
+            || !bf_buf_size_fits(geo.bf_buf_size)
         {
             return Err(PostError::WqeTooLarge);
         }
@@ -506,6 +519,7 @@ impl<B: Backend> SendQueue<B> {
             dbr: dbr_sq,
             uar_page: backend.doorbell_page(uar_offset),
             bf_offset: uar::BF_OFFSET,
+            bf_buf_size: geo.bf_buf_size,
             uar_offset,
             backend,
             ring,
@@ -697,7 +711,7 @@ impl<B: Backend> SendQueue<B> {
             Some(page) => unsafe { page.as_ptr().add(bf_offset).cast::<u64>().write_volatile(ctrl) },
             None => self.backend.write64(self.uar_offset + bf_offset, u64::from_be(ctrl)),
         }
-        self.bf_offset ^= uar::DB_BLUEFLAME_BUFFER_SIZE;
+        self.bf_offset ^= self.bf_buf_size;
     }
 }
 

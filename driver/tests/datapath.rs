@@ -75,14 +75,25 @@ struct Sq {
     sq: SendQueue<SimBackend>,
 }
 
+/// The BlueFlame buffer size the test SQ alternates by (a device with `log_bf_reg_size` 10).
+const BF_BUF_SIZE: usize = 0x200;
+
 /// A four-WQEBB SQ of QP 0x1234 with its doorbell going to plain memory.
 fn sq() -> Sq {
     let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
     let buf = DmaMemory::new(4096).unwrap();
     let dbr = DmaMemory::new(64).unwrap();
     let ring = Arc::new(WrRing::new(0x1234, 4, 1));
-    let geo =
-        SqGeometry { qpn: 0x1234, sq_offset: 0, log_bbs: 2, uar_index: 0, max_sge: 1, max_inline: 0, sig_all: false };
+    let geo = SqGeometry {
+        qpn: 0x1234,
+        sq_offset: 0,
+        log_bbs: 2,
+        uar_index: 0,
+        max_sge: 1,
+        max_inline: 0,
+        sig_all: false,
+        bf_buf_size: BF_BUF_SIZE,
+    };
     let sq = SendQueue::new(backend.clone(), &buf, &dbr, geo, ring.clone()).unwrap();
     Sq { backend, buf, dbr, ring, sq }
 }
@@ -119,7 +130,7 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     assert_eq!(be32(&q.dbr, qp_dbr::send_counter), 2);
     let db = q.backend.plain_doorbell(uar::BF_OFFSET).unwrap();
     assert_eq!(&db.to_ne_bytes()[..], &c1.as_bytes()[..8]);
-    let other = uar::BF_OFFSET + uar::DB_BLUEFLAME_BUFFER_SIZE;
+    let other = uar::BF_OFFSET + BF_BUF_SIZE;
     assert_eq!(q.backend.plain_doorbell(other), Some(0), "only one doorbell was rung");
 
     // The ring holds four: two more fit, the fifth is refused.
@@ -141,6 +152,36 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     let c4: wqe_ctrl_seg = read(&q.buf, 0);
     assert_eq!(ctrl_fields(&c4), (4, WqeOpcode::SEND, 0x1234, 1, FmCeSe::new(), 0));
     assert_eq!(q.ring.complete_send(4), 12);
+}
+
+#[test]
+fn the_doorbell_alternates_by_the_devices_blueflame_buffer_size() {
+    // The test SQ's device has 0x200-byte buffers: the second doorbell lands 0x200 past the
+    // first (a fixed 0x100 would write into the wrong buffer).
+    let mut q = sq();
+    let sge = Sge::new(0x1000, 8, 1);
+    for (i, at) in [(0u64, uar::BF_OFFSET), (1, uar::BF_OFFSET + 0x200), (2, uar::BF_OFFSET)] {
+        let mut chain = q.sq.begin();
+        chain.write_simple(i, opcode::SEND, 0, 0, None, &sge).unwrap();
+        chain.finish();
+        let c: wqe_ctrl_seg = read(&q.buf, i as usize * w::SEND_WQE_BB);
+        assert_eq!(q.backend.plain_doorbell(at), Some(u64::from_ne_bytes(c.as_bytes()[..8].try_into().unwrap())));
+    }
+    // Sizes the doorbell cannot alternate by are refused at creation.
+    for bad in [0, 0x180, 0x800] {
+        let geo = SqGeometry {
+            qpn: 1,
+            sq_offset: 0,
+            log_bbs: 2,
+            uar_index: 0,
+            max_sge: 1,
+            max_inline: 0,
+            sig_all: false,
+            bf_buf_size: bad,
+        };
+        let ring = Arc::new(WrRing::new(1, 4, 1));
+        assert!(SendQueue::new(q.backend.clone(), &q.buf, &q.dbr, geo, ring).is_err(), "{bad:#x}");
+    }
 }
 
 #[test]

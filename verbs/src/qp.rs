@@ -128,6 +128,7 @@ impl<B: Backend> Pd<B> {
             max_sge: size.actual.max_send_sge,
             max_inline: size.actual.max_inline_data,
             sig_all: init.sq_sig_all,
+            bf_buf_size: shared.hca.caps().bf_buf_size(),
         };
         let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
             .map_err(|e| Error::Invalid(format!("SQ does not fit its buffer: {e:?}")))?;

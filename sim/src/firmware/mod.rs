@@ -41,7 +41,16 @@ use std::fs::File;
 use std::io::Write;
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdStatus, HealthSyndrome};
-use umlx_hwdesc::plain::iseg;
+use umlx_hwdesc::plain::{cq, eq, iseg, uar};
+
+/// Whether UAR page offset `off` starts a BlueFlame buffer: register `k` (of
+/// `BFREGS_PER_UAR`) at `BF_OFFSET + k * 2^LOG_BF_REG_SIZE`, its two buffers half a register
+/// apart.
+fn is_bf_buffer_start(off: usize) -> bool {
+    let reg = 1usize << caps::limits::LOG_BF_REG_SIZE;
+    let Some(rel) = off.checked_sub(uar::BF_OFFSET) else { return false };
+    rel < uar::BFREGS_PER_UAR * reg && rel % (reg / 2) == 0
+}
 
 pub(crate) use objects::Objects;
 pub(crate) use pages::Pages;
@@ -364,15 +373,15 @@ impl Hca {
 
     /// A 32-bit write into a UAR page: the EQ doorbells.
     fn uar_write32(&mut self, uar: u32, off: u32, value: u32) {
-        match off {
-            0x40 | 0x48 => {
+        match off as usize {
+            uar::EQ_DOORBELL_ARM | uar::EQ_DOORBELL_NO_ARM => {
                 if !self.objects.uars.contains(&uar) {
                     self.stats.bad_doorbells += 1;
                     return;
                 }
-                let eqn = value >> 24;
-                let ci = value & 0xff_ffff;
-                self.eq_doorbell(uar, eqn, ci, off == 0x40);
+                let eqn = value >> eq::DB_EQN_SHIFT;
+                let ci = value & eq::DB_CI_MASK;
+                self.eq_doorbell(uar, eqn, ci, off as usize == uar::EQ_DOORBELL_ARM);
             }
             _ => self.stats.bad_doorbells += 1,
         }
@@ -384,16 +393,18 @@ impl Hca {
             self.stats.bad_doorbells += 1;
             return;
         }
-        match off {
-            0x20 => {
+        match off as usize {
+            uar::CQ_DOORBELL => {
                 let hi = (value >> 32) as u32;
-                let cqn = value as u32 & 0xff_ffff;
+                let cqn = value as u32 & cq::NUM_MASK_24;
                 self.cq_arm_doorbell(uar, cqn, hi);
             }
-            // A doorbell starts each BlueFlame buffer half (0x100 apart); the rest of a
-            // BlueFlame copy is WQE body, which the device reads from the SQ buffer instead.
-            o if o >= 0x800 && (o - 0x800) % 0x100 == 0 => self.sq_doorbell(uar, value),
-            o if o >= 0x800 => {}
+            // A send doorbell starts one of the two buffers of a BlueFlame register (each half of
+            // the register size this device reports in `log_bf_reg_size`); any other write there
+            // is the body of a BlueFlame copy, which the device reads from the SQ buffer instead.
+            // A doorbell written anywhere else is not seen, as on hardware.
+            o if is_bf_buffer_start(o) => self.sq_doorbell(uar, value),
+            o if o >= uar::BF_OFFSET => {}
             _ => self.stats.bad_doorbells += 1,
         }
     }
