@@ -35,7 +35,7 @@ use umlx_hwdesc::enums::{
     AccessRegId, CmdOpcode, CmdStatus, DeliveryStatus, HcaCapType, ManagePagesOpMod, PagesOpMod, TeardownProfile,
 };
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::{cmd, iseg};
+use umlx_hwdesc::plain::{cmd, cmd_layout, cmd_prot_block, eq, eqe, iseg, uar};
 
 /// Host and adapter page size.
 pub const PAGE_SIZE: usize = 4096;
@@ -45,7 +45,7 @@ pub const DEFAULT_IOVA_BASE: u64 = 0x1_0000_0000;
 /// Unmapped IOVA left between two allocations of the bump allocator, so an overrun faults.
 const GUARD: u64 = PAGE_SIZE as u64;
 /// Mailbox block size.
-pub const MAILBOX_BLOCK: usize = 576;
+pub const MAILBOX_BLOCK: usize = cmd_prot_block::SIZE;
 /// Mailbox block stride in the host's mailbox memory (the alignment the device requires).
 pub const MAILBOX_STRIDE: usize = 1024;
 /// Bytes of input and output carried inline in a command entry.
@@ -53,7 +53,7 @@ const INLINE: usize = cmd::CMD_INLINE_SIZE;
 /// Data bytes per mailbox block.
 const BLOCK_DATA: usize = cmd::CMD_DATA_BLOCK_SIZE;
 /// Size of a command queue entry.
-const ENTRY: usize = 64;
+const ENTRY: usize = cmd_layout::SIZE;
 
 /// The signature byte that makes the XOR of `bytes` plus itself equal 0xff (§2.6 of the device
 /// contract): NOT of the XOR of `bytes`.
@@ -512,19 +512,21 @@ impl HostEq {
 
     /// Writes the consumer index to the UAR: + 0x40 (update and arm) or + 0x48 (update only).
     pub fn doorbell(&self, arm: bool) {
-        let off = ((self.uar as u64) << 12) + if arm { 0x40 } else { 0x48 };
-        self.dev.bar0_write32(off, (self.eqn << 24) | (self.ci & 0xff_ffff));
+        let reg = if arm { uar::EQ_DOORBELL_ARM } else { uar::EQ_DOORBELL_NO_ARM };
+        let off = (self.uar as usize * uar::UAR_PAGE_SIZE + reg) as u64;
+        self.dev.bar0_write32(off, (self.eqn << eq::DB_EQN_SHIFT) | (self.ci & eq::DB_CI_MASK));
     }
 }
 
 /// The event type of an EQE.
 pub fn eqe_type(e: &[u8; 64]) -> u8 {
-    e[1]
+    e[eqe::type_]
 }
 
 /// The first big-endian dword of an EQE's data (CMD: the completed-slot vector).
 pub fn eqe_data_u32(e: &[u8; 64], off: usize) -> u32 {
-    u32::from_be_bytes(e[0x20 + off..0x24 + off].try_into().expect("4 bytes"))
+    let at = eqe::data + off;
+    u32::from_be_bytes(e[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// A software host: IOVA allocator, command issuer and bring-up helpers.
@@ -674,8 +676,8 @@ impl CmdHost {
                     mb.write(off, &data[start..end]);
                 }
                 let next = if i + 1 < n { mb.iova_at(off + MAILBOX_STRIDE) } else { 0 };
-                mb.write_u64_be(off + 0x230, next);
-                mb.write_u32_be(off + 0x238, i as u32);
+                mb.write_u64_be(off + cmd_prot_block::next, next);
+                mb.write_u32_be(off + cmd_prot_block::block_num, i as u32);
             }
         };
         if in_blocks > 0 {
@@ -685,17 +687,17 @@ impl CmdHost {
             link(in_blocks, out_blocks, None);
         }
         let mut e = [0u8; ENTRY];
-        e[0] = cmd::PCI_CMD_XPORT;
-        e[4..8].copy_from_slice(&(input.len() as u32).to_be_bytes());
+        e[cmd_layout::type_] = cmd::PCI_CMD_XPORT;
+        e[cmd_layout::inlen..cmd_layout::inlen + 4].copy_from_slice(&(input.len() as u32).to_be_bytes());
         if in_blocks > 0 {
-            e[8..16].copy_from_slice(&p.in_block_iova(0).to_be_bytes());
+            e[cmd_layout::in_ptr..cmd_layout::in_ptr + 8].copy_from_slice(&p.in_block_iova(0).to_be_bytes());
         }
         let n = input.len().min(INLINE);
-        e[0x10..0x10 + n].copy_from_slice(&input[..n]);
+        e[cmd_layout::in_..cmd_layout::in_ + n].copy_from_slice(&input[..n]);
         if out_blocks > 0 {
-            e[0x30..0x38].copy_from_slice(&p.out_block_iova(0).to_be_bytes());
+            e[cmd_layout::out_ptr..cmd_layout::out_ptr + 8].copy_from_slice(&p.out_block_iova(0).to_be_bytes());
         }
-        e[0x38..0x3c].copy_from_slice(&(outlen as u32).to_be_bytes());
+        e[cmd_layout::outlen..cmd_layout::outlen + 4].copy_from_slice(&(outlen as u32).to_be_bytes());
         self.queue.write(Self::entry_offset(slot), &e);
         p
     }
@@ -709,22 +711,22 @@ impl CmdHost {
             let off = p.in_block_offset(i);
             let mb = p.mb();
             let mut b = mb.to_vec(off, MAILBOX_BLOCK);
-            b[0x23d] = token;
-            b[0x23e] = 0;
-            b[0x23f] = 0;
-            b[0x23e] = signature(&b[0x200..0x23e]);
-            b[0x23f] = signature(&b[..0x23f]);
+            b[cmd_prot_block::token] = token;
+            b[cmd_prot_block::ctrl_sig] = 0;
+            b[cmd_prot_block::sig] = 0;
+            b[cmd_prot_block::ctrl_sig] = signature(&b[cmd_prot_block::rsvd0..cmd_prot_block::ctrl_sig]);
+            b[cmd_prot_block::sig] = signature(&b[..cmd_prot_block::sig]);
             mb.write(off, &b);
         }
         for i in 0..p.out_blocks {
-            p.mb().write_u8(p.out_block_offset(i) + 0x23d, token);
+            p.mb().write_u8(p.out_block_offset(i) + cmd_prot_block::token, token);
         }
         let off = Self::entry_offset(p.slot);
         let mut e = self.queue.to_vec(off, ENTRY);
-        e[0x3c] = token;
-        e[0x3d] = 0;
-        e[0x3f] = cmd::CMD_OWNER_HW;
-        e[0x3d] = signature(&e);
+        e[cmd_layout::token] = token;
+        e[cmd_layout::sig] = 0;
+        e[cmd_layout::status_own] = cmd::CMD_OWNER_HW;
+        e[cmd_layout::sig] = signature(&e);
         self.queue.write(off, &e[..ENTRY - 1]);
     }
 
@@ -780,7 +782,7 @@ impl CmdHost {
         if delivery != DeliveryStatus::OK {
             return Err(CmdError { delivery, status: CmdStatus::OK, syndrome: 0, timed_out: false });
         }
-        let inline = self.queue.to_vec(off + 0x20, INLINE);
+        let inline = self.queue.to_vec(off + cmd_layout::out, INLINE);
         let mut out = vec![0u8; p.outlen.max(INLINE)];
         out[..INLINE].copy_from_slice(&inline);
         for i in 0..p.out_blocks {

@@ -9,11 +9,11 @@ use umlx_hwdesc::plain::{cmd_layout, cmd_prot_block};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Bytes of a command carried inline in the entry.
-const INLINE: usize = 16;
+const INLINE: usize = umlx_hwdesc::plain::cmd::CMD_INLINE_SIZE;
 /// Data bytes per mailbox block.
-const BLOCK_DATA: usize = 512;
+const BLOCK_DATA: usize = umlx_hwdesc::plain::cmd::CMD_DATA_BLOCK_SIZE;
 /// Mailbox block size.
-const BLOCK_SIZE: usize = 576;
+const BLOCK_SIZE: usize = cmd_prot_block::SIZE;
 /// Required mailbox alignment (see the module docs of `firmware`).
 const BLOCK_ALIGN: u64 = 1024;
 /// Largest message the firmware accepts (inlen/outlen): 8 MiB (an MTT for 2 GiB of 4 KiB pages).
@@ -135,7 +135,7 @@ impl Hca {
                     if block.token != entry.token {
                         return (DeliveryStatus::TOK_ERR, None);
                     }
-                    if xor(&blk[0x200..0x23f]) != 0xff || xor(&blk) != 0xff {
+                    if xor(&blk[cmd_prot_block::rsvd0..cmd_prot_block::sig]) != 0xff || xor(&blk) != 0xff {
                         return (DeliveryStatus::SIGNAT_ERR, None);
                     }
                 }
@@ -181,10 +181,10 @@ impl Hca {
             if checksum {
                 block.token = entry.token;
                 let b = block.as_mut_bytes();
-                b[0x23e] = 0;
-                b[0x23f] = 0;
-                b[0x23e] = !xor(&b[0x200..0x23e]);
-                b[0x23f] = !xor(&b[..0x23f]);
+                b[cmd_prot_block::ctrl_sig] = 0;
+                b[cmd_prot_block::sig] = 0;
+                b[cmd_prot_block::ctrl_sig] = !xor(&b[cmd_prot_block::rsvd0..cmd_prot_block::ctrl_sig]);
+                b[cmd_prot_block::sig] = !xor(&b[..cmd_prot_block::sig]);
             }
             if self.iommu.write(ptr, block.as_bytes()).is_err() {
                 return (DeliveryStatus::OUT_LENGTH_ERR, None);
