@@ -26,7 +26,8 @@ pub struct IovaRange {
 /// The driver builds raw-pointer accesses on what a backend tells it, so an implementation
 /// promises, beyond each method's own documentation:
 ///
-/// * [`Backend::doorbell_page`]: a pointer it returns is valid for 8-byte aligned volatile
+/// * [`Backend::doorbell_page`]: a pointer it returns is aligned to the 4 KiB UAR page and
+///   valid for 8-byte aligned volatile
 ///   stores at page offsets 0x800 to 0xfff for as long as the backend lives, reaches no memory
 ///   the program uses otherwise, and a store there has the effect [`Backend::write64`] of the
 ///   byte-swapped value at that BAR0 offset would have.

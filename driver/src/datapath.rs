@@ -31,7 +31,6 @@
 use crate::backend::Backend;
 use crate::dma::{DmaMemory, dma_rmb, dma_wmb};
 use crossbeam_utils::CachePadded;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use umlx_hwdesc::enums::CqeOpcode;
@@ -442,15 +441,19 @@ pub struct SendQueue<B: Backend> {
     last_ctrl: u64,
     /// The SQ counter of the doorbell record (dword 1; the QP keeps the record alive).
     dbr: *mut u32,
-    /// The UAR page, when the backend lets stores reach its BlueFlame registers directly.
-    uar_page: Option<NonNull<u8>>,
-    /// BlueFlame register in use: the first or the second buffer of the UAR's first BlueFlame
-    /// register (they alternate).
-    bf_offset: usize,
-    /// The BlueFlame buffer size: `bf_offset` toggles by it.
+    /// Whether the backend lets stores reach the UAR page's BlueFlame registers directly
+    /// (then `bf` is an address), or doorbells go through [`Backend::write64`] (then `bf` is
+    /// a BAR0 offset).
+    bf_direct: bool,
+    /// The BlueFlame buffer the next doorbell goes to: a pointer into the UAR page, or (not
+    /// `bf_direct`) a BAR0 offset held as an address without provenance. The UAR page is
+    /// page-aligned and the two buffers differ in one bit (`bf_buf_size`), so toggling that bit
+    /// moves between them in either form.
+    bf: *mut u8,
+    /// Where `bf` starts (the first buffer of the UAR's first BlueFlame register).
+    bf_start: *mut u8,
+    /// The BlueFlame buffer size: `bf` toggles by it.
     bf_buf_size: usize,
-    /// BAR0 offset of the UAR page (for [`Backend::write64`]).
-    uar_offset: usize,
     backend: Arc<B>,
     ring: Arc<WrRing>,
     sq_offset: usize,
@@ -505,6 +508,15 @@ impl<B: Backend> SendQueue<B> {
         // SAFETY: the send counter lies in `dbr` (checked above); address only.
         let dbr_sq = unsafe { dbr.as_ptr().add(qp_dbr::send_counter) }.cast::<u32>();
         let uar_offset = geo.uar_index as usize * uar::UAR_PAGE_SIZE;
+        // (A page that is not page-aligned breaks the backend's contract: doorbells then go
+        // through `write64`.)
+        let page = backend.doorbell_page(uar_offset).filter(|p| p.as_ptr().addr() % uar::UAR_PAGE_SIZE == 0);
+        let bf_direct = page.is_some();
+        let bf_start = match page {
+            // SAFETY: BF_OFFSET is inside the UAR page; address only.
+            Some(p) => unsafe { p.as_ptr().add(uar::BF_OFFSET) },
+            None => std::ptr::without_provenance_mut(uar_offset + uar::BF_OFFSET),
+        };
         Ok(SendQueue {
             base,
             cur_post: 0,
@@ -517,10 +529,10 @@ impl<B: Backend> SendQueue<B> {
             limit: 1 << geo.log_bbs,
             last_ctrl: 0,
             dbr: dbr_sq,
-            uar_page: backend.doorbell_page(uar_offset),
-            bf_offset: uar::BF_OFFSET,
+            bf_direct,
+            bf: bf_start,
+            bf_start,
             bf_buf_size: geo.bf_buf_size,
-            uar_offset,
             backend,
             ring,
             sq_offset: geo.sq_offset,
@@ -558,7 +570,7 @@ impl<B: Backend> SendQueue<B> {
         self.limit = self.mask + 1;
         self.last_ctrl = 0;
         self.ring.sq_tail.store(0, Ordering::Release);
-        self.bf_offset = uar::BF_OFFSET;
+        self.bf = self.bf_start;
     }
 
     /// Records the WQE at `bb` spanning `nbb` WQEBBs: its wr_id and where the SQ head will be
@@ -698,20 +710,22 @@ impl<B: Backend> SendQueue<B> {
     #[inline(always)]
     pub fn ring_doorbell(&mut self) {
         // Everything read before the barriers (which the compiler treats as touching all memory).
-        let (counter, ctrl, bf_offset) = ((self.cur_post & DBR_COUNTER_MASK).to_be(), self.last_ctrl, self.bf_offset);
+        let (counter, ctrl, bf) = ((self.cur_post & DBR_COUNTER_MASK).to_be(), self.last_ctrl, self.bf);
         dma_wmb();
         // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
         // keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
         dma_wmb();
-        match self.uar_page {
+        if self.bf_direct {
             // SAFETY: the backend keeps the UAR page mapped while it lives (this writer holds
-            // it); bf_offset is one of the first BlueFlame register's two buffers, 8-byte
-            // aligned, within the page.
-            Some(page) => unsafe { page.as_ptr().add(bf_offset).cast::<u64>().write_volatile(ctrl) },
-            None => self.backend.write64(self.uar_offset + bf_offset, u64::from_be(ctrl)),
+            // it); `bf` is one of the first BlueFlame register's two buffers in that page
+            // (`bf_buf_size_fits` was checked in `new`), 8-byte aligned.
+            unsafe { bf.cast::<u64>().write_volatile(ctrl) }
+        } else {
+            self.backend.write64(bf.addr(), u64::from_be(ctrl));
         }
-        self.bf_offset ^= self.bf_buf_size;
+        let size = self.bf_buf_size;
+        self.bf = self.bf.map_addr(|a| a ^ size);
     }
 }
 

@@ -13,13 +13,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use umlx_hwdesc::plain::uar;
 use umlx_sim::{SimConfig, SimDevice};
 
+/// The page plain doorbells land in: one UAR page, aligned as a mapped UAR page is.
+#[repr(C, align(4096))]
+struct DoorbellSink([AtomicU64; uar::UAR_PAGE_SIZE / 8]);
+
 /// A software ConnectX reached through the backend seam.
 pub struct SimBackend {
     name: String,
     dev: SimDevice,
     irqs: Vec<OwnedFd>,
     /// With plain doorbells: where data-path doorbell writes land instead of the device.
-    doorbell_sink: Option<Box<[AtomicU64; uar::UAR_PAGE_SIZE / 8]>>,
+    doorbell_sink: Option<Box<DoorbellSink>>,
 }
 
 impl std::fmt::Debug for SimBackend {
@@ -54,13 +58,13 @@ impl SimBackend {
     pub fn with_plain_doorbells(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
         let b = Self::new(name, cfg)?;
         let mut b = Arc::try_unwrap(b).map_err(|_| Error::InvalidArgument("backend shared".into()))?;
-        b.doorbell_sink = Some(Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        b.doorbell_sink = Some(Box::new(DoorbellSink(std::array::from_fn(|_| AtomicU64::new(0)))));
         Ok(Arc::new(b))
     }
 
     /// The last value stored to a plain doorbell at BAR0 `offset` (plain-doorbell mode).
     pub fn plain_doorbell(&self, offset: usize) -> Option<u64> {
-        self.doorbell_sink.as_ref().map(|s| s[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].load(Ordering::Relaxed))
+        self.doorbell_sink.as_ref().map(|s| s.0[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].load(Ordering::Relaxed))
     }
 
     /// The device model.
@@ -106,7 +110,7 @@ unsafe impl Backend for SimBackend {
         if let Some(sink) = &self.doorbell_sink
             && offset % uar::UAR_PAGE_SIZE >= uar::BF_OFFSET
         {
-            sink[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].store(value, Ordering::Relaxed);
+            sink.0[(offset / 8) % (uar::UAR_PAGE_SIZE / 8)].store(value, Ordering::Relaxed);
             return;
         }
         self.dev.bar0_write64(offset as u64, value)
@@ -117,7 +121,7 @@ unsafe impl Backend for SimBackend {
         // `write64` (which indexes it by the offset within the page).
         let _ = uar_offset;
         let sink = self.doorbell_sink.as_ref()?;
-        std::ptr::NonNull::new(sink.as_ptr().cast_mut().cast::<u8>())
+        std::ptr::NonNull::new(sink.0.as_ptr().cast_mut().cast::<u8>())
     }
 
     unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()> {
