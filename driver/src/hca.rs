@@ -342,8 +342,9 @@ impl<B: Backend> Hca<B> {
         let t = Instant::now();
         let mut inp = cmd_in(CmdOpcode::ACCESS_REG, 0, access_register_in::SIZE_BYTES + 16);
         access_register_in::register_id.set(&mut inp, umlx_hwdesc::enums::AccessRegId::HOST_ENDIANNESS.0 as u64);
-        // he = 0: little-endian host (0x80 for big-endian).
-        inp[access_register_in::SIZE_BYTES] = if cfg!(target_endian = "big") { 0x80 } else { 0 };
+        // The register data follows the input header: he = 1 on a big-endian host.
+        let he = access_register_in::register_data.inner(host_endianness_reg::he);
+        he.set(&mut inp, cfg!(target_endian = "big") as u64);
         self.exec(&inp, access_register_out::SIZE_BYTES + 16)?;
         self.step("host endianness (ACCESS_REG)", t, String::new());
 
@@ -718,7 +719,7 @@ impl<B: Backend> Hca<B> {
                             self.push_event(AsyncEvent {
                                 event_type: ty,
                                 sub_type: 0,
-                                object: c.cqn.get() & 0xff_ffff,
+                                object: c.cqn.get() & umlx_hwdesc::plain::cq::NUM_MASK_24,
                                 syndrome: c.syndrome,
                             })
                         }
@@ -728,7 +729,7 @@ impl<B: Backend> Hca<B> {
                             self.push_event(AsyncEvent {
                                 event_type: ty,
                                 sub_type: e.sub_type,
-                                object: q.qp_srq_n.get() & 0xff_ffff,
+                                object: q.qp_srq_n.get() & umlx_hwdesc::plain::cq::NUM_MASK_24,
                                 syndrome: 0,
                             })
                         }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use umlx_hwdesc::Field;
 use umlx_hwdesc::enums::{CmdOpcode, EventType, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::{cq as cqk, eq as eqk, eqe, eqe_comp};
+use umlx_hwdesc::plain::{cq as cqk, cqe64, eq as eqk, eqe, eqe_comp};
 
 fn report<B: Backend>(hca: &Hca<B>, what: &str, r: Result<Vec<u8>>) {
     if let Err(e) = r
@@ -350,7 +350,7 @@ impl<B: Backend> Mkey<B> {
                 s(b, mkc::rr, access.contains(Access::REMOTE_READ) as u64);
                 s(b, mkc::rw, access.contains(Access::REMOTE_WRITE) as u64);
                 s(b, mkc::a, access.contains(Access::REMOTE_ATOMIC) as u64);
-                s(b, mkc::qpn, 0xff_ffff);
+                s(b, mkc::qpn, cqk::NUM_MASK_24 as u64); // no QP bound
                 s(b, mkc::mkey_7_0, variant as u64);
                 s(b, mkc::pd, pd.pdn() as u64);
                 s(b, mkc::start_addr, addr);
@@ -481,9 +481,9 @@ impl<B: Backend> Cq<B> {
             return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
         }
         let n = 1usize << log_size;
-        let mem = QueueMem::new(hca, n * 64)?;
+        let mem = QueueMem::new(hca, n * cqe64::SIZE)?;
         for i in 0..n {
-            mem.buf.write_u8(i * 64 + 63, 0xf0)?; // opcode INVALID, owner 0
+            mem.buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cqk::CQE_OP_OWN_INVALID)?; // INVALID, owner 0
         }
         let eqn = eq.as_ref().map(|e| e.eqn()).unwrap_or_else(|| hca.async_eqn());
         let npages = mem.buf.len().div_ceil(4096);
@@ -531,9 +531,9 @@ impl<B: Backend> Cq<B> {
             return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
         }
         let n = 1usize << log_size;
-        let buf = DmaBuffer::new(self.hca.dma_space(), (n * 64).max(4096), false)?;
+        let buf = DmaBuffer::new(self.hca.dma_space(), (n * cqe64::SIZE).max(4096), false)?;
         for i in 0..n {
-            buf.write_u8(i * 64 + 63, 0xf0)?;
+            buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cqk::CQE_OP_OWN_INVALID)?;
         }
         let npages = buf.len().div_ceil(4096);
         self.hca.command(
