@@ -4,16 +4,25 @@
 use super::Hca;
 use std::time::Instant;
 use umlx_hwdesc::enums::QpState;
+use umlx_hwdesc::plain::wqe;
+
+// The doorbell's two dwords are the control segment's first two.
+const _: () =
+    assert!(umlx_hwdesc::plain::wqe_ctrl_seg::opmod_idx_opcode == 0 && umlx_hwdesc::plain::wqe_ctrl_seg::qpn_ds == 4);
 
 impl Hca {
     /// UAR + 0x800..: SQ doorbell (the first 8 bytes of the WQE's control segment). The WQEs are
     /// taken from the SQ buffer up to the doorbell record's send counter (a BlueFlame copy is
     /// not used beyond its first 8 bytes).
     pub(crate) fn sq_doorbell(&mut self, uar: u32, value: u64) {
-        let qpn = ((value >> 8) & 0xff_ffff) as u32;
+        // The value is the control segment's first 8 bytes (opmod_idx_opcode, qpn_ds) as stored.
+        let bytes = value.to_be_bytes();
+        let (Ok(idx_opcode), Ok(qpn_ds)) = (bytes[..4].try_into(), bytes[4..].try_into()) else { return };
+        let (idx_opcode, qpn_ds) = (u32::from_be_bytes(idx_opcode), u32::from_be_bytes(qpn_ds));
+        let qpn = qpn_ds >> wqe::WQE_CTRL_QPN_SHIFT;
         match self.objects.qps.get_mut(&qpn) {
             Some(qp) if qp.uar == uar => {
-                qp.sq_doorbell = ((value >> 40) & 0xffff) as u16;
+                qp.sq_doorbell = ((idx_opcode >> wqe::WQE_CTRL_WQE_INDEX_SHIFT) & wqe::WQE_CTRL_WQE_INDEX_MASK) as u16;
                 self.sq_service(qpn, Instant::now());
             }
             _ => self.stats.bad_doorbells += 1,

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use umlx_hwdesc::Field;
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, QpOptParam, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain;
 
 /// A queue buffer: page list and page size.
 #[derive(Clone, Debug, Default)]
@@ -810,12 +811,9 @@ impl Hca {
         }
         let idx = eq.producer & (n - 1);
         let owner = ((eq.producer >> eq.log_size) & 1) as u8;
-        let Some(iova) = eq.buf.iova(idx as u64 * 64) else { return false };
-        let mut eqe = [0u8; 64];
-        eqe[1] = ty;
-        eqe[3] = sub_type;
-        eqe[0x20..0x3c].copy_from_slice(data);
-        eqe[0x3f] = owner;
+        let Some(iova) = eq.buf.iova((idx as usize * plain::eqe::SIZE) as u64) else { return false };
+        let e = plain::eqe { type_: ty, sub_type, data: *data, owner, ..Default::default() };
+        let eqe: [u8; plain::eqe::SIZE] = zerocopy::transmute!(e);
         if !bus_master {
             self.stats.dma_without_bus_master += 1;
             return false;
@@ -1014,10 +1012,14 @@ impl Hca {
             self.stats.bad_doorbells += 1;
             return;
         }
-        let arm = CqArm { solicited_only: hi & (1 << 24) != 0, sn: ((hi >> 28) & 3) as u8, ci: hi & 0xff_ffff };
+        let arm = CqArm {
+            solicited_only: hi & plain::uar::CQ_DB_REQ_NOT_SOL != 0,
+            sn: ((hi >> plain::uar::CQ_DB_SN_SHIFT) & 3) as u8,
+            ci: hi & plain::cq::NUM_MASK_24,
+        };
         cq.arm = Some(arm);
         // CQEs already beyond the consumer index raise the event at once.
-        let pending = (cq.producer & 0xff_ffff) != arm.ci;
+        let pending = (cq.producer & plain::cq::NUM_MASK_24) != arm.ci;
         if pending && !arm.solicited_only {
             self.cq_event(cqn);
         }
@@ -1030,9 +1032,8 @@ impl Hca {
             return;
         }
         let eqn = cq.eqn;
-        let mut data = [0u8; 28];
-        data[0x18..0x1c].copy_from_slice(&(cqn & 0xff_ffff).to_be_bytes());
-        self.write_eqe(eqn, EventType::COMP.0, 0, &data);
+        let data = plain::eqe_comp { cqn: (cqn & plain::cq::NUM_MASK_24).into(), ..Default::default() };
+        self.write_eqe(eqn, EventType::COMP.0, 0, &zerocopy::transmute!(data));
     }
 
     /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
@@ -1084,9 +1085,9 @@ impl Hca {
             }
             cq.error = true;
         }
+        let err = plain::eqe_cq_err { cqn: (cqn & plain::cq::NUM_MASK_24).into(), syndrome, ..Default::default() };
         let mut data = [0u8; 28];
-        data[0..4].copy_from_slice(&(cqn & 0xff_ffff).to_be_bytes());
-        data[0x0b] = syndrome;
+        data[..plain::eqe_cq_err::SIZE].copy_from_slice(zerocopy::IntoBytes::as_bytes(&err));
         self.post_event(EventType::CQ_ERROR, 0, &data);
     }
 
