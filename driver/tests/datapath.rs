@@ -78,22 +78,18 @@ struct Sq {
 /// The BlueFlame buffer size the test SQ alternates by (a device with `log_bf_reg_size` 10).
 const BF_BUF_SIZE: usize = 0x200;
 
+/// A four-WQEBB SQ of `qpn` at the start of its buffer: one SGE, no inline data.
+fn geometry(qpn: u32, bf_buf_size: usize) -> SqGeometry {
+    SqGeometry { qpn, sq_offset: 0, log_bbs: 2, uar_index: 0, max_sge: 1, max_inline: 0, sig_all: false, bf_buf_size }
+}
+
 /// A four-WQEBB SQ of QP 0x1234 with its doorbell going to plain memory.
 fn sq() -> Sq {
     let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
     let buf = DmaMemory::new(4096).unwrap();
     let dbr = DmaMemory::new(64).unwrap();
     let ring = Arc::new(WrRing::new(0x1234, 4, 1));
-    let geo = SqGeometry {
-        qpn: 0x1234,
-        sq_offset: 0,
-        log_bbs: 2,
-        uar_index: 0,
-        max_sge: 1,
-        max_inline: 0,
-        sig_all: false,
-        bf_buf_size: BF_BUF_SIZE,
-    };
+    let geo = geometry(0x1234, BF_BUF_SIZE);
     let sq = SendQueue::new(backend.clone(), &buf, &dbr, geo, ring.clone()).unwrap();
     Sq { backend, buf, dbr, ring, sq }
 }
@@ -169,16 +165,7 @@ fn the_doorbell_alternates_by_the_devices_blueflame_buffer_size() {
     }
     // Sizes the doorbell cannot alternate by are refused at creation.
     for bad in [0, 0x180, 0x800] {
-        let geo = SqGeometry {
-            qpn: 1,
-            sq_offset: 0,
-            log_bbs: 2,
-            uar_index: 0,
-            max_sge: 1,
-            max_inline: 0,
-            sig_all: false,
-            bf_buf_size: bad,
-        };
+        let geo = geometry(1, bad);
         let ring = Arc::new(WrRing::new(1, 4, 1));
         assert!(SendQueue::new(q.backend.clone(), &q.buf, &q.dbr, geo, ring).is_err(), "{bad:#x}");
     }

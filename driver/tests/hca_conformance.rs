@@ -8,14 +8,8 @@ use umlx_driver::{Error, Hca, HcaOptions, SimBackend};
 use umlx_hwdesc::enums::{CmdOpcode, HealthSyndrome, NicInterface};
 use umlx_sim::SimConfig;
 
-fn open(
-    cfg: SimConfig,
-    interrupts: bool,
-) -> (std::sync::Arc<SimBackend>, umlx_driver::Result<std::sync::Arc<Hca<SimBackend>>>) {
-    let b = SimBackend::new("t", cfg).expect("sim backend");
-    let h = Hca::open(b.clone(), HcaOptions { interrupts, ..Default::default() });
-    (b, h)
-}
+mod common;
+use common::open;
 
 #[test]
 fn bring_up_waits_for_initializing_after_the_command_queue_is_programmed() {

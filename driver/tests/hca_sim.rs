@@ -5,14 +5,8 @@ use umlx_driver::{Error, Hca, HcaOptions, SimBackend};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome};
 use umlx_sim::{FailCommand, SimConfig};
 
-fn open(
-    cfg: SimConfig,
-    interrupts: bool,
-) -> (std::sync::Arc<SimBackend>, umlx_driver::Result<std::sync::Arc<Hca<SimBackend>>>) {
-    let b = SimBackend::new("t", cfg).expect("sim backend");
-    let h = Hca::open(b.clone(), HcaOptions { interrupts, ..Default::default() });
-    (b, h)
-}
+mod common;
+use common::open;
 
 #[test]
 fn bring_up_and_teardown_account_for_every_page() {
