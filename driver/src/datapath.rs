@@ -94,7 +94,7 @@ const CQE_OPCODE_MASK: u8 = CqeOpcode::INVALID.0 << cq_consts::CQE_OPCODE_SHIFT;
 /// 24-bit QP, SRQ and CQ numbers and counters in CQEs and doorbells.
 const NUM_MASK_24: u32 = cq_consts::NUM_MASK_24;
 /// Counters in the QP doorbell record (`& 0xffff` of the producer counters).
-const DBR_COUNTER_MASK: u32 = 0xffff;
+const DBR_COUNTER_MASK: u32 = umlx_hwdesc::plain::dbr::WQ_COUNTER_MASK;
 
 const _: () = {
     // The fast paths test ownership and opcode together: the owner is bit 0, REQ is opcode 0,

@@ -801,4 +801,7 @@ pub mod dbr {
     pub const CQ_SET_CI: usize = super::cq_dbr::set_ci;
     /// CQ record: last arm value.
     pub const CQ_ARM_DB: usize = super::cq_dbr::arm;
+    /// Mask of the QP record's producer counters (`& 0xffff`, in WQEs for the RQ and WQEBBs for
+    /// the SQ).
+    pub const WQ_COUNTER_MASK: u32 = 0xffff;
 }
