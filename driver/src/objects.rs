@@ -759,7 +759,7 @@ impl<B: Backend> Qp<B> {
                     c.inner(f).set(b, v);
                 };
                 s(b, qpc::st, config.service.0 as u64);
-                s(b, qpc::pm_state, 3);
+                s(b, qpc::pm_state, umlx_hwdesc::enums::QpPmState::MIGRATED.0 as u64);
                 s(b, qpc::pd, pd.pdn() as u64);
                 s(b, qpc::uar_page, uar.index() as u64);
                 s(b, qpc::log_sq_size, config.log_sq_size as u64);

@@ -16,11 +16,9 @@ use crate::Result;
 use crate::backend::Backend;
 use crate::objects::{Qp, Transition};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{IbMtu, QpOptParam, QpServiceType, QpState};
+use umlx_hwdesc::enums::{IbMtu, QpOptParam, QpPmState, QpServiceType, QpState};
 use umlx_hwdesc::ifc::{ads, cmd_hca_cap, qpc};
 
-/// `qpc.pm_state` MIGRATED (`MLX5_QP_PM_MIGRATED`).
-pub const PM_MIGRATED: u8 = 3;
 /// `log_msg_max` of a UD QP (Linux: 4 KiB messages).
 pub const UD_LOG_MSG_MAX: u8 = 12;
 /// Hop limit written when a path gives 0.
@@ -122,7 +120,7 @@ pub fn build(t: Transition, st: QpServiceType, lqpn: u32, a: &QpAttrs, log_max_m
     let p = qpc::primary_address_path;
     let set = |c: &mut Vec<u8>, f: Field, v: u64| f.set(c, v);
     let mut want = QpOptParam::empty();
-    set(&mut c, qpc::pm_state, PM_MIGRATED as u64);
+    set(&mut c, qpc::pm_state, QpPmState::MIGRATED.0 as u64);
     set(&mut c, p.inner(ads::vhca_port_num), a.port as u64);
     if a.port_given {
         want |= QpOptParam::PRI_PORT;
@@ -331,7 +329,7 @@ mod tests {
         let p = qpc::primary_address_path;
         assert_eq!(g(qpc::mtu), 3);
         assert_eq!(g(qpc::log_msg_max), 20, "log_msg_max from the cap log_max_msg");
-        assert_eq!(g(qpc::pm_state), 3);
+        assert_eq!(g(qpc::pm_state), 3, "MLX5_QP_PM_MIGRATED");
         assert_eq!(g(qpc::remote_qpn), 0x99);
         assert_eq!(g(qpc::log_rra_max), 2);
         assert_eq!(g(p.inner(ads::hop_limit)), 64);

@@ -422,6 +422,15 @@ crate::open_enum! {
         CLIENT_REREG = 9,
     }
 
+    /// Path migration state: the `pm_state` field of the QPC (`MLX5_QP_PM_*`).
+    pub struct QpPmState(u8) {
+        ARMED = 0x0,
+        REARM = 0x1,
+        RESERVED = 0x2,
+        /// No alternate path armed: what a driver without path migration writes.
+        MIGRATED = 0x3,
+    }
+
     /// QP state: the `state` field of the QPC (`MLX5_QP_STATE_*`).
     pub struct QpState(u8) {
         /// Reset.
