@@ -770,8 +770,8 @@ impl Hca {
         ctx.inner(eqc::oi).set(&mut o, eq.oi as u64);
         ctx.inner(eqc::st).set(&mut o, if eq.armed { 0x9 } else { 0xa });
         ctx.inner(eqc::status).set(&mut o, eq.overrun as u64 * 0xa);
-        ctx.inner(eqc::consumer_counter).set(&mut o, (eq.consumer & 0xff_ffff) as u64);
-        ctx.inner(eqc::producer_counter).set(&mut o, (eq.producer & 0xff_ffff) as u64);
+        ctx.inner(eqc::consumer_counter).set(&mut o, (eq.consumer & plain::cq::NUM_MASK_24) as u64);
+        ctx.inner(eqc::producer_counter).set(&mut o, (eq.producer & plain::cq::NUM_MASK_24) as u64);
         // QUERY_EQ carries one 64-bit mask (event types 0..63), not CREATE_EQ's four.
         query_eq_out::event_bitmask.set(&mut o, eq.mask[0]);
         for (i, p) in eq.buf.pas.iter().enumerate() {
@@ -843,7 +843,7 @@ impl Hca {
             return;
         }
         // The doorbell carries 24 bits; extend against the producer.
-        let full = (eq.producer & !0xff_ffff) | ci;
+        let full = (eq.producer & !plain::cq::NUM_MASK_24) | ci;
         eq.consumer = if full > eq.producer { full.wrapping_sub(1 << 24) } else { full };
         if arm {
             if eq.consumer != eq.producer {
@@ -945,8 +945,8 @@ impl Hca {
         s(&mut o, cqc::st, if cq.arm.is_some() { 0x9 } else { 0xa });
         s(&mut o, cqc::cq_period, cq.moderation.0 as u64);
         s(&mut o, cqc::cq_max_count, cq.moderation.1 as u64);
-        s(&mut o, cqc::consumer_counter, (ci & 0xff_ffff) as u64);
-        s(&mut o, cqc::producer_counter, (cq.producer & 0xff_ffff) as u64);
+        s(&mut o, cqc::consumer_counter, (ci & plain::cq::NUM_MASK_24) as u64);
+        s(&mut o, cqc::producer_counter, (cq.producer & plain::cq::NUM_MASK_24) as u64);
         s(&mut o, cqc::dbr_addr, cq.dbr);
         for (i, p) in cq.buf.pas.iter().enumerate() {
             let off = query_cq_out::SIZE_BYTES + 8 * i;
@@ -1045,14 +1045,14 @@ impl Hca {
         }
         let n = 1u32 << cq.log_size;
         let ci = match self.iommu.read_u32_be(cq.dbr) {
-            Ok(v) => v & 0xff_ffff,
+            Ok(v) => v & plain::cq::NUM_MASK_24,
             Err(_) => {
                 self.cq_error(cqn, 0x02);
                 return false;
             }
         };
-        let produced = cq.producer & 0xff_ffff;
-        if produced.wrapping_sub(ci) & 0xff_ffff >= n && !cq.oi {
+        let produced = cq.producer & plain::cq::NUM_MASK_24;
+        if produced.wrapping_sub(ci) & plain::cq::NUM_MASK_24 >= n && !cq.oi {
             self.cq_error(cqn, 0x01);
             return false;
         }
