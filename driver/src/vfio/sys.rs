@@ -22,6 +22,7 @@
 use crate::backend::IovaRange;
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use zerocopy::IntoBytes;
 
 const VFIO_TYPE: u32 = b';' as u32;
 const VFIO_BASE: u32 = 100;
@@ -333,18 +334,16 @@ fn info_with_caps(fd: RawFd, request: libc::Ioctl, head: &[u32], len: usize) -> 
     let mut len = len;
     let mut rounds = 0;
     loop {
-        let mut bytes = vec![0u8; len.div_ceil(8) * 8];
-        bytes[..4].copy_from_slice(&(len as u32).to_ne_bytes());
-        for (i, w) in head.iter().enumerate() {
-            bytes[4 + 4 * i..8 + 4 * i].copy_from_slice(&w.to_ne_bytes());
+        let mut words = vec![0u64; len.div_ceil(8).max(head.len().div_ceil(2) + 1)];
+        let header = std::iter::once(len as u32).chain(head.iter().copied());
+        for (slot, v) in words.as_mut_bytes().chunks_exact_mut(4).zip(header) {
+            slot.copy_from_slice(&v.to_ne_bytes());
         }
-        let mut words: Vec<u64> =
-            bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default())).collect();
         // SAFETY: `words` holds at least `len` bytes, the argsz written into its first word,
         // and is owned here.
         unsafe { ioctl_ptr(fd, request, words.as_mut_ptr()) }?;
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let argsz = get_u32(&bytes, 0).unwrap_or(0) as usize;
+        let bytes = words.as_bytes();
+        let argsz = get_u32(bytes, 0).unwrap_or(0) as usize;
         rounds += 1;
         if argsz <= len || argsz > (1 << 20) || rounds == 4 {
             return Ok(bytes[..len].to_vec());
