@@ -110,3 +110,138 @@ pub unsafe trait Backend: Send + Sync + 'static {
     /// Function-level reset of the device.
     fn reset(&self) -> Result<()>;
 }
+
+/// The backend of an open device, whichever kind it is: what the driver is instantiated with
+/// when one program opens adapters and software ConnectX devices alike (the verbs API's
+/// `Context`, `Qp`, `Cq` ... are not generic). The data path does not see the choice: sends ring
+/// through the doorbell page pointer when the backend maps one, and polling never calls the
+/// backend; register accesses on the control path pay one branch.
+#[derive(Clone, Debug)]
+pub enum AnyBackend {
+    /// A ConnectX bound to `vfio-pci`.
+    Vfio(std::sync::Arc<crate::vfio::VfioBackend>),
+    /// A software ConnectX in this process.
+    #[cfg(feature = "sim")]
+    Sim(std::sync::Arc<crate::simdev::SimBackend>),
+}
+
+impl AnyBackend {
+    /// The software ConnectX behind this backend, if it is one.
+    #[cfg(feature = "sim")]
+    pub fn as_sim(&self) -> Option<&std::sync::Arc<crate::simdev::SimBackend>> {
+        match self {
+            AnyBackend::Sim(s) => Some(s),
+            AnyBackend::Vfio(_) => None,
+        }
+    }
+
+    /// The VFIO backend behind this backend, if it is one.
+    pub fn as_vfio(&self) -> Option<&std::sync::Arc<crate::vfio::VfioBackend>> {
+        match self {
+            AnyBackend::Vfio(v) => Some(v),
+            #[cfg(feature = "sim")]
+            AnyBackend::Sim(_) => None,
+        }
+    }
+}
+
+impl From<std::sync::Arc<crate::vfio::VfioBackend>> for AnyBackend {
+    fn from(b: std::sync::Arc<crate::vfio::VfioBackend>) -> AnyBackend {
+        AnyBackend::Vfio(b)
+    }
+}
+
+#[cfg(feature = "sim")]
+impl From<std::sync::Arc<crate::simdev::SimBackend>> for AnyBackend {
+    fn from(b: std::sync::Arc<crate::simdev::SimBackend>) -> AnyBackend {
+        AnyBackend::Sim(b)
+    }
+}
+
+/// Calls `$call` on whichever backend `$self` holds.
+macro_rules! each_backend {
+    ($self:expr, $b:ident => $call:expr) => {
+        match $self {
+            AnyBackend::Vfio($b) => $call,
+            #[cfg(feature = "sim")]
+            AnyBackend::Sim($b) => $call,
+        }
+    };
+}
+
+// SAFETY: every method forwards to the held backend, whose own `unsafe impl Backend` makes the
+// promises of the contract; forwarding changes no pointer, offset or lifetime (the held backend
+// lives as long as this value, which owns an `Arc` of it).
+unsafe impl Backend for AnyBackend {
+    fn name(&self) -> &str {
+        each_backend!(self, b => b.name())
+    }
+
+    fn bar0_len(&self) -> usize {
+        each_backend!(self, b => b.bar0_len())
+    }
+
+    #[inline]
+    fn read32(&self, offset: usize) -> u32 {
+        each_backend!(self, b => b.read32(offset))
+    }
+
+    #[inline]
+    fn write32(&self, offset: usize, value: u32) {
+        each_backend!(self, b => b.write32(offset, value))
+    }
+
+    #[inline]
+    fn write64(&self, offset: usize, value: u64) {
+        each_backend!(self, b => b.write64(offset, value))
+    }
+
+    fn doorbell_page(&self, uar_offset: usize) -> Option<std::ptr::NonNull<u8>> {
+        each_backend!(self, b => b.doorbell_page(uar_offset))
+    }
+
+    fn write_block(&self, offset: usize, data: &[u64]) {
+        each_backend!(self, b => b.write_block(offset, data))
+    }
+
+    unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()> {
+        // SAFETY: the caller's promise (memory valid and unmoved until unmapped) is passed on.
+        each_backend!(self, b => unsafe { b.dma_map(vaddr, len, iova) })
+    }
+
+    fn dma_unmap(&self, iova: u64, len: usize) -> Result<()> {
+        each_backend!(self, b => b.dma_unmap(iova, len))
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        each_backend!(self, b => b.iova_ranges())
+    }
+
+    fn iommu_page_sizes(&self) -> u64 {
+        each_backend!(self, b => b.iommu_page_sizes())
+    }
+
+    fn irq_count(&self) -> u32 {
+        each_backend!(self, b => b.irq_count())
+    }
+
+    fn irq_eventfd(&self, vector: u32) -> Option<RawFd> {
+        each_backend!(self, b => b.irq_eventfd(vector))
+    }
+
+    fn enable_interrupts(&self) -> Result<()> {
+        each_backend!(self, b => b.enable_interrupts())
+    }
+
+    fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        each_backend!(self, b => b.config_read(offset, buf))
+    }
+
+    fn config_write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        each_backend!(self, b => b.config_write(offset, data))
+    }
+
+    fn reset(&self) -> Result<()> {
+        each_backend!(self, b => b.reset())
+    }
+}

@@ -23,6 +23,7 @@ pub mod simdev;
 pub mod vfio;
 pub mod wqsize;
 
+pub use backend::AnyBackend;
 pub use error::{Error, Result};
 pub use hca::{Hca, HcaOptions};
 #[cfg(feature = "sim")]

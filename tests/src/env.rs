@@ -25,9 +25,9 @@ pub enum EnvKind {
 }
 
 /// One endpoint: an open device and how the other endpoint addresses it.
-pub struct Endpoint<B: Backend> {
+pub struct Endpoint {
     /// The open device.
-    pub ctx: Context<B>,
+    pub ctx: Context,
     /// Its IP address (the RoCEv2 GID it is reached at).
     pub ip: IpAddr,
     /// The GID of `ip`.
@@ -40,7 +40,7 @@ pub struct Endpoint<B: Backend> {
     pub device: DeviceKind,
 }
 
-impl<B: Backend> Clone for Endpoint<B> {
+impl Clone for Endpoint {
     fn clone(&self) -> Self {
         Endpoint {
             ctx: self.ctx.clone(),
@@ -53,14 +53,14 @@ impl<B: Backend> Clone for Endpoint<B> {
     }
 }
 
-impl<B: Backend> std::fmt::Debug for Endpoint<B> {
+impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint").field("device", &self.ctx.name()).field("ip", &self.ip).finish()
     }
 }
 
-impl<B: Backend> Endpoint<B> {
-    fn new(ctx: Context<B>, ip: IpAddr, device: DeviceKind, mac: Option<[u8; 6]>) -> Result<Endpoint<B>> {
+impl Endpoint {
+    fn new(ctx: Context, ip: IpAddr, device: DeviceKind, mac: Option<[u8; 6]>) -> Result<Endpoint> {
         let gid = Gid::from_ip(ip);
         let Some((index, _)) = ctx.gids().into_iter().find(|(_, g)| *g == gid) else {
             return Err(Failure::new(format!("{}: {ip} is not in the GID table {:?}", ctx.name(), ctx.gids())));
@@ -78,26 +78,26 @@ impl<B: Backend> Endpoint<B> {
 
 /// The per-scenario objects of one endpoint: a PD, a 256-entry CQ and a 256 KiB region with
 /// every access right.
-pub struct Side<B: Backend> {
+pub struct Side {
     /// The endpoint.
-    pub ep: Endpoint<B>,
+    pub ep: Endpoint,
     /// A protection domain.
-    pub pd: Pd<B>,
+    pub pd: Pd,
     /// A CQ of at least 256 entries, no completion channel.
-    pub cq: Cq<B>,
+    pub cq: Cq,
     /// [`SIDE_MR_LEN`] bytes, zeroed, registered with every access right.
-    pub mr: Mr<B>,
+    pub mr: Mr,
 }
 
 /// Length of [`Side::mr`].
 pub const SIDE_MR_LEN: usize = 256 * 1024;
 
 /// Two endpoints and what the environment can do.
-pub struct Env<B: Backend> {
+pub struct Env {
     /// The first endpoint (the requester in most scenarios).
-    pub a: Endpoint<B>,
+    pub a: Endpoint,
     /// The second endpoint.
-    pub b: Endpoint<B>,
+    pub b: Endpoint,
     /// Sim or hardware.
     pub kind: EnvKind,
     /// How long to wait for something that must happen (a completion, an event).
@@ -107,26 +107,26 @@ pub struct Env<B: Backend> {
     fabric: Option<Fabric>,
 }
 
-impl<B: Backend> std::fmt::Debug for Env<B> {
+impl std::fmt::Debug for Env {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Env").field("kind", &self.kind).field("a", &self.a).field("b", &self.b).finish()
     }
 }
 
-impl<B: Backend> Env<B> {
+impl Env {
     /// An environment of two open devices: each learns the other's MAC, and both ports must be
     /// (or become, within 10 s) ACTIVE.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         kind: EnvKind,
-        a: Context<B>,
+        a: Context,
         ip_a: IpAddr,
         device_a: DeviceKind,
-        b: Context<B>,
+        b: Context,
         ip_b: IpAddr,
         device_b: DeviceKind,
         b_mac: Option<[u8; 6]>,
-    ) -> Result<Env<B>> {
+    ) -> Result<Env> {
         let a = Endpoint::new(a, ip_a, device_a, None)?;
         let b = Endpoint::new(b, ip_b, device_b, b_mac)?;
         for ep in [&a, &b] {
@@ -147,12 +147,12 @@ impl<B: Backend> Env<B> {
     }
 
     /// Fresh per-scenario objects on both endpoints.
-    pub fn sides(&self) -> Result<(Side<B>, Side<B>)> {
+    pub fn sides(&self) -> Result<(Side, Side)> {
         Ok((side(&self.a)?, side(&self.b)?))
     }
 }
 
-fn side<B: Backend>(ep: &Endpoint<B>) -> Result<Side<B>> {
+fn side(ep: &Endpoint) -> Result<Side> {
     let pd = ep.ctx.alloc_pd()?;
     let cq = ep.ctx.create_cq(256, None)?;
     let mr = pd.alloc_mr(SIDE_MR_LEN, crate::kit::all_access())?;
@@ -160,7 +160,7 @@ fn side<B: Backend>(ep: &Endpoint<B>) -> Result<Side<B>> {
 }
 
 /// Waits until port 1 of `ctx` is ACTIVE.
-pub fn wait_port_active<B: Backend>(ctx: &Context<B>, timeout: Duration) -> Result {
+pub fn wait_port_active(ctx: &Context, timeout: Duration) -> Result {
     let start = Instant::now();
     loop {
         let p = ctx.query_port(1)?;
@@ -188,12 +188,12 @@ pub struct SimSnapshot {
     pub iommu_faults: [u64; 2],
 }
 
-impl Env<SimBackend> {
+impl Env {
     /// Two software ConnectX adapters (10.77.0.2 and 10.77.0.3) on a fresh fabric without
     /// impairments.
-    pub fn sim() -> Result<Env<SimBackend>> {
+    pub fn sim() -> Result<Env> {
         let fabric = Fabric::perfect();
-        let open = |n: u8, name: &str| -> Result<(Context<SimBackend>, IpAddr)> {
+        let open = |n: u8, name: &str| -> Result<(Context, IpAddr)> {
             let cfg = SimConfig::numbered(n);
             let ip = cfg.ips[0];
             let dev = SimDevice::new(cfg);
@@ -209,14 +209,15 @@ impl Env<SimBackend> {
 
     /// The devices' live objects and IOMMU faults (compare before and after a scenario: it
     /// must leave no object behind and cause no fault).
-    pub fn sim_snapshot(&self) -> SimSnapshot {
-        let dev = |ep: &Endpoint<SimBackend>| {
-            let d = ep.ctx.hca().backend().device();
-            (d.object_counts(), d.page_accounting().iommu_faults)
+    /// `None` when either endpoint is not a software ConnectX.
+    pub fn sim_snapshot(&self) -> Option<SimSnapshot> {
+        let dev = |ep: &Endpoint| {
+            let d = ep.ctx.sim_backend()?.device();
+            Some((d.object_counts(), d.page_accounting().iommu_faults))
         };
-        let (oa, fa) = dev(&self.a);
-        let (ob, fb) = dev(&self.b);
-        SimSnapshot { objects: [oa, ob], iommu_faults: [fa, fb] }
+        let (oa, fa) = dev(&self.a)?;
+        let (ob, fb) = dev(&self.b)?;
+        Some(SimSnapshot { objects: [oa, ob], iommu_faults: [fa, fb] })
     }
 }
 
@@ -290,14 +291,16 @@ impl HardwareConfig {
     }
 }
 
-impl Env<VfioBackend> {
+impl Env {
     /// Opens both functions of `cfg` (each brought up by the driver) and waits for their links.
-    pub fn hardware(cfg: &HardwareConfig) -> Result<Env<VfioBackend>> {
+    pub fn hardware(cfg: &HardwareConfig) -> Result<Env> {
         let a = Context::open_pci(&cfg.pci, vec![cfg.ip])
             .map_err(|e| Failure::new(format!("opening UMLX_PCI={}: {e}", cfg.pci)))?;
         let b = Context::open_pci(&cfg.pci_peer, vec![cfg.ip_peer])
             .map_err(|e| Failure::new(format!("opening UMLX_PCI_PEER={}: {e}", cfg.pci_peer)))?;
-        let pci = |c: &Context<VfioBackend>| DeviceKind::Pci(c.hca().backend().pci().to_string());
+        let pci = |c: &Context| {
+            DeviceKind::Pci(c.hca().backend().as_vfio().map_or_else(String::new, |v| v.pci().to_string()))
+        };
         let (da, db) = (pci(&a), pci(&b));
         Env::new(EnvKind::Hardware, a, cfg.ip, da, b, cfg.ip_peer, db, cfg.peer_mac)
     }

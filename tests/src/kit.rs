@@ -129,7 +129,7 @@ pub fn same_bytes(what: &str, got: &[u8], want: &[u8]) -> Result {
 
 /// Checks that `len` bytes of `mr` at `offset` all equal `byte` (memory nobody may touch).
 #[track_caller]
-pub fn untouched<B: Backend>(what: &str, mr: &Mr<B>, offset: usize, len: usize, byte: u8) -> Result {
+pub fn untouched(what: &str, mr: &Mr, offset: usize, len: usize, byte: u8) -> Result {
     let got = mr.to_vec(offset, len)?;
     same_bytes(what, &got, &vec![byte; len])
 }
@@ -163,18 +163,18 @@ pub fn recv(wr_id: u64, sg_list: &[Sge]) -> RecvWr<'_> {
 }
 
 /// RDMA WRITE to `offset` of the remote region.
-pub fn write_to<B: Backend>(remote: &Mr<B>, offset: usize) -> SendOp {
+pub fn write_to(remote: &Mr, offset: usize) -> SendOp {
     SendOp::RdmaWrite { remote_addr: remote.addr() + offset as u64, rkey: remote.rkey() }
 }
 
 /// RDMA READ from `offset` of the remote region.
-pub fn read_from<B: Backend>(remote: &Mr<B>, offset: usize) -> SendOp {
+pub fn read_from(remote: &Mr, offset: usize) -> SendOp {
     SendOp::RdmaRead { remote_addr: remote.addr() + offset as u64, rkey: remote.rkey() }
 }
 
 /// Polls `cq` until `n` completions arrived; fails after `timeout`, listing what came.
 #[track_caller]
-pub fn wait_wcs<B: Backend>(cq: &mut Cq<B>, n: usize, timeout: Duration) -> Result<Vec<Wc>> {
+pub fn wait_wcs(cq: &mut Cq, n: usize, timeout: Duration) -> Result<Vec<Wc>> {
     let mut out = Vec::with_capacity(n);
     let mut wc = [Wc::default(); 16];
     let start = Instant::now();
@@ -198,7 +198,7 @@ pub fn wait_wcs<B: Backend>(cq: &mut Cq<B>, n: usize, timeout: Duration) -> Resu
 
 /// Polls `cq` for `quiet` and fails if any completion arrives.
 #[track_caller]
-pub fn expect_no_wc<B: Backend>(cq: &mut Cq<B>, quiet: Duration, why: &str) -> Result {
+pub fn expect_no_wc(cq: &mut Cq, quiet: Duration, why: &str) -> Result {
     let start = Instant::now();
     let mut wc = [Wc::default(); 4];
     while start.elapsed() < quiet {
@@ -280,26 +280,20 @@ impl Default for RcOpts {
 }
 
 /// The path MTU two endpoints can both use.
-pub fn path_mtu<B: Backend>(a: &Endpoint<B>, b: &Endpoint<B>) -> Mtu {
+pub fn path_mtu(a: &Endpoint, b: &Endpoint) -> Mtu {
     let (x, y) = (a.ctx.active_mtu(), b.ctx.active_mtu());
     if (x as u32) <= (y as u32) { x } else { y }
 }
 
 /// Moves an RC QP of `local` from RESET to INIT with `access`.
-pub fn rc_to_init<B: Backend>(qp: &mut Qp<B>, access: AccessFlags) -> Result {
+pub fn rc_to_init(qp: &mut Qp, access: AccessFlags) -> Result {
     let attr = QpAttr { qp_state: Some(QpState::Init), port_num: 1, qp_access_flags: access, ..Default::default() };
     qp.modify(&attr, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)?;
     Ok(())
 }
 
 /// The INIT→RTR attributes towards `remote`'s QP `dest_qpn`, expecting PSN `rq_psn`.
-pub fn rtr_attr<B: Backend>(
-    local: &Endpoint<B>,
-    remote: &Endpoint<B>,
-    dest_qpn: u32,
-    rq_psn: u32,
-    o: &RcOpts,
-) -> QpAttr {
+pub fn rtr_attr(local: &Endpoint, remote: &Endpoint, dest_qpn: u32, rq_psn: u32, o: &RcOpts) -> QpAttr {
     QpAttr {
         qp_state: Some(QpState::Rtr),
         path_mtu: Some(path_mtu(local, remote)),
@@ -336,10 +330,10 @@ pub fn rts_attr(sq_psn: u32, o: &RcOpts) -> QpAttr {
 }
 
 /// Moves an RC QP from RESET to RTS, connected to `remote`'s QP `dest_qpn`.
-pub fn connect_rc<B: Backend>(
-    qp: &mut Qp<B>,
-    local: &Endpoint<B>,
-    remote: &Endpoint<B>,
+pub fn connect_rc(
+    qp: &mut Qp,
+    local: &Endpoint,
+    remote: &Endpoint,
     dest_qpn: u32,
     sq_psn: u32,
     rq_psn: u32,
@@ -352,13 +346,7 @@ pub fn connect_rc<B: Backend>(
 }
 
 /// Connects `qa` (on `a`) and `qb` (on `b`) to each other.
-pub fn connect_pair<B: Backend>(
-    a: &Endpoint<B>,
-    qa: &mut Qp<B>,
-    b: &Endpoint<B>,
-    qb: &mut Qp<B>,
-    o: &RcOpts,
-) -> Result {
+pub fn connect_pair(a: &Endpoint, qa: &mut Qp, b: &Endpoint, qb: &mut Qp, o: &RcOpts) -> Result {
     let (na, nb) = (qa.qp_num(), qb.qp_num());
     connect_rc(qa, a, b, nb, o.psn_a, o.psn_b, o)?;
     connect_rc(qb, b, a, na, o.psn_b, o.psn_a, o)?;
@@ -366,7 +354,7 @@ pub fn connect_pair<B: Backend>(
 }
 
 /// Creates an RC QP on each side (on the side's CQ) and connects them.
-pub fn rc_pair<B: Backend>(a: &Side<B>, b: &Side<B>, cap: QpInitCap, o: &RcOpts) -> Result<(Qp<B>, Qp<B>)> {
+pub fn rc_pair(a: &Side, b: &Side, cap: QpInitCap, o: &RcOpts) -> Result<(Qp, Qp)> {
     let mut qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, cap)?;
     let mut qb = b.pd.create_qp(QpType::Rc, &b.cq, &b.cq, None, cap)?;
     connect_pair(&a.ep, &mut qa, &b.ep, &mut qb, o)?;
@@ -374,19 +362,19 @@ pub fn rc_pair<B: Backend>(a: &Side<B>, b: &Side<B>, cap: QpInitCap, o: &RcOpts)
 }
 
 /// Moves both QPs of a pair back to RESET.
-pub fn reset<B: Backend>(qp: &mut Qp<B>) -> Result {
+pub fn reset(qp: &mut Qp) -> Result {
     qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }, QpAttrMask::STATE)?;
     Ok(())
 }
 
 /// Moves a QP to ERR.
-pub fn to_error<B: Backend>(qp: &mut Qp<B>) -> Result {
+pub fn to_error(qp: &mut Qp) -> Result {
     qp.modify(&QpAttr { qp_state: Some(QpState::Err), ..Default::default() }, QpAttrMask::STATE)?;
     Ok(())
 }
 
 /// Moves a UD QP from RESET to RTS with Q_Key `qkey`.
-pub fn ud_to_rts<B: Backend>(qp: &mut Qp<B>, qkey: u32, sq_psn: u32) -> Result {
+pub fn ud_to_rts(qp: &mut Qp, qkey: u32, sq_psn: u32) -> Result {
     let m = QpAttrMask::STATE;
     qp.modify(
         &QpAttr { qp_state: Some(QpState::Init), port_num: 1, qkey, ..Default::default() },
@@ -398,7 +386,7 @@ pub fn ud_to_rts<B: Backend>(qp: &mut Qp<B>, qkey: u32, sq_psn: u32) -> Result {
 }
 
 /// An address handle on `from`'s PD towards `to`'s GID (MAC from the neighbour table).
-pub fn ah_to<B: Backend>(from: &Side<B>, to: &Endpoint<B>) -> Result<Ah> {
+pub fn ah_to(from: &Side, to: &Endpoint) -> Result<Ah> {
     Ok(from.pd.create_ah(&AhAttr {
         grh: GlobalRoute { dgid: to.gid, sgid_index: from.ep.sgid_index, hop_limit: 64, ..Default::default() },
         port_num: 1,
@@ -407,7 +395,7 @@ pub fn ah_to<B: Backend>(from: &Side<B>, to: &Endpoint<B>) -> Result<Ah> {
 }
 
 /// Drains the context's async events (so that a scenario sees only its own).
-pub fn drain_async_events<B: Backend>(ctx: &Context<B>) -> Result<Vec<AsyncEvent>> {
+pub fn drain_async_events(ctx: &Context) -> Result<Vec<AsyncEvent>> {
     let mut v = Vec::new();
     while let Some(e) = ctx.get_async_event()? {
         v.push(e);
@@ -418,8 +406,8 @@ pub fn drain_async_events<B: Backend>(ctx: &Context<B>) -> Result<Vec<AsyncEvent
 /// Waits up to `timeout` for an async event of `event_type` naming `object`; returns the events
 /// seen before it (or fails, listing them).
 #[track_caller]
-pub fn wait_async_event<B: Backend>(
-    ctx: &Context<B>,
+pub fn wait_async_event(
+    ctx: &Context,
     event_type: umlx_hwdesc::enums::EventType,
     object: u32,
     timeout: Duration,
@@ -444,8 +432,8 @@ pub fn wait_async_event<B: Backend>(
 
 /// Fails if an async event of `event_type` naming `object` arrives within `quiet`.
 #[track_caller]
-pub fn expect_no_async_event<B: Backend>(
-    ctx: &Context<B>,
+pub fn expect_no_async_event(
+    ctx: &Context,
     event_type: umlx_hwdesc::enums::EventType,
     object: u32,
     quiet: Duration,

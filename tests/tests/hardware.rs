@@ -18,10 +18,9 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use umlx_tests::{Env, HARDWARE_HINT, HardwareConfig, Outcome, Result};
-use umlx_verbs::VfioBackend;
 
 /// The opened devices, shared by the tests (one at a time).
-static HW: Mutex<Option<Env<VfioBackend>>> = Mutex::new(None);
+static HW: Mutex<Option<Env>> = Mutex::new(None);
 /// Tests still to finish; the last one closes the devices.
 static REMAINING: AtomicUsize = AtomicUsize::new(COUNT);
 
@@ -36,7 +35,7 @@ impl Drop for Finished {
     }
 }
 
-fn run(name: &str, scenario: fn(&mut Env<VfioBackend>) -> Result<Outcome>) {
+fn run(name: &str, scenario: fn(&mut Env) -> Result<Outcome>) {
     let _finished = Finished;
     let cfg = match HardwareConfig::from_env() {
         Ok(Some(cfg)) => cfg,
@@ -63,7 +62,7 @@ macro_rules! hardware_tests {
             #[test]
             #[cfg_attr(not(umlx_hardware), ignore = "needs a ConnectX: set UMLX_PCI, UMLX_PCI_PEER, UMLX_IP, UMLX_IP_PEER")]
             fn $name() {
-                run(stringify!($name), umlx_tests::scenarios::$name::<VfioBackend>);
+                run(stringify!($name), umlx_tests::scenarios::$name);
             }
         )*
     };

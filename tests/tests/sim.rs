@@ -5,17 +5,16 @@
 #![forbid(unsafe_code)]
 
 use umlx_tests::{Env, Outcome, Result};
-use umlx_verbs::SimBackend;
 
-fn run(name: &str, scenario: fn(&mut Env<SimBackend>) -> Result<Outcome>) {
+fn run(name: &str, scenario: fn(&mut Env) -> Result<Outcome>) {
     let mut env = Env::sim().unwrap_or_else(|e| panic!("{name}: opening two sims on a fabric: {e}"));
-    let before = env.sim_snapshot();
+    let before = env.sim_snapshot().expect("Env::sim opens software ConnectX devices");
     match scenario(&mut env) {
         Ok(Outcome::Passed) => {}
         Ok(Outcome::Skipped(why)) => panic!("{name} skipped on the sim ({why}): every scenario must run on the sim"),
         Err(e) => panic!("{name} failed: {e}"),
     }
-    let after = env.sim_snapshot();
+    let after = env.sim_snapshot().expect("Env::sim opens software ConnectX devices");
     assert_eq!(after.objects, before.objects, "{name} left device objects behind (A, B)");
     assert_eq!(after.iommu_faults, before.iommu_faults, "{name} caused IOMMU faults (A, B)");
 }
@@ -25,13 +24,13 @@ macro_rules! sim_tests {
         $(
             #[test]
             fn $name() {
-                run(stringify!($name), umlx_tests::scenarios::$name::<SimBackend>);
+                run(stringify!($name), umlx_tests::scenarios::$name);
             }
         )*
 
         #[test]
         fn the_list_is_every_scenario() {
-            let names: Vec<&str> = umlx_tests::scenarios::all::<SimBackend>().iter().map(|s| s.0).collect();
+            let names: Vec<&str> = umlx_tests::scenarios::all().iter().map(|s| s.0).collect();
             assert_eq!(names, [$(stringify!($name)),*]);
         }
     };

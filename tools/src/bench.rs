@@ -18,19 +18,14 @@ const OPS: usize = 2048;
 const RUNS: usize = 15;
 
 struct Bench {
-    ctx: Context<SimBackend>,
-    pd: Pd<SimBackend>,
-    cq: Cq<SimBackend>,
-    qp: Qp<SimBackend>,
-    mr: Mr<SimBackend>,
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
 }
 
-fn loopback_qp(
-    ctx: &Context<SimBackend>,
-    pd: &Pd<SimBackend>,
-    cq: &Cq<SimBackend>,
-    depth: u32,
-) -> Result<Qp<SimBackend>, String> {
+fn loopback_qp(ctx: &Context, pd: &Pd, cq: &Cq, depth: u32) -> Result<Qp, String> {
     let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let mut qp =
         pd.create_qp(QpType::Rc, cq, cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
@@ -39,7 +34,7 @@ fn loopback_qp(
 }
 
 /// Moves an RC QP to RTS connected to itself on GID index 1.
-fn connect_to(ctx: &Context<SimBackend>, qp: &mut Qp<SimBackend>) -> Result<(), String> {
+fn connect_to(ctx: &Context, qp: &mut Qp) -> Result<(), String> {
     let gid = ctx.query_gid(1, 1).map_err(|e| e.to_string())?;
     let n = qp.qp_num();
     crate::common::connect_rc(ctx, qp, n, gid, 1, 0, 0)
@@ -69,7 +64,7 @@ fn setup(plain: bool) -> Result<Bench, String> {
 // Each kernel returns how many operations succeeded, stopping at the first failure.
 
 #[inline(never)]
-fn kernel_post_send_single(qp: &mut Qp<SimBackend>, wr: &SendWr<'_>, n: usize) -> usize {
+fn kernel_post_send_single(qp: &mut Qp, wr: &SendWr<'_>, n: usize) -> usize {
     for i in 0..n {
         if qp.post_send(std::slice::from_ref(black_box(wr))).is_err() {
             return i;
@@ -79,7 +74,7 @@ fn kernel_post_send_single(qp: &mut Qp<SimBackend>, wr: &SendWr<'_>, n: usize) -
 }
 
 #[inline(never)]
-fn kernel_post_send_chain32(qp: &mut Qp<SimBackend>, chain: &[SendWr<'_>], n: usize) -> usize {
+fn kernel_post_send_chain32(qp: &mut Qp, chain: &[SendWr<'_>], n: usize) -> usize {
     for i in 0..n / 32 {
         if qp.post_send(black_box(chain)).is_err() {
             return i * 32;
@@ -89,7 +84,7 @@ fn kernel_post_send_chain32(qp: &mut Qp<SimBackend>, chain: &[SendWr<'_>], n: us
 }
 
 #[inline(never)]
-fn kernel_post_recv(qp: &mut Qp<SimBackend>, wr: &RecvWr<'_>, n: usize) -> usize {
+fn kernel_post_recv(qp: &mut Qp, wr: &RecvWr<'_>, n: usize) -> usize {
     for i in 0..n {
         if qp.post_recv(std::slice::from_ref(black_box(wr))).is_err() {
             return i;
@@ -99,7 +94,7 @@ fn kernel_post_recv(qp: &mut Qp<SimBackend>, wr: &RecvWr<'_>, n: usize) -> usize
 }
 
 #[inline(never)]
-fn kernel_poll_cq(cq: &mut Cq<SimBackend>, wc: &mut [Wc], batch: usize) -> usize {
+fn kernel_poll_cq(cq: &mut Cq, wc: &mut [Wc], batch: usize) -> usize {
     if batch == 1 {
         return kernel_poll_cq_one(cq, wc);
     }
@@ -118,7 +113,7 @@ fn kernel_poll_cq(cq: &mut Cq<SimBackend>, wc: &mut [Wc], batch: usize) -> usize
 /// `ibv_poll_cq(cq, 1, &wc[i])` until it returns 1, for each entry in turn. Returns how many
 /// entries were filled (all, or 0 if the CQ stalled).
 #[inline(always)]
-fn kernel_poll_cq_one(cq: &mut Cq<SimBackend>, wc: &mut [Wc]) -> usize {
+fn kernel_poll_cq_one(cq: &mut Cq, wc: &mut [Wc]) -> usize {
     let mut spins = 0u32;
     for w in wc.iter_mut() {
         while cq.poll(std::slice::from_mut(w)) == 0 {
@@ -132,7 +127,7 @@ fn kernel_poll_cq_one(cq: &mut Cq<SimBackend>, wc: &mut [Wc]) -> usize {
 }
 
 #[inline(never)]
-fn kernel_poll_cq_one_each(cqs: &mut [Cq<SimBackend>], out: &mut [[Wc; 16]]) -> usize {
+fn kernel_poll_cq_one_each(cqs: &mut [Cq], out: &mut [[Wc; 16]]) -> usize {
     // One poll with room for 16 on each CQ, each holding one CQE; returns the completions
     // (the caller checks that each poll filled its first entry and not its second).
     let mut got = 0;
@@ -143,7 +138,7 @@ fn kernel_poll_cq_one_each(cqs: &mut [Cq<SimBackend>], out: &mut [[Wc; 16]]) -> 
 }
 
 #[inline(never)]
-fn kernel_poll_cq_empty(cq: &mut Cq<SimBackend>, wc: &mut [Wc; 16], n: usize) -> usize {
+fn kernel_poll_cq_empty(cq: &mut Cq, wc: &mut [Wc; 16], n: usize) -> usize {
     let mut empty = 0;
     for _ in 0..n {
         empty += (cq.poll(wc) == 0) as usize;
@@ -381,7 +376,7 @@ fn run_poll_one_each(runs: usize) -> Result<Vec<f64>, String> {
 }
 
 /// Waits until the device has written CQEs up to producer counter `target`.
-fn wait_produced(cq: &Cq<SimBackend>, target: u32) -> Result<(), String> {
+fn wait_produced(cq: &Cq, target: u32) -> Result<(), String> {
     let start = Instant::now();
     loop {
         let p = cq.device_produced().map_err(|e| e.to_string())?;

@@ -7,9 +7,9 @@ use umlx_verbs::*;
 
 /// Moves an RC QP from RESET to RTS, connected to `dest_qpn` at `dgid` (from our GID index
 /// `sgid_index`), with PSNs `sq_psn` (ours) and `rq_psn` (the peer's first PSN).
-pub fn connect_rc<B: Backend>(
-    ctx: &Context<B>,
-    qp: &mut Qp<B>,
+pub fn connect_rc(
+    ctx: &Context,
+    qp: &mut Qp,
     dest_qpn: u32,
     dgid: Gid,
     sgid_index: u8,
@@ -21,9 +21,9 @@ pub fn connect_rc<B: Backend>(
 
 /// [`connect_rc`] with an explicit path MTU.
 #[allow(clippy::too_many_arguments)]
-pub fn connect_rc_mtu<B: Backend>(
-    _ctx: &Context<B>,
-    qp: &mut Qp<B>,
+pub fn connect_rc_mtu(
+    _ctx: &Context,
+    qp: &mut Qp,
     dest_qpn: u32,
     dgid: Gid,
     sgid_index: u8,
@@ -65,7 +65,7 @@ pub fn connect_rc_mtu<B: Backend>(
 }
 
 /// Moves a UD QP from RESET to RTS with Q_Key `qkey`.
-pub fn connect_ud<B: Backend>(qp: &mut Qp<B>, qkey: u32) -> Result<(), String> {
+pub fn connect_ud(qp: &mut Qp, qkey: u32) -> Result<(), String> {
     let m = QpAttrMask::STATE;
     qp.modify(&QpAttr { qp_state: Some(QpState::Init), port_num: 1, qkey, ..Default::default() }, QpAttrMask::UD_INIT)
         .map_err(|e| e.to_string())?;
@@ -75,7 +75,7 @@ pub fn connect_ud<B: Backend>(qp: &mut Qp<B>, qkey: u32) -> Result<(), String> {
 }
 
 /// Polls `cq` until one completion arrives or `secs` pass.
-pub fn wait_one<B: Backend>(cq: &mut Cq<B>, secs: u64) -> Result<Wc, String> {
+pub fn wait_one(cq: &mut Cq, secs: u64) -> Result<Wc, String> {
     let mut wc = [Wc::default(); 1];
     let start = Instant::now();
     loop {

@@ -11,15 +11,13 @@ use umlx_sim::fabric::Fabric;
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_verbs::*;
 
-type B = SimBackend;
-
 struct Node {
-    ctx: Context<B>,
-    pd: Pd<B>,
-    cq: Cq<B>,
-    mr: Mr<B>,
-    rc: Qp<B>,
-    ud: Qp<B>,
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    mr: Mr,
+    rc: Qp,
+    ud: Qp,
 }
 
 const MR_LEN: usize = 1 << 20;
@@ -146,7 +144,7 @@ fn ud_pingpong(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result<
     Ok(t.elapsed() / iters as u32)
 }
 
-fn ah_to(peer: &Context<B>) -> Result<AhAttr, String> {
+fn ah_to(peer: &Context) -> Result<AhAttr, String> {
     let dgid = peer.query_gid(1, 1).map_err(|e| e.to_string())?;
     Ok(AhAttr {
         grh: GlobalRoute { dgid, sgid_index: 1, hop_limit: 64, ..Default::default() },
@@ -247,7 +245,8 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     let pcap = std::env::temp_dir().join(format!("umlx-demo-{}.pcap", std::process::id()));
     let (mut a, up_a, steps) = node(&fabric, 1, "a")?;
     let (mut b, up_b, _) = node(&fabric, 2, "b")?;
-    a.ctx.hca().backend().device().port().set_pcap(&pcap).map_err(|e| e.to_string())?;
+    let sim_a = a.ctx.sim_backend().ok_or("the demo's node A is not a software ConnectX")?.clone();
+    sim_a.device().port().set_pcap(&pcap).map_err(|e| e.to_string())?;
     for (name, n, up) in [("A", &a, up_a), ("B", &b, up_b)] {
         let d = n.ctx.query_device().map_err(|e| e.to_string())?;
         let p = n.ctx.query_port(1).map_err(|e| e.to_string())?;
@@ -307,7 +306,7 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
             println!("{:<10} {:>8} {:>9} {:>11.1} {:>10.3} {:>12}", r.op, r.size, r.msgs, r.mbps, r.mmsgs, "-");
         }
     }
-    a.ctx.hca().backend().device().port().stop_pcap().map_err(|e| e.to_string())?;
+    sim_a.device().port().stop_pcap().map_err(|e| e.to_string())?;
     let mut sink = std::io::sink();
     let summary = umlx_wire::decode::decode_pcap_file(&pcap, &mut sink).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&pcap);

@@ -15,7 +15,7 @@
 use clap::Args;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use umlx_sim::{SimConfig, SimDevice};
-use umlx_verbs::{Backend, Context, Gid, SimBackend, VfioBackend};
+use umlx_verbs::{Context, Gid};
 
 /// The device a tool opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,25 +124,6 @@ impl DeviceOpts {
     }
 }
 
-/// An opened device of either kind.
-pub enum AnyContext {
-    /// The software ConnectX.
-    Sim(Context<SimBackend>),
-    /// A real adapter.
-    Pci(Context<VfioBackend>),
-}
-
-/// Runs `$body` with `$ctx` bound to the concrete context (monomorphized per backend).
-#[macro_export]
-macro_rules! with_ctx {
-    ($any:expr, $ctx:ident => $body:expr) => {
-        match $any {
-            $crate::device::AnyContext::Sim($ctx) => $body,
-            $crate::device::AnyContext::Pci($ctx) => $body,
-        }
-    };
-}
-
 /// Creates a sim device numbered `index` with `ips` (default 10.77.0.(index+1)).
 pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
     let mut cfg = SimConfig::numbered(index);
@@ -154,10 +135,10 @@ pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
 }
 
 /// Opens the device `o` names.
-pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
+pub fn open(o: &DeviceOpts) -> Result<Context, String> {
     o.check()?;
     match &o.device() {
-        DeviceArg::Pci(pci) => Context::open_pci(pci, o.ips.clone()).map(AnyContext::Pci).map_err(|e| e.to_string()),
+        DeviceArg::Pci(pci) => Context::open_pci(pci, o.ips.clone()).map_err(|e| e.to_string()),
         DeviceArg::Sim => {
             let (dev, ips) = match &o.wire() {
                 WireArg::Udp(local, peer) => {
@@ -183,8 +164,8 @@ pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
                 dev.port().set_pcap(p).map_err(|e| format!("--pcap {p}: {e}"))?;
             }
             let ctx = Context::attach_sim(dev, "0", ips).map_err(|e| e.to_string())?;
-            ctx.use_sim_arp();
-            Ok(AnyContext::Sim(ctx))
+            ctx.use_sim_arp().map_err(|e| e.to_string())?;
+            Ok(ctx)
         }
     }
 }
@@ -193,7 +174,7 @@ pub fn open(o: &DeviceOpts) -> Result<AnyContext, String> {
 /// perftest picks it: the RoCEv2 GID of the port's IPv4 address (an IPv4-mapped GID; one
 /// outside 169.254/16 first), else an IPv6 GID (global scope first); the lowest index among
 /// equals. `None` when the table is empty.
-pub fn auto_gid<B: Backend>(ctx: &Context<B>) -> Option<(u32, Gid)> {
+pub fn auto_gid(ctx: &Context) -> Option<(u32, Gid)> {
     let rank = |g: &Gid| match g.to_ip() {
         IpAddr::V4(a) if !a.is_link_local() => 0,
         IpAddr::V4(_) => 1,

@@ -2,13 +2,12 @@
 //! bound to vfio-pci with mlx5 IDs, and the software ConnectX), or for the one `-d` names.
 
 use crate::common::fmt_mac;
-use crate::device::{AnyContext, DeviceArg, DeviceOpts};
-use crate::with_ctx;
+use crate::device::{DeviceArg, DeviceOpts};
 use std::result::Result;
 use umlx_hwdesc::ifc::cmd_hca_cap;
 use umlx_verbs::*;
 
-fn print_ctx<B: Backend>(name: &str, ctx: &Context<B>, verbose: bool) -> Result<(), String> {
+fn print_ctx(name: &str, ctx: &Context, verbose: bool) -> Result<(), String> {
     let d = ctx.query_device().map_err(|e| e.to_string())?;
     let p = ctx.query_port(1).map_err(|e| e.to_string())?;
     let guid = d.node_guid.to_be_bytes();
@@ -102,9 +101,7 @@ pub fn run(a: &DevinfoArgs) -> Result<(), String> {
     let mut failed = Vec::new();
     for dev in targets {
         let ctx = match &dev {
-            DeviceArg::Sim => {
-                Context::open_sim(umlx_sim::SimConfig::default()).map(AnyContext::Sim).map_err(|e| e.to_string())
-            }
+            DeviceArg::Sim => Context::open_sim(umlx_sim::SimConfig::default()).map_err(|e| e.to_string()),
             DeviceArg::Pci(_) => crate::device::open(&DeviceOpts { device: Some(dev.clone()), ..opts.clone() }),
         };
         let name = match &dev {
@@ -112,7 +109,7 @@ pub fn run(a: &DevinfoArgs) -> Result<(), String> {
             DeviceArg::Pci(p) => format!("mlx5_{p}"),
         };
         match ctx {
-            Ok(any) => with_ctx!(any, c => print_ctx(&name, &c, verbose))?,
+            Ok(c) => print_ctx(&name, &c, verbose)?,
             Err(e) => failed.push(format!("{name}: {e}")),
         }
     }

@@ -54,7 +54,6 @@
 
 use crate::cli::{c_number, parse_c_number};
 use crate::device::{self, DeviceOpts};
-use crate::with_ctx;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::result::Result;
@@ -106,8 +105,8 @@ pub fn run_ud(a: &UdArgs) -> Result<(), String> {
 }
 
 fn run(o: &Opts) -> Result<(), String> {
-    let any = device::open(&o.dev)?;
-    with_ctx!(any, ctx => pingpong(&ctx, o))
+    let ctx = device::open(&o.dev)?;
+    pingpong(&ctx, o)
 }
 
 /// The options both ping-pongs have (rdma-core's names, short forms and defaults).
@@ -538,7 +537,7 @@ fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
 }
 
 /// `pp_connect_ctx` of rc_pingpong: RTR then RTS.
-fn connect_rc<B: Backend>(qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) -> Result<(), String> {
+fn connect_rc(qp: &mut Qp, o: &Opts, my_psn: u32, dest: &Dest) -> Result<(), String> {
     let rtr_fail = |e: String| format!("Failed to modify QP to RTR: {e}");
     let ah_attr = address_to(o, dest, 1).map_err(rtr_fail)?;
     let rtr = QpAttr {
@@ -572,7 +571,7 @@ fn connect_rc<B: Backend>(qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) ->
 }
 
 /// `pp_connect_ctx` of ud_pingpong: RTR, RTS, then the address handle.
-fn connect_ud<B: Backend>(pd: &Pd<B>, qp: &mut Qp<B>, o: &Opts, my_psn: u32, dest: &Dest) -> Result<Ah, String> {
+fn connect_ud(pd: &Pd, qp: &mut Qp, o: &Opts, my_psn: u32, dest: &Dest) -> Result<Ah, String> {
     qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, QpAttrMask::STATE)
         .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
     qp.modify(
@@ -585,11 +584,11 @@ fn connect_ud<B: Backend>(pd: &Pd<B>, qp: &mut Qp<B>, o: &Opts, my_psn: u32, des
 }
 
 /// The resources of one side (`struct pingpong_context`).
-struct Pp<B: Backend> {
+struct Pp {
     kind: Kind,
-    qp: Qp<B>,
-    cq: Cq<B>,
-    mr: Mr<B>,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
     size: u32,
     rx_depth: u32,
     inline: bool,
@@ -598,7 +597,7 @@ struct Pp<B: Backend> {
     pending: u64,
 }
 
-impl<B: Backend> Pp<B> {
+impl Pp {
     /// `pp_post_recv`: posts `n` receives, returns how many were posted.
     fn post_recv(&mut self, n: u32) -> u32 {
         let len = match self.kind {
@@ -648,7 +647,7 @@ struct Counts {
 }
 
 /// `parse_single_wc`: counts one completion, tops the receives up, posts the next send.
-fn handle_wc<B: Backend>(pp: &mut Pp<B>, c: &mut Counts, iters: u32, wc: &Wc) -> Result<(), String> {
+fn handle_wc(pp: &mut Pp, c: &mut Counts, iters: u32, wc: &Wc) -> Result<(), String> {
     if wc.status != WcStatus::Success {
         return Err(format!("Failed status {} ({}) for wr_id {}", wc.status, wc.status as u32, wc.wr_id as i32));
     }
@@ -691,7 +690,7 @@ fn invalid_pages(buf: &[u8], page: usize) -> Vec<usize> {
     buf.chunks(page).enumerate().filter(|(_, c)| !page_ok(c)).map(|(n, _)| n).collect()
 }
 
-fn pingpong<B: Backend>(ctx: &Context<B>, o: &Opts) -> Result<(), String> {
+fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     let kind = o.kind;
     let port = ctx.query_port(o.ib_port).map_err(|e| format!("Couldn't get port info: {e}"))?;
     if kind == Kind::Ud && o.size > port.active_mtu.bytes() {

@@ -12,11 +12,11 @@ use umlx_verbs::*;
 
 /// One side: context, PD, CQ, a registered buffer and an RC QP.
 struct Side {
-    ctx: Context<SimBackend>,
-    _pd: Pd<SimBackend>,
-    cq: Cq<SimBackend>,
-    mr: Mr<SimBackend>,
-    qp: Qp<SimBackend>,
+    ctx: Context,
+    _pd: Pd,
+    cq: Cq,
+    mr: Mr,
+    qp: Qp,
 }
 
 fn open(fabric: &Fabric, n: u8) -> std::result::Result<Side, Error> {
@@ -82,7 +82,7 @@ fn connect(s: &mut Side, peer_qpn: u32, peer_gid: Gid) -> std::result::Result<()
     )
 }
 
-fn wait(cq: &mut Cq<SimBackend>) -> Wc {
+fn wait(cq: &mut Cq) -> Wc {
     let mut wc = [Wc::default()];
     let start = Instant::now();
     while cq.poll(&mut wc) == 0 {

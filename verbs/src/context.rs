@@ -1,13 +1,14 @@
 //! Devices and contexts: the device list, opening a device (bring-up through the driver),
 //! device/port/GID queries, async events, and the tables the data path shares.
 
+use crate::Dev;
 use crate::types::*;
 use crate::{Error, Result};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use umlx_driver::AnyBackend;
 #[cfg(feature = "sim")]
 use umlx_driver::SimBackend;
-use umlx_driver::backend::Backend;
 use umlx_driver::datapath::QpTable;
 use umlx_driver::hca::PortInfo;
 use umlx_driver::objects::{Pd as DrvPd, Uar};
@@ -75,9 +76,9 @@ pub struct AsyncEvent {
 /// A neighbour resolver: IP address to MAC (see [`Context::set_resolver`]).
 pub type Resolver = Arc<dyn Fn(IpAddr) -> Option<[u8; 6]> + Send + Sync>;
 
-pub(crate) struct Shared<B: Backend> {
-    pub hca: Arc<Hca<B>>,
-    pub uar: Arc<Uar<B>>,
+pub(crate) struct Shared {
+    pub hca: Arc<Hca<Dev>>,
+    pub uar: Arc<Uar<Dev>>,
     pub qps: QpTable,
     pub srqs: QpTable,
     pub port: PortInfo,
@@ -88,63 +89,72 @@ pub(crate) struct Shared<B: Backend> {
 }
 
 /// An open device (`struct ibv_context`).
-pub struct Context<B: Backend> {
-    pub(crate) shared: Arc<Shared<B>>,
+pub struct Context {
+    pub(crate) shared: Arc<Shared>,
 }
 
-impl<B: Backend> Clone for Context<B> {
+impl Clone for Context {
     fn clone(&self) -> Self {
         Context { shared: self.shared.clone() }
     }
 }
 
-impl<B: Backend> std::fmt::Debug for Context<B> {
+impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context").field("device", &self.shared.hca.name()).finish()
     }
 }
 
 #[cfg(feature = "sim")]
-impl Context<SimBackend> {
+impl Context {
     /// Opens a new software ConnectX (its IP addresses become GIDs 1..).
-    pub fn open_sim(cfg: SimConfig) -> Result<Context<SimBackend>> {
+    pub fn open_sim(cfg: SimConfig) -> Result<Context> {
         let ips = cfg.ips.clone();
         let backend = SimBackend::new("0", cfg)?;
         Context::open(backend, ips)
     }
 
     /// Opens an existing software ConnectX (for example one attached to a fabric).
-    pub fn attach_sim(dev: SimDevice, name: &str, ips: Vec<IpAddr>) -> Result<Context<SimBackend>> {
+    pub fn attach_sim(dev: SimDevice, name: &str, ips: Vec<IpAddr>) -> Result<Context> {
         let backend = SimBackend::attach(name, dev)?;
         Context::open(backend, ips)
     }
 }
 
 #[cfg(feature = "sim")]
-impl Context<SimBackend> {
+impl Context {
+    /// The software ConnectX behind this context, if it is one.
+    pub fn sim_backend(&self) -> Option<&Arc<SimBackend>> {
+        self.shared.hca.backend().as_sim()
+    }
+
     /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
-    pub fn use_sim_arp(&self) {
-        let resolve = self.shared.hca.backend().neighbor_resolver(std::time::Duration::from_secs(2));
+    pub fn use_sim_arp(&self) -> Result<()> {
+        let Some(sim) = self.sim_backend() else {
+            return Err(Error::Invalid(format!("{}: use_sim_arp needs a software ConnectX", self.name())));
+        };
+        let resolve = sim.neighbor_resolver(std::time::Duration::from_secs(2));
         let mine: Vec<IpAddr> = self.gids().iter().skip(1).map(|(_, g)| g.to_ip()).collect();
         self.set_resolver(Arc::new(move |ip: IpAddr| {
             let me = mine.iter().find(|m| m.is_ipv4() == ip.is_ipv4())?;
             resolve(*me, ip)
         }));
+        Ok(())
     }
 }
 
-impl Context<VfioBackend> {
+impl Context {
     /// Opens the adapter at PCI address `pci` (bound to vfio-pci); `ips` become GIDs 1...
-    pub fn open_pci(pci: &str, ips: Vec<IpAddr>) -> Result<Context<VfioBackend>> {
+    pub fn open_pci(pci: &str, ips: Vec<IpAddr>) -> Result<Context> {
         let backend = VfioBackend::open(pci)?;
         Context::open(backend, ips)
     }
 }
 
-impl<B: Backend> Context<B> {
+impl Context {
     /// Brings the device behind `backend` up and opens a context on it.
-    pub fn open(backend: Arc<B>, ips: Vec<IpAddr>) -> Result<Context<B>> {
-        let hca = Hca::open(backend, HcaOptions { ips, ..Default::default() })?;
+    pub fn open(backend: impl Into<AnyBackend>, ips: Vec<IpAddr>) -> Result<Context> {
+        let hca = Hca::open(Arc::new(backend.into()), HcaOptions { ips, ..Default::default() })?;
         let uar = Arc::new(Uar::new(&hca)?);
         let port = hca.port();
         Ok(Context {
@@ -162,7 +172,7 @@ impl<B: Backend> Context<B> {
     }
 
     /// The driver's HCA (bring-up trace, capabilities, commands).
-    pub fn hca(&self) -> &Arc<Hca<B>> {
+    pub fn hca(&self) -> &Arc<Hca<Dev>> {
         &self.shared.hca
     }
 
@@ -307,7 +317,7 @@ impl<B: Backend> Context<B> {
     }
 
     /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> Result<crate::qp::Pd<B>> {
+    pub fn alloc_pd(&self) -> Result<crate::qp::Pd> {
         Ok(crate::qp::Pd { ctx: self.clone(), pd: DrvPd::new(&self.shared.hca)? })
     }
 

@@ -2,6 +2,7 @@
 //! `ibv_req_notify_cq`, `ibv_create_comp_channel`, `ibv_get_cq_event`, `ibv_ack_cq_events`,
 //! `ibv_resize_cq`.
 
+use crate::Dev;
 use crate::context::{Context, Shared};
 use crate::types::*;
 use crate::{Error, Result};
@@ -16,23 +17,23 @@ use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed CQ bound to it gets a completion.
-pub struct CompChannel<B: Backend> {
-    ctx: Context<B>,
+pub struct CompChannel {
+    ctx: Context,
     vector: u32,
-    pub(crate) eq: Arc<CompEq<B>>,
+    pub(crate) eq: Arc<CompEq<Dev>>,
     pending: Mutex<VecDeque<u32>>,
     pub(crate) sns: Mutex<Vec<(u32, Arc<AtomicU32>)>>,
 }
 
-impl<B: Backend> std::fmt::Debug for CompChannel<B> {
+impl std::fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompChannel").field("eqn", &self.eq.eqn()).finish()
     }
 }
 
-impl<B: Backend> Context<B> {
+impl Context {
     /// `ibv_create_comp_channel`: a completion EQ on its own interrupt vector.
-    pub fn create_comp_channel(&self) -> Result<Arc<CompChannel<B>>> {
+    pub fn create_comp_channel(&self) -> Result<Arc<CompChannel>> {
         let vector = {
             let mut used = self.shared.vectors.lock().unwrap_or_else(|e| e.into_inner());
             let n = self.shared.hca.backend().irq_count();
@@ -61,7 +62,7 @@ impl<B: Backend> Context<B> {
     }
 
     /// `ibv_create_cq` with at least `cqe` entries, optionally bound to a completion channel.
-    pub fn create_cq(&self, cqe: u32, channel: Option<&Arc<CompChannel<B>>>) -> Result<Cq<B>> {
+    pub fn create_cq(&self, cqe: u32, channel: Option<&Arc<CompChannel>>) -> Result<Cq> {
         let log = (cqe.max(1) + 1).next_power_of_two().trailing_zeros().max(1);
         let cq = Arc::new(DrvCq::new(&self.shared.hca, log, channel.map(|c| c.eq.clone()))?);
         let sn = Arc::new(AtomicU32::new(0));
@@ -84,7 +85,7 @@ impl<B: Backend> Context<B> {
     }
 }
 
-impl<B: Backend> Drop for CompChannel<B> {
+impl Drop for CompChannel {
     fn drop(&mut self) {
         // Every CQ bound to the channel holds it, so no CQ reports here any more: the vector
         // can serve a new channel.
@@ -92,7 +93,7 @@ impl<B: Backend> Drop for CompChannel<B> {
     }
 }
 
-impl<B: Backend> CompChannel<B> {
+impl CompChannel {
     /// The file descriptor to poll/epoll for readability.
     pub fn fd(&self) -> Option<std::os::fd::RawFd> {
         self.eq.event_fd()
@@ -133,14 +134,14 @@ impl<B: Backend> CompChannel<B> {
 }
 
 /// A completion queue (`struct ibv_cq`).
-pub struct Cq<B: Backend> {
-    pub(crate) ctx: Context<B>,
-    pub(crate) cq: Arc<DrvCq<B>>,
+pub struct Cq {
+    pub(crate) ctx: Context,
+    pub(crate) cq: Arc<DrvCq<Dev>>,
     ring: CqRing,
     /// The ring after a resize (the original stays with the driver's CQ).
-    resized: Option<umlx_driver::dma::DmaBuffer<B>>,
+    resized: Option<umlx_driver::dma::DmaBuffer<Dev>>,
     sn: Arc<AtomicU32>,
-    channel: Option<Arc<CompChannel<B>>>,
+    channel: Option<Arc<CompChannel>>,
     events: u32,
     /// The QP and send opcode of the last requester CQE polled, and what they give a
     /// completion (valid while `qp_cache` holds one).
@@ -148,7 +149,7 @@ pub struct Cq<B: Backend> {
     send_info: SendInfo,
 }
 
-impl<B: Backend> std::fmt::Debug for Cq<B> {
+impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cq").field("cqn", &self.cq.cqn()).finish()
     }
@@ -214,7 +215,7 @@ const SEND_WC: [WcOpcode; 256] = {
     t
 };
 
-impl<B: Backend> Cq<B> {
+impl Cq {
     /// CQ number.
     pub fn cqn(&self) -> u32 {
         self.cq.cqn()
@@ -297,7 +298,7 @@ impl<B: Backend> Cq<B> {
     /// Any CQE but a requester success: responder successes (RESP_WR_IMM, RESP_SEND,
     /// RESP_SEND_IMM) and errors (REQ_ERR, RESP_ERR); others are not work completions.
     #[inline(never)]
-    fn translate_other(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_other(shared: &Shared, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         match CqeOpcode(cqe.opcode()) {
             CqeOpcode::REQ => match shared.qps.get(cqe.qpn()) {
                 Some(ring) => {
@@ -316,7 +317,7 @@ impl<B: Backend> Cq<B> {
 
     /// A responder success CQE.
     #[inline(always)]
-    fn translate_recv(shared: &Shared<B>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_recv(shared: &Shared, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         let qpn = cqe.qpn();
         let srqn = cqe.srqn();
         let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
@@ -342,7 +343,7 @@ impl<B: Backend> Cq<B> {
     /// Error CQEs (REQ_ERR, RESP_ERR): off the fast path.
     #[cold]
     #[inline(never)]
-    fn translate_error(shared: &Shared<B>, cqe: &Cqe, w: &mut Wc) -> bool {
+    fn translate_error(shared: &Shared, cqe: &Cqe, w: &mut Wc) -> bool {
         let (wr_id, opcode) = if CqeOpcode(cqe.opcode()) == CqeOpcode::REQ_ERR {
             let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
             (ring.complete_send(cqe.wqe_counter()), SEND_WC[cqe.wqe_opcode() as usize])

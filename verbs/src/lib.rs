@@ -34,10 +34,15 @@ pub use cq::{CompChannel, Cq};
 pub use mr::Mr;
 pub use qp::{Ah, Pd, PostFailure, PostFailureKind, Qp, Srq};
 pub use types::*;
+pub use umlx_driver::AnyBackend;
 #[cfg(feature = "sim")]
 pub use umlx_driver::SimBackend;
 pub use umlx_driver::backend::Backend;
 pub use umlx_driver::vfio::VfioBackend;
+
+/// The backend every verbs object is built on: an adapter or a software ConnectX, chosen when
+/// the context is opened.
+pub(crate) type Dev = AnyBackend;
 
 /// Errors of the verbs API.
 #[derive(Debug)]

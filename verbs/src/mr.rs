@@ -1,25 +1,25 @@
 //! Memory regions (`ibv_reg_mr` / `ibv_dereg_mr`): memory the NIC may touch, owned by the
 //! region so it cannot be freed or moved while registered, reached only through copies.
 
+use crate::Dev;
 use crate::types::AccessFlags;
 use crate::{Error, Result};
-use umlx_driver::backend::Backend;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{Access, MemoryRegion, Mkey};
 
-enum Memory<B: Backend> {
+enum Memory {
     // Field order in each variant: the key is dropped (DESTROY_MKEY) before the memory.
-    Owned(MemoryRegion<B>),
-    User { mkey: Mkey<B>, mem: UserMemory<B> },
+    Owned(MemoryRegion<Dev>),
+    User { mkey: Mkey<Dev>, mem: UserMemory<Dev> },
 }
 
 /// A registered memory region (`struct ibv_mr`).
-pub struct Mr<B: Backend> {
-    mem: Memory<B>,
+pub struct Mr {
+    mem: Memory,
     access: AccessFlags,
 }
 
-impl<B: Backend> std::fmt::Debug for Mr<B> {
+impl std::fmt::Debug for Mr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mr").field("addr", &self.addr()).field("len", &self.len()).field("lkey", &self.lkey()).finish()
     }
@@ -42,16 +42,16 @@ pub(crate) fn access(flags: AccessFlags) -> Result<Access> {
     Ok(Access(flags.0))
 }
 
-impl<B: Backend> Mr<B> {
-    pub(crate) fn owned(mr: MemoryRegion<B>, access: AccessFlags) -> Mr<B> {
+impl Mr {
+    pub(crate) fn owned(mr: MemoryRegion<Dev>, access: AccessFlags) -> Mr {
         Mr { mem: Memory::Owned(mr), access }
     }
 
-    pub(crate) fn user(mkey: Mkey<B>, mem: UserMemory<B>, access: AccessFlags) -> Mr<B> {
+    pub(crate) fn user(mkey: Mkey<Dev>, mem: UserMemory<Dev>, access: AccessFlags) -> Mr {
         Mr { mem: Memory::User { mkey, mem }, access }
     }
 
-    fn mkey(&self) -> &Mkey<B> {
+    fn mkey(&self) -> &Mkey<Dev> {
         match &self.mem {
             Memory::Owned(m) => m.mkey(),
             Memory::User { mkey, .. } => mkey,

@@ -2,6 +2,7 @@
 //! `ibv_alloc_pd`, `ibv_reg_mr`, `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`,
 //! `ibv_post_send`, `ibv_post_recv`, `ibv_create_ah`, `ibv_create_srq`, `ibv_post_srq_recv`.
 
+use crate::Dev;
 use crate::context::Context;
 use crate::cq::Cq;
 use crate::mr::{Mr, access};
@@ -10,7 +11,6 @@ use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::av::{Av, AvParams};
-use umlx_driver::backend::Backend;
 use umlx_driver::datapath::{
     self, PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode,
 };
@@ -22,12 +22,12 @@ use umlx_driver::wqsize::{self, QpCaps};
 use umlx_hwdesc::enums::{IbMtu, QpServiceType, QpState as HwQpState};
 
 /// A protection domain (`struct ibv_pd`).
-pub struct Pd<B: Backend> {
-    pub(crate) ctx: Context<B>,
-    pub(crate) pd: Arc<DrvPd<B>>,
+pub struct Pd {
+    pub(crate) ctx: Context,
+    pub(crate) pd: Arc<DrvPd<Dev>>,
 }
 
-impl<B: Backend> std::fmt::Debug for Pd<B> {
+impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pd").field("pdn", &self.pd.pdn()).finish()
     }
@@ -41,9 +41,9 @@ fn invalid(e: umlx_driver::Error) -> Error {
     }
 }
 
-impl<B: Backend> Pd<B> {
+impl Pd {
     /// `ibv_reg_mr` over a buffer the region takes ownership of (given back by [`Mr::dereg`]).
-    pub fn reg_mr(&self, data: impl Into<Box<[u8]>>, flags: AccessFlags) -> Result<Mr<B>> {
+    pub fn reg_mr(&self, data: impl Into<Box<[u8]>>, flags: AccessFlags) -> Result<Mr> {
         let acc = access(flags)?;
         let mem = UserMemory::new(self.ctx.shared.hca.dma_space(), data.into())?;
         let (iova_base, page, _) = mem.pages();
@@ -55,7 +55,7 @@ impl<B: Backend> Pd<B> {
 
     /// Registers `len` bytes of new pinned memory (on 2 MiB pages when `len` is at least 2 MiB
     /// and the system has them): the owned-buffer variant.
-    pub fn alloc_mr(&self, len: usize, flags: AccessFlags) -> Result<Mr<B>> {
+    pub fn alloc_mr(&self, len: usize, flags: AccessFlags) -> Result<Mr> {
         let acc = access(flags)?;
         let mr = MemoryRegion::new(&self.pd, len, len >= 2 << 20, acc)?;
         Ok(Mr::owned(mr, flags))
@@ -87,11 +87,11 @@ impl<B: Backend> Pd<B> {
     pub fn create_qp(
         &self,
         qp_type: QpType,
-        send_cq: &Cq<B>,
-        recv_cq: &Cq<B>,
-        srq: Option<&Srq<B>>,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
         init: QpInitCap,
-    ) -> Result<Qp<B>> {
+    ) -> Result<Qp> {
         let cap = init.cap;
         let service = match qp_type {
             QpType::Rc => QpServiceType::RC,
@@ -176,7 +176,7 @@ impl<B: Backend> Pd<B> {
     }
 
     /// `ibv_create_srq` with `max_wr` WQEs of `max_sge` SGEs, and a limit (0: not armed).
-    pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq<B>> {
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
         let stride = wqsize::srq_stride(max_sge).map_err(invalid)?;
         let wqes = (max_wr + 1).next_power_of_two();
         if limit >= wqes {
@@ -206,13 +206,13 @@ pub struct Ah {
 }
 
 /// A shared receive queue (`struct ibv_srq`).
-pub struct Srq<B: Backend> {
-    ctx: Context<B>,
-    srq: Arc<DrvSrq<B>>,
+pub struct Srq {
+    ctx: Context,
+    srq: Arc<DrvSrq<Dev>>,
     rq: RecvQueue,
 }
 
-impl<B: Backend> Srq<B> {
+impl Srq {
     /// `ibv_post_srq_recv`.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
@@ -235,7 +235,7 @@ impl<B: Backend> Srq<B> {
     }
 
     /// The context.
-    pub fn context(&self) -> &Context<B> {
+    pub fn context(&self) -> &Context {
         &self.ctx
     }
 }
@@ -308,10 +308,10 @@ impl std::fmt::Display for PostFailure {
 impl std::error::Error for PostFailure {}
 
 /// A queue pair (`struct ibv_qp`).
-pub struct Qp<B: Backend> {
-    ctx: Context<B>,
-    qp: DrvQp<B>,
-    sq: SendQueue<B>,
+pub struct Qp {
+    ctx: Context,
+    qp: DrvQp<Dev>,
+    sq: SendQueue<Dev>,
     rq: Option<RecvQueue>,
     state: QpState,
     /// The state accepts send WRs (RTS, SQD, ERR).
@@ -325,7 +325,7 @@ pub struct Qp<B: Backend> {
     dest_qpn: u32,
 }
 
-impl<B: Backend> std::fmt::Debug for Qp<B> {
+impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp").field("qpn", &self.qp.qpn()).field("state", &self.state).finish()
     }
@@ -366,7 +366,7 @@ fn transition_attrs(t: Transition, rc: bool) -> (QpAttrMask, QpAttrMask) {
     }
 }
 
-impl<B: Backend> Qp<B> {
+impl Qp {
     /// QP number.
     pub fn qp_num(&self) -> u32 {
         self.qp.qpn()
@@ -649,12 +649,12 @@ impl<B: Backend> Qp<B> {
     }
 
     /// The context.
-    pub fn context(&self) -> &Context<B> {
+    pub fn context(&self) -> &Context {
         &self.ctx
     }
 }
 
-impl<B: Backend> Drop for Qp<B> {
+impl Drop for Qp {
     fn drop(&mut self) {
         self.ctx.shared.qps.remove(self.qp.qpn());
     }
@@ -695,7 +695,7 @@ fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> std:
 /// Writes `wr` if it takes the short path (one non-empty SGE, no inline data, SEND(_IMM),
 /// RDMA_WRITE(_IMM) or RDMA_READ) and the ring has room known without reading the tail.
 #[inline(always)]
-fn short_one<B: Backend>(chain: &mut SqChain<'_, B>, wr: &SendWr<'_>) -> bool {
+fn short_one(chain: &mut SqChain<'_, Dev>, wr: &SendWr<'_>) -> bool {
     let [sge] = wr.sg_list else { return false };
     let (id, flags) = (wr.wr_id, wr.send_flags.0);
     if flags & SendFlags::INLINE.0 != 0 || sge.is_empty() || !chain.has_room() {
@@ -740,8 +740,8 @@ fn short_form(op: &SendOp) -> Option<(u8, u32, Option<Remote>)> {
 /// giving the immediate and the remote side), have one non-empty SGE and no inline data, as
 /// many as the ring has room for without reading the tail; advances `rest` past them.
 #[inline(always)]
-fn short_run<B: Backend>(
-    chain: &mut SqChain<'_, B>,
+fn short_run(
+    chain: &mut SqChain<'_, Dev>,
     rest: &mut &[SendWr<'_>],
     opcode: u8,
     extract: impl Fn(&SendOp) -> Option<(u32, Option<Remote>)>,
@@ -765,8 +765,8 @@ fn short_run<B: Backend>(
 /// [`write_send_general`]. Ends the chain (doorbell). Out of line, so the caller's loop stays
 /// free of calls.
 #[inline(never)]
-fn post_send_rest<B: Backend>(
-    mut chain: SqChain<'_, B>,
+fn post_send_rest(
+    mut chain: SqChain<'_, Dev>,
     buf: &DmaMemory,
     qp_type: QpType,
     first: usize,
@@ -797,8 +797,8 @@ fn post_send_rest<B: Backend>(
 
 /// Any send WR the short path does not take: UD, inline data, SGE lists, atomics.
 #[inline(never)]
-fn write_send_general<B: Backend>(
-    sq: &mut SendQueue<B>,
+fn write_send_general(
+    sq: &mut SendQueue<Dev>,
     buf: &DmaMemory,
     qp_type: QpType,
     wr: &SendWr<'_>,

@@ -4,7 +4,7 @@
 
 use umlx_verbs::*;
 
-fn ctx() -> Context<SimBackend> {
+fn ctx() -> Context {
     Context::open_sim(umlx_sim::SimConfig::numbered(3)).expect("open sim")
 }
 

@@ -12,18 +12,16 @@ use umlx_sim::fabric::Fabric;
 use umlx_sim::{FailCommand, SimConfig, SimDevice};
 use umlx_verbs::*;
 
-type B = SimBackend;
-
 struct Pair {
-    ctx: Context<B>,
+    ctx: Context,
     dev: SimDevice,
-    cq: Cq<B>,
-    qp: Qp<B>,
-    mr: Mr<B>,
-    _pd: Pd<B>,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+    _pd: Pd,
 }
 
-fn connect(qp: &mut Qp<B>, dest: u32, dgid: Gid) {
+fn connect(qp: &mut Qp, dest: u32, dgid: Gid) {
     let access = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
     common::connect_rc(
         qp,

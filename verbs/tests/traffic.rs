@@ -11,13 +11,11 @@ use umlx_sim::fabric::{Fabric, FabricConfig};
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_verbs::*;
 
-type B = SimBackend;
-
 struct Side {
-    ctx: Context<B>,
-    pd: Pd<B>,
-    cq: Cq<B>,
-    mr: Mr<B>,
+    ctx: Context,
+    pd: Pd,
+    cq: Cq,
+    mr: Mr,
 }
 
 fn side(fabric: &Fabric, n: u8) -> Side {
@@ -67,12 +65,12 @@ impl Default for RcOpts {
     }
 }
 
-fn rc_qp(s: &Side, cq: Option<&Cq<B>>) -> Qp<B> {
+fn rc_qp(s: &Side, cq: Option<&Cq>) -> Qp {
     let cq = cq.unwrap_or(&s.cq);
     s.pd.create_qp(QpType::Rc, cq, cq, None, cap()).unwrap()
 }
 
-fn connect(s: &Side, qp: &mut Qp<B>, peer: &Side, peer_qpn: u32, o: &RcOpts) {
+fn connect(s: &Side, qp: &mut Qp, peer: &Side, peer_qpn: u32, o: &RcOpts) {
     let _ = s;
     let dgid = peer.ctx.query_gid(1, 1).unwrap();
     let p = common::RcParams {
@@ -86,7 +84,7 @@ fn connect(s: &Side, qp: &mut Qp<B>, peer: &Side, peer_qpn: u32, o: &RcOpts) {
     common::connect_rc(qp, peer_qpn, dgid, p);
 }
 
-fn rc_pair(fabric: &Fabric, n: u8, o: &RcOpts) -> (Side, Side, Qp<B>, Qp<B>) {
+fn rc_pair(fabric: &Fabric, n: u8, o: &RcOpts) -> (Side, Side, Qp, Qp) {
     let a = side(fabric, n);
     let b = side(fabric, n + 1);
     know_each_other(&a, &b);
@@ -98,7 +96,7 @@ fn rc_pair(fabric: &Fabric, n: u8, o: &RcOpts) -> (Side, Side, Qp<B>, Qp<B>) {
     (a, b, qa, qb)
 }
 
-fn wait_wc(cq: &mut Cq<B>, n: usize) -> Vec<Wc> {
+fn wait_wc(cq: &mut Cq, n: usize) -> Vec<Wc> {
     let mut out = Vec::new();
     let mut wc = [Wc::default(); 16];
     let start = Instant::now();
@@ -493,7 +491,7 @@ fn cq_resize_keeps_completions_waiting_and_takes_new_ones() {
 }
 
 /// Polls one entry at a time until `n` completions came.
-fn wait_wc_one_at_a_time(cq: &mut Cq<B>, n: usize) -> Vec<Wc> {
+fn wait_wc_one_at_a_time(cq: &mut Cq, n: usize) -> Vec<Wc> {
     let mut out = Vec::new();
     let start = Instant::now();
     while out.len() < n {

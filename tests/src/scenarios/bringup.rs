@@ -9,7 +9,7 @@ use umlx_verbs::*;
 /// `ibv_query_device`, `ibv_query_port`, `ibv_query_gid` and the device list on both endpoints:
 /// a ConnectX identity, sane limits, an ACTIVE Ethernet port, the GID table as programmed (the
 /// link-local GID at index 0, the endpoint's IP at its index), refusals for port 2.
-pub fn bring_up_device_port_gid<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn bring_up_device_port_gid(env: &mut Env) -> Result<Outcome> {
     let listed = devices();
     for ep in [&env.a, &env.b] {
         let who = ep.label();

@@ -17,10 +17,10 @@ const GUARD: u8 = 0xaa;
 /// Posts `op` with `sg` followed by a signaled SEND on a fresh connected pair; expects the first
 /// to complete with `status` and the SEND to be flushed; the requester QP ends in ERR.
 #[allow(clippy::too_many_arguments)]
-fn fails_then_flushes<B: Backend>(
-    env: &Env<B>,
-    a: &mut Side<B>,
-    b: &Side<B>,
+fn fails_then_flushes(
+    env: &Env,
+    a: &mut Side,
+    b: &Side,
     o: &RcOpts,
     sg: &[Sge],
     op: SendOp,
@@ -43,7 +43,7 @@ fn fails_then_flushes<B: Backend>(
 
 /// A bad lkey (corrupted key, an MR of another PD, an address past the region): local
 /// protection error, the next request flushed, the QP in ERR, nothing written remotely.
-pub fn err_bad_lkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_bad_lkey(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let o = RcOpts::default();
     b.mr.fill(0, 64, GUARD)?;
@@ -85,7 +85,7 @@ pub fn err_bad_lkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// A bad rkey (corrupted key for WRITE, READ and atomic; a valid key with an address past the
 /// region): remote access error, the next request flushed, remote memory untouched.
-pub fn err_bad_rkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_bad_rkey(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let o = RcOpts::default();
     b.mr.fill(0, 64, GUARD)?;
@@ -94,8 +94,7 @@ pub fn err_bad_rkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
     let s = [a.mr.sge(0, 16)];
     let s8 = [a.mr.sge(0, 8)];
     let rae = [WcStatus::RemAccessErr];
-    let f =
-        |env: &Env<B>, a: &mut Side<B>, sg: &[Sge], op, what| fails_then_flushes(env, a, &b, &o, sg, op, &rae, what);
+    let f = |env: &Env, a: &mut Side, sg: &[Sge], op, what| fails_then_flushes(env, a, &b, &o, sg, op, &rae, what);
     f(env, &mut a, &s, SendOp::RdmaWrite { remote_addr: addr, rkey: bad }, "WRITE with a corrupted rkey")?;
     f(env, &mut a, &s, SendOp::RdmaRead { remote_addr: addr, rkey: bad }, "READ with a corrupted rkey")?;
     let faa = SendOp::AtomicFetchAndAdd { remote_addr: addr, rkey: bad, compare_add: 1 };
@@ -110,7 +109,7 @@ pub fn err_bad_rkey<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// Access violations: WRITE, READ and atomic on MRs registered without that remote right
 /// (remote access error); WRITE and READ on a QP whose access flags lack them (remote access
 /// or invalid request error: the IB spec lets the responder NAK either way).
-pub fn err_access_violation<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_access_violation(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let o = RcOpts::default();
     let lw = AccessFlags::LOCAL_WRITE;
@@ -142,7 +141,7 @@ pub fn err_access_violation<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// A SEND larger than the receive buffer: local length error on the receiver (its next receive
 /// flushed), remote invalid request error on the sender; nothing written past the buffer.
-pub fn err_receive_too_small<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_receive_too_small(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -163,7 +162,7 @@ pub fn err_receive_too_small<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// RNR: with `rnr_retry` 0 a SEND to a QP with no receive posted fails at once (RNR retry
 /// counter exceeded) and the next request is flushed; with 2 retries it fails after them; with
 /// 7 (forever) it succeeds once the receive is posted late.
-pub fn err_rnr_retry_exhausted<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_rnr_retry_exhausted(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let s = [a.mr.sge(0, 16)];
     let rnr = [WcStatus::RnrRetryExcErr];
@@ -184,7 +183,7 @@ pub fn err_rnr_retry_exhausted<B: Backend>(env: &mut Env<B>) -> Result<Outcome> 
 
 /// Transport retries exhausted (SIM ONLY: it needs the fabric to lose every frame, which only
 /// the sim's fault injection can do): transport retry counter exceeded, then the flush.
-pub fn err_transport_retry_exhausted<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_transport_retry_exhausted(env: &mut Env) -> Result<Outcome> {
     let Some(fabric) = env.fabric().cloned() else {
         return Ok(Outcome::Skipped("needs fault injection (a fabric losing every frame): sim only".into()));
     };
@@ -208,7 +207,7 @@ pub fn err_transport_retry_exhausted<B: Backend>(env: &mut Env<B>) -> Result<Out
 /// The flush after an error: moving a QP to ERR flushes its posted receives (in order, with
 /// their wr_ids); receives and sends posted in ERR are flushed too, unsignaled ones included;
 /// RESET and reconnecting recovers the QP.
-pub fn err_flush_after_error<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_flush_after_error(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -249,13 +248,13 @@ pub fn err_flush_after_error<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// QP state rules of `ibv_modify_qp`: transitions that do not exist (EINVAL, wrong state),
 /// missing required attributes (EINVAL), a path MTU above the port's, IBV_QP_STATE without a
 /// state; a refused modify leaves the QP as it was.
-pub fn err_qp_state_transitions<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
     let (a, b) = env.sides()?;
     let mut qp = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, default_caps())?;
     let o = RcOpts::default();
     let to = |s| QpAttr { qp_state: Some(s), ..Default::default() };
     let m = QpAttrMask::STATE;
-    let wrong = |qp: &mut Qp<B>, target: QpState, at: QpState| -> Result {
+    let wrong = |qp: &mut Qp, target: QpState, at: QpState| -> Result {
         match qp.modify(&to(target), m) {
             Err(e @ Error::WrongState(_)) => {
                 ensure_eq!(e.errno(), 22, "errno of a wrong transition");
@@ -267,7 +266,7 @@ pub fn err_qp_state_transitions<B: Backend>(env: &mut Env<B>) -> Result<Outcome>
         ensure_eq!((qp.state(), qp.query()?.qp_state), (at, Some(at)), "state after a refused {at} -> {target}");
         Ok(())
     };
-    let invalid = |qp: &mut Qp<B>, attr: &QpAttr, mask: QpAttrMask, what: &str| -> Result {
+    let invalid = |qp: &mut Qp, attr: &QpAttr, mask: QpAttrMask, what: &str| -> Result {
         let at = qp.state();
         match qp.modify(attr, mask) {
             Err(e @ Error::Invalid(_)) => ensure_eq!(e.errno(), 22, "errno of {what}"),
@@ -307,7 +306,7 @@ pub fn err_qp_state_transitions<B: Backend>(env: &mut Env<B>) -> Result<Outcome>
 
 /// Posting in the wrong QP state: sends refused in RESET, INIT and RTR (EINVAL, index 0),
 /// receives refused in RESET but accepted in INIT and RTR (and used once connected).
-pub fn err_post_in_wrong_state<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_post_in_wrong_state(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let mut qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, default_caps())?;
     let mut qb = b.pd.create_qp(QpType::Rc, &b.cq, &b.cq, None, default_caps())?;
@@ -346,7 +345,7 @@ pub fn err_post_in_wrong_state<B: Backend>(env: &mut Env<B>) -> Result<Outcome> 
 /// Full queues (ENOMEM): the SQ takes exactly its capacity of one-block WQEs until completions
 /// are polled; a chain longer than the free space is posted up to the index returned; the RQ
 /// takes exactly its capacity; an SRQ takes at least what was asked for, then refuses.
-pub fn err_queue_full<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_queue_full(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 0), &RcOpts::default())?;
     let t = env.timeout;
@@ -401,7 +400,7 @@ pub fn err_queue_full<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// Too many SGEs (EINVAL): a send with one more SGE than the QP has (alone, and second in a
 /// chain: the first is posted), a receive with one more than the RQ has, an SRQ receive with
 /// one more than the SRQ has, a UD send; QP and SRQ creation beyond the device's limits.
-pub fn err_too_many_sges<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_too_many_sges(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 2, 2, 0), &RcOpts::default())?;
     let too_many = |e: std::result::Result<(), PostFailure>, index: usize, what: &str| -> Result {
@@ -438,7 +437,7 @@ pub fn err_too_many_sges<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// Inline data too large (EINVAL): one byte over the QP's inline maximum (RC and UD), while
 /// exactly the maximum is delivered; a QP asking for more than 512 inline bytes is refused.
-pub fn err_inline_too_large<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_inline_too_large(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 64), &RcOpts::default())?;
     let max = qa.cap.max_inline_data as usize;
@@ -471,7 +470,7 @@ pub fn err_inline_too_large<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// Requests the QP cannot carry (EINVAL, nothing posted): RDMA on a UD QP, a UD send without
 /// an address, an atomic whose SGE is not 8 bytes, inline READ and atomic, INLINE without data.
-pub fn err_invalid_requests<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn err_invalid_requests(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let mut ud = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, default_caps())?;

@@ -1,4 +1,4 @@
-//! The scenarios, each `fn(&mut Env<B>) -> Result<Outcome>` for any backend `B`.
+//! The scenarios, each `fn(&mut Env) -> Result<Outcome>` for any backend `B`.
 //!
 //! [`for_each_scenario!`](crate::for_each_scenario) lists them (the test entry points are
 //! generated from it, so the sim and the hardware run the same list); [`all`] gives them as
@@ -18,10 +18,9 @@ pub use ud::*;
 
 use crate::env::Env;
 use crate::kit::{Outcome, Result};
-use umlx_verbs::Backend;
 
 /// A scenario: its name and its function.
-pub type Scenario<B> = (&'static str, fn(&mut Env<B>) -> Result<Outcome>);
+pub type Scenario = (&'static str, fn(&mut Env) -> Result<Outcome>);
 
 /// Calls the macro `$m` with the name of every scenario (a comma-separated list of the
 /// functions of [`crate::scenarios`]), in a fixed order.
@@ -80,8 +79,8 @@ macro_rules! for_each_scenario {
 macro_rules! scenario_list {
     ($($name:ident),* $(,)?) => {
         /// Every scenario, in the order of [`for_each_scenario!`](crate::for_each_scenario).
-        pub fn all<B: Backend>() -> Vec<Scenario<B>> {
-            vec![$((stringify!($name), $name::<B> as fn(&mut Env<B>) -> Result<Outcome>)),*]
+        pub fn all() -> Vec<Scenario> {
+            vec![$((stringify!($name), $name as fn(&mut Env) -> Result<Outcome>)),*]
         }
     };
 }

@@ -13,7 +13,7 @@ use umlx_verbs::*;
 /// `ibv_alloc_pd`; `ibv_reg_mr` over a caller's buffer and the owned-buffer variant: keys,
 /// lengths, copies in and out, bounds, the buffer given back by dereg, and the access-flag rule
 /// (remote write/atomic need local write; unknown bits refused) for both.
-pub fn pd_and_mr_registration<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn pd_and_mr_registration(env: &mut Env) -> Result<Outcome> {
     let ctx = &env.a.ctx;
     let pd1 = ctx.alloc_pd()?;
     let pd2 = ctx.alloc_pd()?;
@@ -68,7 +68,7 @@ pub fn pd_and_mr_registration<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// Traffic through both MR variants: RDMA WRITE from a caller's buffer into a 2 MiB owned
 /// region (huge pages when the system has them) across its page boundary, RDMA READ back into
 /// another caller's buffer, SEND into a caller's buffer given back by dereg.
-pub fn mr_variants_carry_traffic<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn mr_variants_carry_traffic(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -110,7 +110,7 @@ pub fn mr_variants_carry_traffic<B: Backend>(env: &mut Env<B>) -> Result<Outcome
 
 /// `ibv_create_cq` sizes, polling an empty CQ, polling in batches smaller than what is there (in
 /// order, nothing lost), the device's producer counter, and `req_notify` without a channel.
-pub fn cq_poll_batches_and_producer_counter<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn cq_poll_batches_and_producer_counter(env: &mut Env) -> Result<Outcome> {
     let ctx = &env.a.ctx;
     let small = ctx.create_cq(1, None)?;
     let mut mid = ctx.create_cq(100, None)?;
@@ -149,7 +149,7 @@ pub fn cq_poll_batches_and_producer_counter<B: Backend>(env: &mut Env<B>) -> Res
 /// A completion channel: its descriptor; no event while the CQ is not armed; one event per
 /// arm, naming the CQ; `ack_cq_events`; two CQs on one channel (the QP's send and receive CQs)
 /// each named by their own events.
-pub fn completion_channel_events<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn completion_channel_events(env: &mut Env) -> Result<Outcome> {
     let (a, b) = env.sides()?;
     let (t, quiet) = (env.timeout, env.quiet);
     let ch = b.ep.ctx.create_comp_channel()?;
@@ -199,7 +199,7 @@ pub fn completion_channel_events<B: Backend>(env: &mut Env<B>) -> Result<Outcome
 /// Completion channels come and go: creating and dropping (with a CQ on each) twice as many
 /// channels as the device has interrupt vectors works, as a dropped channel's vector is free
 /// again.
-pub fn completion_channels_are_reusable<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn completion_channels_are_reusable(env: &mut Env) -> Result<Outcome> {
     let ctx = &env.a.ctx;
     let vectors = ctx.hca().backend().irq_count();
     for k in 0..2 * vectors {
@@ -214,7 +214,7 @@ pub fn completion_channels_are_reusable<B: Backend>(env: &mut Env<B>) -> Result<
 
 /// Solicited-only arming: unsolicited SENDs raise no event, a solicited SEND (and a solicited
 /// SEND with immediate) does; the unsolicited completions are in the CQ all the same.
-pub fn completion_channel_solicited_only<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn completion_channel_solicited_only(env: &mut Env) -> Result<Outcome> {
     let (a, b) = env.sides()?;
     let (t, quiet) = (env.timeout, env.quiet);
     let ch = b.ep.ctx.create_comp_channel()?;
@@ -250,7 +250,7 @@ pub fn completion_channel_solicited_only<B: Backend>(env: &mut Env<B>) -> Result
 /// The RC QP state machine with `ibv_query_qp` after each step: RESET → INIT (access flags),
 /// INIT → INIT (more access), → RTR (path, PSN, MTU, RNR timer), → RTS (PSN, timeout, retries),
 /// RTS → RTS (new timeout), → ERR → RESET, and reconnection after RESET carries traffic again.
-pub fn rc_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_qp_state_machine_and_query(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let t = env.timeout;
     let want = default_caps();
@@ -322,7 +322,7 @@ pub fn rc_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Out
     ensure_eq!(qa.query()?.timeout, 14, "the refused modify changed nothing");
 
     connect_rc(&mut qb, &b.ep, &a.ep, qa.qp_num(), 0x123456, 0xabcdef, &o)?;
-    let ping = |qa: &mut Qp<B>, qb: &mut Qp<B>, a: &mut crate::Side<B>, b: &mut crate::Side<B>, n: u8| -> Result {
+    let ping = |qa: &mut Qp, qb: &mut Qp, a: &mut crate::Side, b: &mut crate::Side, n: u8| -> Result {
         let msg = pattern(777, n);
         a.mr.write(0, &msg)?;
         qb.post_recv(&[recv(n as u64, &[b.mr.sge(4096, 1024)])])?;
@@ -345,7 +345,7 @@ pub fn rc_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Out
 
 /// The UD QP state machine with `ibv_query_qp`: the Q_Key set at INIT, RTR without a path, RTS
 /// with a send PSN; INIT without a Q_Key is refused.
-pub fn ud_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn ud_qp_state_machine_and_query(env: &mut Env) -> Result<Outcome> {
     let (a, _b) = env.sides()?;
     let mut qp = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, default_caps())?;
     ensure_eq!(qp.qp_type(), QpType::Ud, "QP type");
@@ -369,7 +369,7 @@ pub fn ud_qp_state_machine_and_query<B: Backend>(env: &mut Env<B>) -> Result<Out
 
 /// `ibv_create_ah`: from the neighbour table, with an explicit MAC, to a link-local GID (MAC from
 /// the EUI-64); refused for a source GID index outside the table and for an IP with no known MAC.
-pub fn address_handles<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn address_handles(env: &mut Env) -> Result<Outcome> {
     let (a, b) = env.sides()?;
     let ah = ah_to(&a, &b.ep)?;
     ensure_eq!(ah.attr.grh.dgid, b.ep.gid, "AH destination");
@@ -393,7 +393,7 @@ pub fn address_handles<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// An SRQ shared by two RC QPs: `post_recv` on an SRQ QP refused, receives consumed in posting
 /// order whichever QP the message came on, each completion naming its QP, data scattered over
 /// two SGEs; SRQ creation limits.
-pub fn srq_shared_by_two_qps<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn srq_shared_by_two_qps(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let t = env.timeout;
     ensure!(matches!(b.pd.create_srq(16, 0, 0), Err(Error::Invalid(_))), "an SRQ with 0 SGEs must be EINVAL");
@@ -445,7 +445,7 @@ pub fn srq_shared_by_two_qps<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// The SRQ limit (`ibv_modify_srq` IBV_SRQ_LIMIT): no event while at least `limit` WQEs remain,
 /// one SRQ_RQ_LIMIT event naming the SRQ when fewer do, none again until re-armed, then again;
 /// a limit beyond the SRQ size is refused.
-pub fn srq_limit_event<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn srq_limit_event(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (t, quiet) = (env.timeout, env.quiet.max(Duration::from_millis(50)));
     let ctx = b.ep.ctx.clone();
@@ -458,7 +458,7 @@ pub fn srq_limit_event<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
     let mut qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, default_caps())?;
     connect_pair(&a.ep, &mut qa, &b.ep, &mut qb, &RcOpts::default())?;
     let mut posted = 0u64;
-    let mut post = |srq: &mut Srq<B>, n: u64| -> Result {
+    let mut post = |srq: &mut Srq, n: u64| -> Result {
         for _ in 0..n {
             srq.post_recv(&[recv(posted, &[b.mr.sge((posted % 16) as usize * 64, 64)])])?;
             posted += 1;
@@ -466,7 +466,7 @@ pub fn srq_limit_event<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
         Ok(())
     };
     let mut sends = 0u64;
-    let mut send = |qa: &mut Qp<B>, acq: &mut Cq<B>, bcq: &mut Cq<B>, n: u64| -> Result {
+    let mut send = |qa: &mut Qp, acq: &mut Cq, bcq: &mut Cq, n: u64| -> Result {
         for _ in 0..n {
             qa.post_send(&[wr(sends, &[a.mr.sge(0, 16)], SendOp::Send)])?;
             sends += 1;
@@ -496,7 +496,7 @@ pub fn srq_limit_event<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// SRQ limits the SRQ cannot hold are refused (ibverbs: EINVAL when the limit exceeds the
 /// SRQ's size), at creation and when re-armed, including values the 16-bit PRM `lwm` field
 /// cannot represent.
-pub fn srq_limit_out_of_range_refused<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn srq_limit_out_of_range_refused(env: &mut Env) -> Result<Outcome> {
     let (_a, b) = env.sides()?;
     let mut accepted = Vec::new();
     for limit in [1000u32, 1 << 16, (1 << 16) + 4] {

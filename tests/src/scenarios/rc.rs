@@ -12,10 +12,10 @@ use umlx_verbs::*;
 /// the end show).
 const GUARD: u8 = 0xee;
 
-fn send_and_check<B: Backend>(
-    env: &Env<B>,
-    (from, qf): (&mut Side<B>, &mut Qp<B>),
-    (to, qt): (&mut Side<B>, &mut Qp<B>),
+fn send_and_check(
+    env: &Env,
+    (from, qf): (&mut Side, &mut Qp),
+    (to, qt): (&mut Side, &mut Qp),
     len: usize,
     seed: u8,
 ) -> Result {
@@ -39,7 +39,7 @@ fn send_and_check<B: Backend>(
 }
 
 /// SEND/RECV of sizes around the path MTU (1 byte to 10 packets), both directions.
-pub fn rc_send_recv<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_send_recv(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let mtu = path_mtu(&a.ep, &b.ep).bytes() as usize;
@@ -52,7 +52,7 @@ pub fn rc_send_recv<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// SEND with immediate: the value (0, all ones, a pattern) and WITH_IMM in the receive
 /// completion, the data with it; a following plain SEND has no WITH_IMM.
-pub fn rc_send_with_immediate<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_send_with_immediate(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -79,7 +79,7 @@ pub fn rc_send_with_immediate<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 
 /// Gather and scatter lists: five send SGEs (one of them empty) scattered over four receive
 /// SGEs with other boundaries, byte for byte; then a gather list of the QP's full SGE count.
-pub fn rc_send_gather_scatter_sge_lists<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_send_gather_scatter_sge_lists(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 6, 4, 0), &RcOpts::default())?;
     let t = env.timeout;
@@ -132,7 +132,7 @@ pub fn rc_send_gather_scatter_sge_lists<B: Backend>(env: &mut Env<B>) -> Result<
 /// A receive scatter list with an empty entry in the middle: as in ibverbs (libmlx5 skips
 /// zero-length SGEs when it builds the receive WQE), the empty entry holds nothing and the
 /// message continues in the entries after it.
-pub fn rc_recv_sge_list_with_empty_entry<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_recv_sge_list_with_empty_entry(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 4, 0), &RcOpts::default())?;
     let t = env.timeout;
@@ -155,7 +155,7 @@ pub fn rc_recv_sge_list_with_empty_entry<B: Backend>(env: &mut Env<B>) -> Result
 
 /// Inline SENDs (1 byte to the QP's inline maximum, with and without immediate): the data is
 /// copied at post time (changing the source afterwards does not change what arrives).
-pub fn rc_send_inline<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_send_inline(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -184,7 +184,7 @@ pub fn rc_send_inline<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// Zero-length operations: a SEND with no SGE (byte_len 0, receive buffer untouched), an RDMA
 /// WRITE with no SGE, a zero-length RDMA WRITE with immediate (consumes a receive WQE with no
 /// SGE).
-pub fn rc_zero_length_operations<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_zero_length_operations(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -210,7 +210,7 @@ pub fn rc_zero_length_operations<B: Backend>(env: &mut Env<B>) -> Result<Outcome
 
 /// RDMA WRITE of 1 byte to 64 KiB at odd remote offsets, the PSNs wrapping past 2^24 on the
 /// way; the bytes around each target untouched.
-pub fn rc_rdma_write_multi_packet_psn_wrap<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_rdma_write_multi_packet_psn_wrap(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let o = RcOpts { psn_a: 0xff_fff0, ..Default::default() };
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &o)?;
@@ -233,7 +233,7 @@ pub fn rc_rdma_write_multi_packet_psn_wrap<B: Backend>(env: &mut Env<B>) -> Resu
 
 /// RDMA WRITE with immediate: data in the remote region (not in the receive buffer), a
 /// RECV_RDMA_WITH_IMM completion with the immediate and the length, consuming one receive WQE.
-pub fn rc_rdma_write_with_immediate<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_rdma_write_with_immediate(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -259,7 +259,7 @@ pub fn rc_rdma_write_with_immediate<B: Backend>(env: &mut Env<B>) -> Result<Outc
 }
 
 /// Inline RDMA WRITE and inline RDMA WRITE with immediate.
-pub fn rc_rdma_write_inline<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_rdma_write_inline(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -287,7 +287,7 @@ pub fn rc_rdma_write_inline<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
 /// RDMA READ into three scattered local buffers, a 10-packet READ, eight READs in one chain
 /// (more than the initiator depth), and a READ posted after a WRITE to the same remote bytes,
 /// which must see the written data.
-pub fn rc_rdma_read_into_scattered_buffers<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_rdma_read_into_scattered_buffers(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -343,7 +343,7 @@ pub fn rc_rdma_read_into_scattered_buffers<B: Backend>(env: &mut Env<B>) -> Resu
 /// Atomic fetch-and-add (64-bit, big-endian in memory as mlx5 does by default): the original
 /// value returned, the sum in remote memory, wrap-around, a chain of ten adds returning each
 /// intermediate value; the bytes around the target untouched.
-pub fn rc_atomic_fetch_and_add<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_atomic_fetch_and_add(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -384,7 +384,7 @@ pub fn rc_atomic_fetch_and_add<B: Backend>(env: &mut Env<B>) -> Result<Outcome> 
 
 /// Atomic compare-and-swap: swapped when equal (original returned), unchanged when not (current
 /// value returned).
-pub fn rc_atomic_compare_and_swap<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_atomic_compare_and_swap(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
@@ -414,7 +414,7 @@ pub fn rc_atomic_compare_and_swap<B: Backend>(env: &mut Env<B>) -> Result<Outcom
 /// Unsignaled requests: one completion for a run ending in a signaled one; a long stream of
 /// mostly unsignaled requests through a small SQ (its space comes back with each signaled
 /// completion); `sq_sig_all` signals requests posted without SIGNALED.
-pub fn rc_unsignaled_and_sq_sig_all<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_unsignaled_and_sq_sig_all(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 0), &RcOpts::default())?;
     let (t, quiet) = (env.timeout, env.quiet);
@@ -460,7 +460,7 @@ pub fn rc_unsignaled_and_sq_sig_all<B: Backend>(env: &mut Env<B>) -> Result<Outc
 /// Chains and ring wrap-around: 16 receives and 16 SENDs each in one post, completions in
 /// order; then many rounds of mixed-size WQEs (one and several SGEs, inline data taking two or
 /// more WQE blocks) through a small SQ so that WQEs straddle the end of the ring.
-pub fn rc_chains_and_ring_wrap<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_chains_and_ring_wrap(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 32, 3, 1, 100), &RcOpts::default())?;
     let t = env.timeout;
@@ -521,7 +521,7 @@ pub fn rc_chains_and_ring_wrap<B: Backend>(env: &mut Env<B>) -> Result<Outcome> 
 
 /// Many QPs on one CQ per side: 32 connected pairs, each sending one distinct message; every
 /// completion names the QP it belongs to and every message lands in its own buffer.
-pub fn rc_many_qps_share_a_cq<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn rc_many_qps_share_a_cq(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let t = env.timeout;
     let n = 32usize;

@@ -11,7 +11,7 @@ use umlx_verbs::*;
 const QKEY_A: u32 = 0x1111_1111;
 const QKEY_B: u32 = 0x2222_2222;
 
-fn ud_pair<B: Backend>(a: &Side<B>, b: &Side<B>) -> Result<(Qp<B>, Qp<B>)> {
+fn ud_pair(a: &Side, b: &Side) -> Result<(Qp, Qp)> {
     let mut qa = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, default_caps())?;
     let mut qb = b.pd.create_qp(QpType::Ud, &b.cq, &b.cq, None, default_caps())?;
     ud_to_rts(&mut qa, QKEY_A, 1)?;
@@ -21,7 +21,7 @@ fn ud_pair<B: Backend>(a: &Side<B>, b: &Side<B>) -> Result<(Qp<B>, Qp<B>)> {
 
 /// Checks the 40-byte GRH area of a UD receive buffer: for IPv4 20 zero bytes then the IPv4
 /// header (source address at 12..16 of it), for IPv6 the IPv6 header (source GID at 8..24).
-fn check_grh<B: Backend>(grh: &[u8], from: &crate::Endpoint<B>) -> Result {
+fn check_grh(grh: &[u8], from: &crate::Endpoint) -> Result {
     match from.ip {
         std::net::IpAddr::V4(ip) => {
             ensure_eq!(&grh[..20], &[0u8; 20][..], "IPv4 GRH area: 20 zero bytes first");
@@ -38,7 +38,7 @@ fn check_grh<B: Backend>(grh: &[u8], from: &crate::Endpoint<B>) -> Result {
 
 /// UD SEND of 1 byte and of a full path MTU, both directions: byte_len counts the 40-byte GRH,
 /// the GRH names the sender, src_qp is the sender's QPN, the payload follows the GRH.
-pub fn ud_send_recv_grh_and_source<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn ud_send_recv_grh_and_source(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = ud_pair(&a, &b)?;
     let t = env.timeout;
@@ -76,7 +76,7 @@ pub fn ud_send_recv_grh_and_source<B: Backend>(env: &mut Env<B>) -> Result<Outco
 
 /// UD SEND with immediate, inline UD SEND, a UD gather list of three SGEs, and an address
 /// handle with an explicit destination MAC.
-pub fn ud_immediate_inline_and_gather<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn ud_immediate_inline_and_gather(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = ud_pair(&a, &b)?;
     let t = env.timeout;
@@ -124,7 +124,7 @@ pub fn ud_immediate_inline_and_gather<B: Backend>(env: &mut Env<B>) -> Result<Ou
 
 /// Datagrams the receiver drops without a completion: a wrong Q_Key, a QPN that does not exist;
 /// the sender completes successfully all the same, and the next good datagram is delivered.
-pub fn ud_wrong_qkey_or_qpn_dropped<B: Backend>(env: &mut Env<B>) -> Result<Outcome> {
+pub fn ud_wrong_qkey_or_qpn_dropped(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = ud_pair(&a, &b)?;
     let (t, quiet) = (env.timeout, env.quiet);

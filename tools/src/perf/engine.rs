@@ -185,17 +185,17 @@ pub struct LatRun {
 }
 
 /// The test's resources on one device.
-pub struct Resources<B: Backend> {
+pub struct Resources {
     /// The RC QPs (dropped first).
-    pub qps: Vec<Qp<B>>,
+    pub qps: Vec<Qp>,
     /// Send completions.
-    pub send_cq: Cq<B>,
+    pub send_cq: Cq,
     /// Receive completions.
-    pub recv_cq: Cq<B>,
+    pub recv_cq: Cq,
     /// The buffer of every QP.
-    pub mr: Mr<B>,
+    pub mr: Mr,
     /// The protection domain (kept for the objects' lifetime).
-    _pd: Pd<B>,
+    _pd: Pd,
     /// Bytes of one area (send or receive) of one QP.
     pub buff: u64,
     /// A copy of the send data for inline posts.
@@ -218,9 +218,9 @@ fn wc_error(what: &str, qpn: u32, w: &Wc, done: u64, total: u64) -> String {
     )
 }
 
-impl<B: Backend> Resources<B> {
+impl Resources {
     /// Creates the PD, the MR (all sizes up to `max_size`), the CQs and `p.qps` RC QPs (RESET).
-    pub fn new(ctx: &Context<B>, p: &Params, max_size: u64, geo: Geometry) -> Result<Resources<B>, String> {
+    pub fn new(ctx: &Context, p: &Params, max_size: u64, geo: Geometry) -> Result<Resources, String> {
         let qps = p.qps as u64;
         let buff = max_size.max(geo.cycle_buffer);
         let len = 2 * qps * buff;

@@ -38,8 +38,6 @@ mod exchange;
 mod params;
 mod report;
 
-use crate::device::AnyContext;
-use crate::with_ctx;
 use comm::Session;
 use engine::{Geometry, Progress, Resources};
 use exchange::{BwReportWire, Dest, DeviceAttrWire, Negotiate};
@@ -175,7 +173,7 @@ fn cache_line_size() -> i32 {
 }
 
 /// The GID perftest would pick: `-x`, or the best entry (IPv4-mapped first, then global scope).
-fn pick_gid<B: Backend>(ctx: &Context<B>, p: &Params) -> Result<(u32, Gid), String> {
+fn pick_gid(ctx: &Context, p: &Params) -> Result<(u32, Gid), String> {
     if let Some(i) = p.gid_index {
         let g = ctx.query_gid(p.ib_port, i).map_err(|e| format!("GID index {i}: {e}"))?;
         if g == Gid::default() {
@@ -292,15 +290,12 @@ pub fn run(c: &PerfCmd) -> Result<(), String> {
     }
     let p = Params::new(test, a)?;
     let ctx = crate::device::open(&a.dev)?;
-    let dev_name = match &ctx {
-        AnyContext::Sim(c) => c.name().to_string(),
-        AnyContext::Pci(c) => c.name().to_string(),
-    };
-    let sim = matches!(ctx, AnyContext::Sim(_));
-    with_ctx!(&ctx, c => run_on(c, &p, &dev_name, sim))
+    let dev_name = ctx.name().to_string();
+    let sim = ctx.sim_backend().is_some();
+    run_on(&ctx, &p, &dev_name, sim)
 }
 
-fn run_on<B: Backend>(ctx: &Context<B>, p: &Params, dev_name: &str, sim: bool) -> Result<(), String> {
+fn run_on(ctx: &Context, p: &Params, dev_name: &str, sim: bool) -> Result<(), String> {
     let test = p.test;
     let port = ctx.query_port(p.ib_port).map_err(|e| format!("ibv_query_port: {e}"))?;
     if port.state != PortState::Active {
@@ -427,10 +422,10 @@ fn run_on<B: Backend>(ctx: &Context<B>, p: &Params, dev_name: &str, sim: bool) -
 }
 
 /// One connected run: the exchange session, the resources, both sides' connection data.
-struct Flow<'a, B: Backend> {
+struct Flow<'a> {
     p: &'a Params,
     s: &'a mut Session,
-    res: &'a mut Resources<B>,
+    res: &'a mut Resources,
     my: Vec<Dest>,
     rem: Vec<Dest>,
     geo: Geometry,
@@ -439,7 +434,7 @@ struct Flow<'a, B: Backend> {
     progress: bool,
 }
 
-impl<B: Backend> Flow<'_, B> {
+impl Flow<'_> {
     /// A sync: one more exchange of QP 0's data.
     fn sync(&mut self) -> Result<(), String> {
         self.s.hand_shake(&self.my[0]).map(|_| ())

@@ -20,7 +20,7 @@ pub struct RcParams {
 }
 
 /// RESET -> INIT -> RTR -> RTS towards `dest` at `dgid` from GID index 1, path MTU 1024.
-pub fn connect_rc<B: Backend>(qp: &mut Qp<B>, dest: u32, dgid: Gid, p: RcParams) {
+pub fn connect_rc(qp: &mut Qp, dest: u32, dgid: Gid, p: RcParams) {
     let init = QpAttr { qp_state: Some(QpState::Init), port_num: 1, qp_access_flags: p.access, ..Default::default() };
     qp.modify(&init, QpAttrMask::RC_INIT).unwrap();
     let rtr = QpAttr {
