@@ -19,3 +19,53 @@ pub fn drain(fd: RawFd) -> u64 {
     let r = unsafe { libc::read(fd, v.as_mut_ptr().cast(), 8) };
     if r == 8 { u64::from_ne_bytes(v) } else { 0 }
 }
+
+/// An eventfd registered with tokio's reactor (the `tokio` feature): what the verbs API's
+/// async CQ waits on. It holds its own duplicate of the eventfd, so the registration never
+/// outlives the descriptor it watches, whoever owns the original.
+#[cfg(feature = "tokio")]
+pub struct AsyncEventFd {
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+}
+
+#[cfg(feature = "tokio")]
+impl std::fmt::Debug for AsyncEventFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::os::fd::AsRawFd;
+        f.debug_struct("AsyncEventFd").field("fd", &self.fd.get_ref().as_raw_fd()).finish()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl AsyncEventFd {
+    /// Registers a duplicate of `fd` for readability with the current tokio runtime (which
+    /// must have its IO driver enabled).
+    pub fn new(fd: RawFd) -> std::io::Result<AsyncEventFd> {
+        use std::os::fd::FromRawFd;
+        if tokio::runtime::Handle::try_current().is_err() {
+            // AsyncFd would panic: refuse with an error instead.
+            return Err(std::io::Error::other(
+                "no tokio runtime on this thread (an async CQ needs one, with IO enabled)",
+            ));
+        }
+        // SAFETY: fcntl with F_DUPFD_CLOEXEC reads no memory; on a bad fd it fails with EBADF.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is a new descriptor this process just received and nothing else owns.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) };
+        // SAFETY: the AsyncFd owns `owned`: the descriptor stays open while it is registered
+        // and is closed only when the AsyncFd drops, after it has deregistered it.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(AsyncEventFd { fd })
+    }
+
+    /// Polls for readability: `Ready(Ok(()))` once the eventfd was signalled since the last
+    /// ready poll, and forgets that readiness (the caller then drains the eventfd; a signal
+    /// after this wakes the task again); registers the task's waker otherwise.
+    pub fn poll_readable(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        self.fd.poll_read_ready(cx).map_ok(|mut g| g.clear_ready())
+    }
+}

@@ -41,13 +41,6 @@ impl From<umlx_verbs::Error> for Failure {
     }
 }
 
-impl From<PostFailure> for Failure {
-    #[track_caller]
-    fn from(e: PostFailure) -> Failure {
-        Failure::new(format!("post failed: {e}"))
-    }
-}
-
 impl From<String> for Failure {
     #[track_caller]
     fn from(message: String) -> Failure {
@@ -135,26 +128,19 @@ pub fn untouched(what: &str, mr: &Mr, offset: usize, len: usize, byte: u8) -> Re
 }
 
 /// A signaled send work request.
-pub fn wr(wr_id: u64, sg_list: &[Sge], op: SendOp) -> SendWr<'_> {
-    SendWr { wr_id, sg_list, op, send_flags: SendFlags::SIGNALED, inline_data: None, ud: None }
-}
-
-/// A signaled inline send work request carrying `data`.
-pub fn inline_wr(wr_id: u64, data: &[u8], op: SendOp) -> SendWr<'_> {
-    SendWr {
-        wr_id,
-        sg_list: &[],
-        op,
-        send_flags: SendFlags::SIGNALED | SendFlags::INLINE,
-        inline_data: Some(data),
-        ud: None,
-    }
+pub fn wr(wr_id: u64, op: SendOp<'_>) -> SendWr<'_> {
+    SendWr::new(wr_id, op).signaled()
 }
 
 /// `w` with its send flags replaced by `flags`.
 pub fn with_flags(mut w: SendWr<'_>, flags: SendFlags) -> SendWr<'_> {
-    w.send_flags = flags;
+    w.flags = flags;
     w
+}
+
+/// A signaled UD SEND to `dest`.
+pub fn ud_wr<'a>(wr_id: u64, dest: UdDest<'a>, data: Payload<'a>) -> UdSendWr<'a> {
+    UdSendWr { wr_id, dest, data, imm: None, flags: SendFlags::SIGNALED }
 }
 
 /// A receive work request.
@@ -162,14 +148,39 @@ pub fn recv(wr_id: u64, sg_list: &[Sge]) -> RecvWr<'_> {
     RecvWr { wr_id, sg_list }
 }
 
-/// RDMA WRITE to `offset` of the remote region.
-pub fn write_to(remote: &Mr, offset: usize) -> SendOp {
-    SendOp::RdmaWrite { remote_addr: remote.addr() + offset as u64, rkey: remote.rkey() }
+/// The remote buffer at `offset` of `mr`.
+pub fn at(mr: &Mr, offset: usize) -> Remote {
+    Remote { addr: mr.addr() + offset as u64, rkey: mr.rkey() }
 }
 
-/// RDMA READ from `offset` of the remote region.
-pub fn read_from(remote: &Mr, offset: usize) -> SendOp {
-    SendOp::RdmaRead { remote_addr: remote.addr() + offset as u64, rkey: remote.rkey() }
+/// SEND of the gather list `sgl`.
+pub fn send(sgl: &[Sge]) -> SendOp<'_> {
+    SendOp::Send { data: Payload::Sges(sgl), imm: None }
+}
+
+/// SEND with immediate `imm` of the gather list `sgl`.
+pub fn send_imm(sgl: &[Sge], imm: u32) -> SendOp<'_> {
+    SendOp::Send { data: Payload::Sges(sgl), imm: Some(imm) }
+}
+
+/// SEND of `data` inline.
+pub fn send_inline(data: &[u8]) -> SendOp<'_> {
+    SendOp::Send { data: Payload::Inline(data), imm: None }
+}
+
+/// RDMA WRITE of the gather list `sgl` to `offset` of the remote region.
+pub fn write<'a>(sgl: &'a [Sge], remote: &Mr, offset: usize) -> SendOp<'a> {
+    SendOp::Write { data: Payload::Sges(sgl), remote: at(remote, offset), imm: None }
+}
+
+/// RDMA WRITE of `data` inline to `offset` of the remote region.
+pub fn write_inline<'a>(data: &'a [u8], remote: &Mr, offset: usize) -> SendOp<'a> {
+    SendOp::Write { data: Payload::Inline(data), remote: at(remote, offset), imm: None }
+}
+
+/// RDMA READ of `offset` of the remote region into the scatter list `into`.
+pub fn read<'a>(into: &'a [Sge], remote: &Mr, offset: usize) -> SendOp<'a> {
+    SendOp::Read { into, remote: at(remote, offset) }
 }
 
 /// Polls `cq` until `n` completions arrived; fails after `timeout`, listing what came.
@@ -225,21 +236,18 @@ pub fn expect_wc(w: &Wc, wr_id: u64, status: WcStatus, opcode: WcOpcode) -> Resu
 }
 
 /// A QP's capabilities request.
-pub fn caps(send_wr: u32, recv_wr: u32, send_sge: u32, recv_sge: u32, inline: u32) -> QpInitCap {
-    QpInitCap {
-        cap: QpCap {
-            max_send_wr: send_wr,
-            max_recv_wr: recv_wr,
-            max_send_sge: send_sge,
-            max_recv_sge: recv_sge,
-            max_inline_data: inline,
-        },
-        sq_sig_all: false,
+pub fn caps(send_wr: u32, recv_wr: u32, send_sge: u32, recv_sge: u32, inline: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send_wr,
+        max_recv_wr: recv_wr,
+        max_send_sge: send_sge,
+        max_recv_sge: recv_sge,
+        max_inline_data: inline,
     }
 }
 
 /// The capabilities most scenarios use: 64 WRs each way, 4 SGEs each way, 128 inline bytes.
-pub fn default_caps() -> QpInitCap {
+pub fn default_caps() -> QpCap {
     caps(64, 64, 4, 4, 128)
 }
 
@@ -285,103 +293,86 @@ pub fn path_mtu(a: &Endpoint, b: &Endpoint) -> Mtu {
     if (x as u32) <= (y as u32) { x } else { y }
 }
 
-/// Moves an RC QP of `local` from RESET to INIT with `access`.
-pub fn rc_to_init(qp: &mut Qp, access: AccessFlags) -> Result {
-    let attr = QpAttr { qp_state: Some(QpState::Init), port_num: 1, qp_access_flags: access, ..Default::default() };
-    qp.modify(&attr, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS)?;
-    Ok(())
+impl RcOpts {
+    /// How `local` connects to `remote`, sending from PSN `sq_psn`.
+    pub fn params(&self, local: &Endpoint, remote: &Endpoint, sq_psn: u32) -> ConnectParams {
+        ConnectParams {
+            sq_psn,
+            path_mtu: Some(path_mtu(local, remote)),
+            sgid_index: Some(local.sgid_index),
+            access: self.access,
+            rd_atomic: Some(self.rd_atomic),
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            ..ConnectParams::default()
+        }
+    }
+}
+
+/// The RESET→INIT attributes of an RC QP granting `access` (for scenarios that walk the state
+/// machine one transition at a time; [`connect_pair`] otherwise).
+pub fn init_attrs(access: AccessFlags) -> ModifyQp {
+    ModifyQp::to(QpState::Init).port_num(1).pkey_index(0).qp_access_flags(access)
+}
+
+/// The peer's address as `local` reaches `remote`.
+pub fn address(local: &Endpoint, remote: &Endpoint) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute { dgid: remote.gid, sgid_index: local.sgid_index, hop_limit: 64, ..Default::default() },
+        port_num: 1,
+        ..Default::default()
+    }
 }
 
 /// The INIT→RTR attributes towards `remote`'s QP `dest_qpn`, expecting PSN `rq_psn`.
-pub fn rtr_attr(local: &Endpoint, remote: &Endpoint, dest_qpn: u32, rq_psn: u32, o: &RcOpts) -> QpAttr {
-    QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(path_mtu(local, remote)),
-        dest_qp_num: dest_qpn,
-        rq_psn,
-        max_dest_rd_atomic: o.rd_atomic,
-        min_rnr_timer: o.min_rnr_timer,
-        ah_attr: AhAttr {
-            grh: GlobalRoute { dgid: remote.gid, sgid_index: local.sgid_index, hop_limit: 64, ..Default::default() },
-            port_num: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+pub fn rtr_attrs(local: &Endpoint, remote: &Endpoint, dest_qpn: u32, rq_psn: u32, o: &RcOpts) -> ModifyQp {
+    ModifyQp::to(QpState::Rtr)
+        .path_mtu(path_mtu(local, remote))
+        .dest_qp_num(dest_qpn)
+        .rq_psn(rq_psn)
+        .max_dest_rd_atomic(o.rd_atomic)
+        .min_rnr_timer(o.min_rnr_timer)
+        .ah_attr(address(local, remote))
 }
-
-/// The attribute mask INIT→RTR needs for RC.
-pub const RTR_MASK: QpAttrMask = QpAttrMask::RC_RTR;
-
-/// The attribute mask RTR→RTS needs for RC.
-pub const RTS_MASK: QpAttrMask = QpAttrMask::RC_RTS;
 
 /// The RTR→RTS attributes with first PSN `sq_psn`.
-pub fn rts_attr(sq_psn: u32, o: &RcOpts) -> QpAttr {
-    QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn,
-        timeout: o.timeout,
-        retry_cnt: o.retry_cnt,
-        rnr_retry: o.rnr_retry,
-        max_rd_atomic: o.rd_atomic,
-        ..Default::default()
-    }
-}
-
-/// Moves an RC QP from RESET to RTS, connected to `remote`'s QP `dest_qpn`.
-pub fn connect_rc(
-    qp: &mut Qp,
-    local: &Endpoint,
-    remote: &Endpoint,
-    dest_qpn: u32,
-    sq_psn: u32,
-    rq_psn: u32,
-    o: &RcOpts,
-) -> Result {
-    rc_to_init(qp, o.access)?;
-    qp.modify(&rtr_attr(local, remote, dest_qpn, rq_psn, o), RTR_MASK)?;
-    qp.modify(&rts_attr(sq_psn, o), RTS_MASK)?;
-    Ok(())
+pub fn rts_attrs(sq_psn: u32, o: &RcOpts) -> ModifyQp {
+    ModifyQp::to(QpState::Rts)
+        .sq_psn(sq_psn)
+        .timeout(o.timeout)
+        .retry_cnt(o.retry_cnt)
+        .rnr_retry(o.rnr_retry)
+        .max_rd_atomic(o.rd_atomic)
 }
 
 /// Connects `qa` (on `a`) and `qb` (on `b`) to each other.
 pub fn connect_pair(a: &Endpoint, qa: &mut Qp, b: &Endpoint, qb: &mut Qp, o: &RcOpts) -> Result {
-    let (na, nb) = (qa.qp_num(), qb.qp_num());
-    connect_rc(qa, a, b, nb, o.psn_a, o.psn_b, o)?;
-    connect_rc(qb, b, a, na, o.psn_b, o.psn_a, o)?;
+    let peer_of_a = RcPeer { qp_num: qb.qp_num(), psn: o.psn_b, gid: b.gid };
+    let peer_of_b = RcPeer { qp_num: qa.qp_num(), psn: o.psn_a, gid: a.gid };
+    qa.connect(&peer_of_a, &o.params(a, b, o.psn_a))?;
+    qb.connect(&peer_of_b, &o.params(b, a, o.psn_b))?;
     Ok(())
 }
 
 /// Creates an RC QP on each side (on the side's CQ) and connects them.
-pub fn rc_pair(a: &Side, b: &Side, cap: QpInitCap, o: &RcOpts) -> Result<(Qp, Qp)> {
-    let mut qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, cap)?;
-    let mut qb = b.pd.create_qp(QpType::Rc, &b.cq, &b.cq, None, cap)?;
+pub fn rc_pair(a: &Side, b: &Side, cap: QpCap, o: &RcOpts) -> Result<(Qp, Qp)> {
+    let mut qa = a.pd.create_qp(QpType::Rc, &a.cq).cap(cap).build()?;
+    let mut qb = b.pd.create_qp(QpType::Rc, &b.cq).cap(cap).build()?;
     connect_pair(&a.ep, &mut qa, &b.ep, &mut qb, o)?;
     Ok((qa, qb))
 }
 
 /// Moves both QPs of a pair back to RESET.
 pub fn reset(qp: &mut Qp) -> Result {
-    qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }, QpAttrMask::STATE)?;
+    qp.modify(&ModifyQp::to(QpState::Reset))?;
     Ok(())
 }
 
 /// Moves a QP to ERR.
 pub fn to_error(qp: &mut Qp) -> Result {
-    qp.modify(&QpAttr { qp_state: Some(QpState::Err), ..Default::default() }, QpAttrMask::STATE)?;
-    Ok(())
-}
-
-/// Moves a UD QP from RESET to RTS with Q_Key `qkey`.
-pub fn ud_to_rts(qp: &mut Qp, qkey: u32, sq_psn: u32) -> Result {
-    let m = QpAttrMask::STATE;
-    qp.modify(
-        &QpAttr { qp_state: Some(QpState::Init), port_num: 1, qkey, ..Default::default() },
-        m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-    )?;
-    qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, m)?;
-    qp.modify(&QpAttr { qp_state: Some(QpState::Rts), sq_psn, ..Default::default() }, m | QpAttrMask::SQ_PSN)?;
+    qp.modify(&ModifyQp::to(QpState::Err))?;
     Ok(())
 }
 

@@ -14,7 +14,7 @@
 //!   it fails with [`HARDWARE_HINT`].
 //!
 //! A scenario that needs what only the sim has (fault injection: a fabric that loses every
-//! frame) returns [`Outcome::Skipped`] on hardware and says so.
+//! frame, or loses and reorders some) returns [`Outcome::Skipped`] on hardware and says so.
 //!
 //! The test entry points are generated from [`for_each_scenario!`], so both lists are the same.
 

@@ -25,25 +25,26 @@ struct Bench {
     mr: Mr,
 }
 
+/// An RC QP of `depth` send and receive WRs, in RTS, connected to itself.
 fn loopback_qp(ctx: &Context, pd: &Pd, cq: &Cq, depth: u32) -> Result<Qp, String> {
-    let cap = QpCap { max_send_wr: depth, max_recv_wr: depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let mut qp =
-        pd.create_qp(QpType::Rc, cq, cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
-    connect_to(ctx, &mut qp)?;
+        pd.create_qp(QpType::Rc, cq).max_send_wr(depth).max_recv_wr(depth).build().map_err(|e| e.to_string())?;
+    qp.connect(&itself(ctx, &qp)?, &ConnectParams::default()).map_err(|e| e.to_string())?;
     Ok(qp)
 }
 
-/// Moves an RC QP to RTS connected to itself on GID index 1.
-fn connect_to(ctx: &Context, qp: &mut Qp) -> Result<(), String> {
-    let gid = ctx.query_gid(1, 1).map_err(|e| e.to_string())?;
-    let n = qp.qp_num();
-    crate::common::connect_rc(ctx, qp, n, gid, 1, 0, 0)
+/// A QP as its own peer: its number, PSN 0, the port's default GID (the one `connect` sources
+/// from).
+fn itself(ctx: &Context, qp: &Qp) -> Result<RcPeer, String> {
+    let (_, gid) = ctx.default_gid().ok_or("the bench device has no GID")?;
+    Ok(RcPeer { qp_num: qp.qp_num(), psn: 0, gid })
 }
 
+/// Back to RESET (the rings start over) and connected to itself again.
 fn reset(b: &mut Bench) -> Result<(), String> {
-    b.qp.modify(&QpAttr { qp_state: Some(QpState::Reset), ..Default::default() }, QpAttrMask::STATE)
-        .map_err(|e| e.to_string())?;
-    connect_to(&b.ctx, &mut b.qp)
+    b.qp.modify(&ModifyQp::to(QpState::Reset)).map_err(|e| e.to_string())?;
+    let me = itself(&b.ctx, &b.qp)?;
+    b.qp.connect(&me, &ConnectParams::default()).map_err(|e| e.to_string())
 }
 
 fn setup(plain: bool) -> Result<Bench, String> {
@@ -227,15 +228,11 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
     let plain = !matches!(k, Kernel::Poll1 | Kernel::Poll16);
     let mut b = setup(plain)?;
     let sge = [b.mr.sge(0, 64)];
-    let remote = b.mr.addr() + 4096;
-    let rkey = b.mr.rkey();
+    let remote = Remote { addr: b.mr.addr() + 4096, rkey: b.mr.rkey() };
     let write = |signaled: bool| SendWr {
         wr_id: 7,
-        sg_list: &sge,
-        op: SendOp::RdmaWrite { remote_addr: remote, rkey },
-        send_flags: if signaled { SendFlags::SIGNALED } else { SendFlags(0) },
-        inline_data: None,
-        ud: None,
+        op: SendOp::Write { data: Payload::Sges(&sge), remote, imm: None },
+        flags: if signaled { SendFlags::SIGNALED } else { SendFlags(0) },
     };
     let mut out = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -325,11 +322,12 @@ fn run_poll_one_each(runs: usize) -> Result<Vec<f64>, String> {
     let sge = [b.mr.sge(0, 64)];
     let wr = SendWr {
         wr_id: 11,
-        sg_list: &sge,
-        op: SendOp::RdmaWrite { remote_addr: b.mr.addr() + 4096, rkey: b.mr.rkey() },
-        send_flags: SendFlags::SIGNALED,
-        inline_data: None,
-        ud: None,
+        op: SendOp::Write {
+            data: Payload::Sges(&sge),
+            remote: Remote { addr: b.mr.addr() + 4096, rkey: b.mr.rkey() },
+            imm: None,
+        },
+        flags: SendFlags::SIGNALED,
     };
     let mut out = vec![[Wc::default(); 16]; EACH_CQS];
     let mut round = |timed: bool| -> Result<std::time::Duration, String> {

@@ -4,7 +4,7 @@
 //! SEND and RDMA READ over sizes from 64 bytes to 64 KiB; the frames on the wire are decoded and
 //! their ICRCs checked with the wire codec.
 
-use crate::common::{connect_rc, connect_ud, fmt_mac, wait_one};
+use crate::common::{fmt_mac, wait_one};
 use std::result::Result;
 use std::time::{Duration, Instant};
 use umlx_sim::fabric::Fabric;
@@ -37,10 +37,8 @@ fn node(fabric: &Fabric, n: u8, name: &str) -> Result<(Node, Duration, usize), S
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
     let mr = pd.alloc_mr(MR_LEN, all).map_err(|e| e.to_string())?;
     let cap = QpCap { max_send_wr: 256, max_recv_wr: 256, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
-    let rc =
-        pd.create_qp(QpType::Rc, &cq, &cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
-    let ud =
-        pd.create_qp(QpType::Ud, &cq, &cq, None, QpInitCap { cap, sq_sig_all: false }).map_err(|e| e.to_string())?;
+    let rc = pd.create_qp(QpType::Rc, &cq).cap(cap).build().map_err(|e| e.to_string())?;
+    let ud = pd.create_qp(QpType::Ud, &cq).cap(cap).build().map_err(|e| e.to_string())?;
     Ok((Node { ctx, pd, cq, mr, rc, ud }, up, steps))
 }
 
@@ -58,29 +56,15 @@ fn rc_pingpong(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result<
         a.rc.post_recv(&[RecvWr { wr_id: 2, sg_list: &[a.mr.sge(MR_LEN / 2, size as u32)] }])
             .map_err(|e| e.to_string())?;
         let s = [a.mr.sge(0, size as u32)];
-        a.rc.post_send(&[SendWr {
-            wr_id: 3,
-            sg_list: &s,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .map_err(|e| e.to_string())?;
+        a.rc.post_send(&[SendWr::new(3, SendOp::Send { data: Payload::Sges(&s), imm: None }).signaled()])
+            .map_err(|e| e.to_string())?;
         let w = wait_one(&mut b.cq, 2)?;
         if w.status != WcStatus::Success || w.byte_len as usize != size {
             return Err(format!("B's receive: {w:?}"));
         }
         let s = [b.mr.sge(0, size as u32)];
-        b.rc.post_send(&[SendWr {
-            wr_id: 4,
-            sg_list: &s,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .map_err(|e| e.to_string())?;
+        b.rc.post_send(&[SendWr::new(4, SendOp::Send { data: Payload::Sges(&s), imm: None }).signaled()])
+            .map_err(|e| e.to_string())?;
         wait_one(&mut b.cq, 2)?;
         let mut got = 0;
         while got < 2 {
@@ -108,14 +92,13 @@ fn ud_pingpong(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result<
         a.ud.post_recv(&[RecvWr { wr_id: 2, sg_list: &[a.mr.sge(MR_LEN / 2, size as u32 + 40)] }])
             .map_err(|e| e.to_string())?;
         let s = [a.mr.sge(0, size as u32)];
-        let ud = Some(UdDest { ah: &ah_ab, remote_qpn: b.ud.qp_num(), remote_qkey: 0x1111_1111 });
-        a.ud.post_send(&[SendWr {
+        let dest = UdDest { ah: &ah_ab, remote_qpn: b.ud.qp_num(), remote_qkey: 0x1111_1111 };
+        a.ud.post_send_ud(&[UdSendWr {
             wr_id: 3,
-            sg_list: &s,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud,
+            dest,
+            data: Payload::Sges(&s),
+            imm: None,
+            flags: SendFlags::SIGNALED,
         }])
         .map_err(|e| e.to_string())?;
         let w = wait_one(&mut b.cq, 2)?;
@@ -123,14 +106,13 @@ fn ud_pingpong(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result<
             return Err(format!("B's UD receive: {w:?}"));
         }
         let s = [b.mr.sge(40, size as u32)];
-        let ud = Some(UdDest { ah: &ah_ba, remote_qpn: a.ud.qp_num(), remote_qkey: 0x1111_1111 });
-        b.ud.post_send(&[SendWr {
+        let dest = UdDest { ah: &ah_ba, remote_qpn: a.ud.qp_num(), remote_qkey: 0x1111_1111 };
+        b.ud.post_send_ud(&[UdSendWr {
             wr_id: 4,
-            sg_list: &s,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud,
+            dest,
+            data: Payload::Sges(&s),
+            imm: None,
+            flags: SendFlags::SIGNALED,
         }])
         .map_err(|e| e.to_string())?;
         wait_one(&mut b.cq, 2)?;
@@ -166,10 +148,10 @@ struct Row {
 fn bandwidth(a: &mut Node, b: &Node, op: &'static str, size: usize, msgs: usize) -> Result<Row, String> {
     let depth = 64usize;
     let s = [a.mr.sge(0, size as u32)];
-    let remote = b.mr.addr() + (MR_LEN / 2) as u64;
+    let remote = Remote { addr: b.mr.addr() + (MR_LEN / 2) as u64, rkey: b.mr.rkey() };
     let sop = match op {
-        "READ" => SendOp::RdmaRead { remote_addr: remote, rkey: b.mr.rkey() },
-        _ => SendOp::RdmaWrite { remote_addr: remote, rkey: b.mr.rkey() },
+        "READ" => SendOp::Read { into: &s, remote },
+        _ => SendOp::Write { data: Payload::Sges(&s), remote, imm: None },
     };
     let (mut posted, mut done) = (0usize, 0usize);
     let mut wc = [Wc::default(); 32];
@@ -179,15 +161,7 @@ fn bandwidth(a: &mut Node, b: &Node, op: &'static str, size: usize, msgs: usize)
             // Signal every 16th and the last: completions are cumulative.
             let sig = posted % 16 == 15 || posted + 1 == msgs;
             let flags = if sig { SendFlags::SIGNALED } else { SendFlags(0) };
-            a.rc.post_send(&[SendWr {
-                wr_id: posted as u64,
-                sg_list: &s,
-                op: sop,
-                send_flags: flags,
-                inline_data: None,
-                ud: None,
-            }])
-            .map_err(|e| e.to_string())?;
+            a.rc.post_send(&[SendWr { wr_id: posted as u64, op: sop, flags }]).map_err(|e| e.to_string())?;
             posted += 1;
         }
         let n = a.cq.poll(&mut wc);
@@ -211,15 +185,8 @@ fn send_latency(a: &mut Node, b: &mut Node, size: usize, iters: usize) -> Result
     for _ in 0..iters {
         b.rc.post_recv(&[RecvWr { wr_id: 1, sg_list: &[b.mr.sge(0, size as u32)] }]).map_err(|e| e.to_string())?;
         let t = Instant::now();
-        a.rc.post_send(&[SendWr {
-            wr_id: 2,
-            sg_list: &s,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .map_err(|e| e.to_string())?;
+        a.rc.post_send(&[SendWr::new(2, SendOp::Send { data: Payload::Sges(&s), imm: None }).signaled()])
+            .map_err(|e| e.to_string())?;
         wait_one(&mut b.cq, 2)?;
         samples.push(t.elapsed());
         wait_one(&mut a.cq, 2)?;
@@ -270,10 +237,12 @@ pub fn run(a: &DemoArgs) -> Result<(), String> {
     let (gid_a, gid_b) =
         (a.ctx.query_gid(1, 1).map_err(|e| e.to_string())?, b.ctx.query_gid(1, 1).map_err(|e| e.to_string())?);
     let (qa, qb) = (a.rc.qp_num(), b.rc.qp_num());
-    connect_rc(&a.ctx, &mut a.rc, qb, gid_b, 1, 0x100, 0x200)?;
-    connect_rc(&b.ctx, &mut b.rc, qa, gid_a, 1, 0x200, 0x100)?;
-    connect_ud(&mut a.ud, 0x1111_1111)?;
-    connect_ud(&mut b.ud, 0x1111_1111)?;
+    // From GID index 1 (the IPv4 GIDs above), first PSNs 0x100 (A) and 0x200 (B).
+    let from = |sq_psn| ConnectParams { sq_psn, sgid_index: Some(1), ..Default::default() };
+    a.rc.connect(&RcPeer { qp_num: qb, psn: 0x200, gid: gid_b }, &from(0x100)).map_err(|e| e.to_string())?;
+    b.rc.connect(&RcPeer { qp_num: qa, psn: 0x100, gid: gid_a }, &from(0x200)).map_err(|e| e.to_string())?;
+    a.ud.ud_to_rts(0x1111_1111, 0).map_err(|e| e.to_string())?;
+    b.ud.ud_to_rts(0x1111_1111, 0).map_err(|e| e.to_string())?;
     let iters = if quick { 50 } else { 500 };
     println!();
     let rtt = rc_pingpong(&mut a, &mut b, 4096, iters)?;

@@ -8,9 +8,9 @@
 //! endpoints instead (for a VM or a second machine), `--pcap FILE` records every frame.
 //!
 //! [`DeviceOpts`] holds these options (`-d/--ib-dev/--device`, `--wire`, `--pcap`, `--ip`,
-//! `--index`) as one clap `Args` struct each tool flattens into its own; [`auto_gid`] is the GID
-//! a tool uses on RoCE when it was given no GID index, so that the two processes reach each
-//! other with no option at all.
+//! `--index`) as one clap `Args` struct each tool flattens into its own. A tool given no GID index
+//! uses `Context::default_gid` on RoCE (and prints [`auto_gid_line`]), so that the two processes
+//! reach each other with no option at all.
 
 use clap::Args;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -168,20 +168,6 @@ pub fn open(o: &DeviceOpts) -> Result<Context, String> {
             Ok(ctx)
         }
     }
-}
-
-/// The GID index a tool uses when none was given (`-g` in the ping-pongs, `-x` in perf), as
-/// perftest picks it: the RoCEv2 GID of the port's IPv4 address (an IPv4-mapped GID; one
-/// outside 169.254/16 first), else an IPv6 GID (global scope first); the lowest index among
-/// equals. `None` when the table is empty.
-pub fn auto_gid(ctx: &Context) -> Option<(u32, Gid)> {
-    let rank = |g: &Gid| match g.to_ip() {
-        IpAddr::V4(a) if !a.is_link_local() => 0,
-        IpAddr::V4(_) => 1,
-        IpAddr::V6(a) if !a.is_unicast_link_local() => 2,
-        IpAddr::V6(_) => 3,
-    };
-    ctx.gids().into_iter().filter(|(_, g)| *g != Gid::default()).min_by_key(|(i, g)| (rank(g), *i))
 }
 
 /// The line a tool prints about a GID it chose itself; `flag` names the option that overrides.

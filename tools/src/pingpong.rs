@@ -520,67 +520,61 @@ const NO_GID_HINT: &str = "the peer's address carries no GID and RoCE needs one:
 const NO_SGID_HINT: &str = "no local GID index (-g) to source the global address RoCE needs: give -g \
                             (on the sim, -g 1 is its IPv4 GID)";
 
-/// The address rdma-core builds for `dest`: global when its GID has an interface id.
-fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
+/// The source GID index of a global address to `dest`, which rdma-core builds when `dest`'s
+/// GID has an interface id (RoCE always needs one).
+fn sgid_for(o: &Opts, dest: &Dest) -> Result<u8, String> {
     if !has_interface_id(&dest.gid) {
         return Err(NO_GID_HINT.into());
     }
-    if o.gidx < 0 || o.gidx > 255 {
-        return Err(NO_SGID_HINT.into());
-    }
+    u8::try_from(o.gidx).map_err(|_| NO_SGID_HINT.to_string())
+}
+
+/// The address rdma-core builds for `dest` (ud_pingpong's AH).
+fn address_to(o: &Opts, dest: &Dest, hop_limit: u8) -> Result<AhAttr, String> {
     Ok(AhAttr {
-        grh: GlobalRoute { dgid: dest.gid, sgid_index: o.gidx as u8, hop_limit, ..Default::default() },
+        grh: GlobalRoute { dgid: dest.gid, sgid_index: sgid_for(o, dest)?, hop_limit, ..Default::default() },
         sl: o.sl,
         port_num: o.ib_port,
         dmac: None,
     })
 }
 
-/// `pp_connect_ctx` of rc_pingpong: RTR then RTS.
-fn connect_rc(qp: &mut Qp, o: &Opts, my_psn: u32, dest: &Dest) -> Result<(), String> {
-    let rtr_fail = |e: String| format!("Failed to modify QP to RTR: {e}");
-    let ah_attr = address_to(o, dest, 1).map_err(rtr_fail)?;
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(o.mtu),
-        dest_qp_num: dest.qpn,
-        rq_psn: dest.psn,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr,
-        ..Default::default()
+/// `pp_connect_ctx`: the QP (in INIT, its receives posted) to RTR and RTS towards `dest`; for
+/// UD also the address handle to it. rdma-core's attributes: RC with path MTU `-m`, rd_atomic
+/// 1 both ways, min RNR timer 12, hop limit 1, timeout 14, retry 7, RNR retry 7; UD with an AH
+/// of hop limit 64. A failure names the transition, as rdma-core's messages do.
+fn connect_ctx(pd: &Pd, qp: &mut Qp, o: &Opts, my_psn: u32, dest: &Dest) -> Result<Option<Ah>, String> {
+    let failed = |qp: &Qp, e: Error| match qp.state() {
+        QpState::Rtr => format!("Failed to modify QP to RTS: {e}"),
+        _ => format!("Failed to modify QP to RTR: {e}"),
     };
-    let m = QpAttrMask::RC_RTR;
-    qp.modify(&rtr, m).map_err(|e| rtr_fail(e.to_string()))?;
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: my_psn,
-        max_rd_atomic: 1,
-        ..rtr
-    };
-    let m = QpAttrMask::STATE
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::MAX_QP_RD_ATOMIC;
-    qp.modify(&rts, m).map_err(|e| format!("Failed to modify QP to RTS: {e}"))
-}
-
-/// `pp_connect_ctx` of ud_pingpong: RTR, RTS, then the address handle.
-fn connect_ud(pd: &Pd, qp: &mut Qp, o: &Opts, my_psn: u32, dest: &Dest) -> Result<Ah, String> {
-    qp.modify(&QpAttr { qp_state: Some(QpState::Rtr), ..Default::default() }, QpAttrMask::STATE)
-        .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-    qp.modify(
-        &QpAttr { qp_state: Some(QpState::Rts), sq_psn: my_psn, ..Default::default() },
-        QpAttrMask::STATE | QpAttrMask::SQ_PSN,
-    )
-    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
-    let attr = address_to(o, dest, 64).map_err(|e| format!("Failed to create AH: {e}"))?;
-    pd.create_ah(&attr).map_err(|e| format!("Failed to create AH: {e}"))
+    match o.kind {
+        Kind::Rc => {
+            let sgid_index = sgid_for(o, dest).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+            let params = ConnectParams {
+                sq_psn: my_psn,
+                path_mtu: Some(o.mtu),
+                sgid_index: Some(sgid_index),
+                port_num: o.ib_port,
+                rd_atomic: Some(1),
+                min_rnr_timer: 12,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                hop_limit: 1,
+                sl: o.sl,
+                ..Default::default()
+            };
+            let peer = RcPeer { qp_num: dest.qpn, psn: dest.psn, gid: dest.gid };
+            qp.connect(&peer, &params).map_err(|e| failed(qp, e))?;
+            Ok(None)
+        }
+        Kind::Ud => {
+            qp.ud_to_rts(QKEY, my_psn).map_err(|e| failed(qp, e))?;
+            let attr = address_to(o, dest, 64).map_err(|e| format!("Failed to create AH: {e}"))?;
+            pd.create_ah(&attr).map(Some).map_err(|e| format!("Failed to create AH: {e}"))
+        }
+    }
 }
 
 /// The resources of one side (`struct pingpong_context`).
@@ -609,7 +603,7 @@ impl Pp {
         let wrs = vec![RecvWr { wr_id: RECV_WRID, sg_list: sg }; n as usize];
         match self.qp.post_recv(&wrs) {
             Ok(()) => n,
-            Err(f) => f.index as u32,
+            Err(e) => e.work_request().unwrap_or(0) as u32,
         }
     }
 
@@ -620,22 +614,24 @@ impl Pp {
             Kind::Ud => GRH_LEN,
         };
         let sge = [self.mr.sge(off, self.size)];
-        let data;
-        let (sg, inline_data): (&[Sge], Option<&[u8]>) = if self.inline {
-            data = self.mr.to_vec(off, self.size as usize).map_err(|e| e.to_string())?;
-            (&[], Some(&data))
+        let bytes;
+        let data = if self.inline {
+            bytes = self.mr.to_vec(off, self.size as usize).map_err(|e| e.to_string())?;
+            Payload::Inline(&bytes)
         } else if self.size == 0 {
-            (&[], None)
+            Payload::Sges(&[])
         } else {
-            (&sge, None)
+            Payload::Sges(&sge)
         };
-        let mut flags = SendFlags::SIGNALED;
-        if self.inline {
-            flags = flags | SendFlags::INLINE;
+        let flags = SendFlags::SIGNALED;
+        match &self.ah {
+            Some(ah) => {
+                let dest = UdDest { ah, remote_qpn: self.remote_qpn, remote_qkey: QKEY };
+                self.qp.post_send_ud(&[UdSendWr { wr_id: SEND_WRID, dest, data, imm: None, flags }])
+            }
+            None => self.qp.post_send(&[SendWr { wr_id: SEND_WRID, op: SendOp::Send { data, imm: None }, flags }]),
         }
-        let ud = self.ah.as_ref().map(|ah| UdDest { ah, remote_qpn: self.remote_qpn, remote_qkey: QKEY });
-        let wr = SendWr { wr_id: SEND_WRID, sg_list: sg, op: SendOp::Send, send_flags: flags, inline_data, ud };
-        self.qp.post_send(&[wr]).map_err(|e| format!("Couldn't post send: {e}"))
+        .map_err(|e| format!("Couldn't post send: {e}"))
     }
 }
 
@@ -707,19 +703,22 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     let mr = pd.alloc_mr(buf_len.max(1), AccessFlags::LOCAL_WRITE).map_err(|e| format!("Couldn't register MR: {e}"))?;
     mr.fill(0, buf_len, FILL).map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(o.rx_depth + 1, channel.as_ref()).map_err(|e| format!("Couldn't create CQ: {e}"))?;
-    let cap = QpCap { max_send_wr: 1, max_recv_wr: o.rx_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
     let qp_type = if kind == Kind::Rc { QpType::Rc } else { QpType::Ud };
     let mut qp = pd
-        .create_qp(qp_type, &cq, &cq, None, QpInitCap { cap, sq_sig_all: false })
+        .create_qp(qp_type, &cq)
+        .max_send_wr(1)
+        .max_recv_wr(o.rx_depth)
+        .build()
         .map_err(|e| format!("Couldn't create QP: {e}"))?;
     let inline = qp.cap.max_inline_data >= o.size;
-    let init =
-        QpAttr { qp_state: Some(QpState::Init), pkey_index: 0, port_num: o.ib_port, qkey: QKEY, ..Default::default() };
-    let init_mask = match kind {
-        Kind::Rc => QpAttrMask::RC_INIT,
-        Kind::Ud => QpAttrMask::UD_INIT,
+    // INIT now, so that the receives are posted before the exchange (connect_ctx takes the QP
+    // on from INIT). RC: no remote access; UD: the Q_Key.
+    let init = ModifyQp::to(QpState::Init).pkey_index(0).port_num(o.ib_port);
+    let init = match kind {
+        Kind::Rc => init.qp_access_flags(AccessFlags(0)),
+        Kind::Ud => init.qkey(QKEY),
     };
-    qp.modify(&init, init_mask).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    qp.modify(&init).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
     let mut pp =
         Pp { kind, qp, cq, mr, size: o.size, rx_depth: o.rx_depth, inline, ah: None, remote_qpn: 0, pending: 0 };
 
@@ -737,7 +736,7 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     // Without -g on RoCE: the GID of the port's IPv4 address, as perftest's -x default (rdma-core
     // would send a zero GID, which no RoCE peer can reach).
     let chosen = if o.gidx < 0 && roce {
-        let (i, g) = device::auto_gid(ctx).ok_or("the port's GID table is empty: give the device an address (--ip)")?;
+        let (i, g) = ctx.default_gid().ok_or("the port's GID table is empty: give the device an address (--ip)")?;
         println!("{}", device::auto_gid_line(i, &g, "-g"));
         Some(i as i32)
     } else {
@@ -768,22 +767,16 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
 
     let rem = match (&o.servername, listener) {
         (Some(host), _) => client_exchange(host, o.port, &my, o.timeout)?,
-        (None, Some(l)) => server_exchange(l, &my, o.timeout, |rem| match kind {
-            Kind::Rc => connect_rc(&mut pp.qp, o, my.psn, rem),
-            Kind::Ud => {
-                pp.ah = Some(connect_ud(&pd, &mut pp.qp, o, my.psn, rem)?);
-                Ok(())
-            }
+        (None, Some(l)) => server_exchange(l, &my, o.timeout, |rem| {
+            pp.ah = connect_ctx(&pd, &mut pp.qp, o, my.psn, rem)?;
+            Ok(())
         })?,
         (None, None) => unreachable!("a server always has its listener"),
     };
     println!("{}", rem.line(false, kind));
     pp.remote_qpn = rem.qpn;
     if o.servername.is_some() {
-        match kind {
-            Kind::Rc => connect_rc(&mut pp.qp, o, my.psn, &rem)?,
-            Kind::Ud => pp.ah = Some(connect_ud(&pd, &mut pp.qp, o, my.psn, &rem)?),
-        }
+        pp.ah = connect_ctx(&pd, &mut pp.qp, o, my.psn, &rem)?;
     }
 
     let page = page_size();
@@ -806,10 +799,10 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     while c.rcnt < o.iters || c.scnt < o.iters {
         let ne = if let Some(ch) = &channel {
             let waited = Instant::now();
-            let cqn = loop {
+            let ev = loop {
                 let slice = o.timeout.unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
                 match ch.get_cq_event(slice).map_err(|e| format!("Failed to get cq_event: {e}"))? {
-                    Some(n) => break n,
+                    Some(ev) => break ev,
                     None if o.timeout.is_some_and(|t| waited.elapsed() >= t) => {
                         return Err(stalled(&c, o.iters, o.timeout));
                     }
@@ -817,8 +810,8 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
                 }
             };
             num_cq_events += 1;
-            if cqn != pp.cq.cqn() {
-                return Err(format!("CQ event for unknown CQ {cqn:#x}"));
+            if !ev.is_for(&pp.cq) {
+                return Err(format!("CQ event for unknown CQ {:#x}", ev.cqn()));
             }
             pp.cq.req_notify(false).map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
             pp.cq.poll(&mut wc)

@@ -19,7 +19,7 @@ struct Side {
     qp: Qp,
 }
 
-fn open(fabric: &Fabric, n: u8) -> std::result::Result<Side, Error> {
+fn open(fabric: &Fabric, n: u8) -> Result<Side> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
     let dev = SimDevice::new(cfg);
@@ -28,58 +28,8 @@ fn open(fabric: &Fabric, n: u8) -> std::result::Result<Side, Error> {
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(16, None)?;
     let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE)?;
-    let cap = QpCap { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = pd.create_qp(QpType::Rc, &cq, &cq, None, QpInitCap { cap, sq_sig_all: true })?;
+    let qp = pd.create_qp(QpType::Rc, &cq).max_send_wr(4).max_recv_wr(4).sq_sig_all(true).build()?;
     Ok(Side { ctx, _pd: pd, cq, mr, qp })
-}
-
-/// RESET -> INIT -> RTR -> RTS towards the peer's QP number and GID (as exchanged out of band).
-fn connect(s: &mut Side, peer_qpn: u32, peer_gid: Gid) -> std::result::Result<(), Error> {
-    let m = QpAttrMask::STATE;
-    s.qp.modify(
-        &QpAttr { qp_state: Some(QpState::Init), port_num: 1, ..Default::default() },
-        m | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )?;
-    let rtr = QpAttr {
-        qp_state: Some(QpState::Rtr),
-        path_mtu: Some(Mtu::Mtu1024),
-        dest_qp_num: peer_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: 1,
-        min_rnr_timer: 12,
-        ah_attr: AhAttr {
-            grh: GlobalRoute { dgid: peer_gid, sgid_index: 1, hop_limit: 64, ..Default::default() },
-            port_num: 1,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    s.qp.modify(
-        &rtr,
-        m | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )?;
-    let rts = QpAttr {
-        qp_state: Some(QpState::Rts),
-        sq_psn: 0,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        max_rd_atomic: 1,
-        ..Default::default()
-    };
-    s.qp.modify(
-        &rts,
-        m | QpAttrMask::SQ_PSN
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
 }
 
 fn wait(cq: &mut Cq) -> Wc {
@@ -93,33 +43,31 @@ fn wait(cq: &mut Cq) -> Wc {
 }
 
 /// Sends the first `size` bytes of `s`'s buffer, signaled.
-fn send(s: &mut Side, wr_id: u64, size: u32) -> std::result::Result<(), Error> {
+fn send(s: &mut Side, wr_id: u64, size: u32) -> Result<()> {
     let sge = [s.mr.sge(0, size)];
-    let wr =
-        SendWr { wr_id, sg_list: &sge, op: SendOp::Send, send_flags: SendFlags::SIGNALED, inline_data: None, ud: None };
-    s.qp.post_send(&[wr]).map_err(|e| Error::Invalid(e.to_string()))
+    s.qp.post_send(&[SendWr::new(wr_id, SendOp::Send { data: Payload::Sges(&sge), imm: None }).signaled()])
 }
 
-fn main() -> std::result::Result<(), Error> {
+fn main() -> Result<()> {
     let fabric = Fabric::perfect();
     let mut a = open(&fabric, 1)?;
     let mut b = open(&fabric, 2)?;
     let (ga, gb) = (a.ctx.query_gid(1, 1)?, b.ctx.query_gid(1, 1)?);
     a.ctx.add_neighbor(gb.to_ip(), b.ctx.mac());
     b.ctx.add_neighbor(ga.to_ip(), a.ctx.mac());
-    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-    connect(&mut a, qb, gb)?;
-    connect(&mut b, qa, ga)?;
+    // RESET -> INIT -> RTR -> RTS towards the peer's QP number, first PSN and GID (what two
+    // programs exchange out of band), from GID index 1, path MTU 1024.
+    let params = ConnectParams { path_mtu: Some(Mtu::Mtu1024), sgid_index: Some(1), ..Default::default() };
+    a.qp.connect(&RcPeer { qp_num: b.qp.qp_num(), psn: 0, gid: gb }, &params)?;
+    b.qp.connect(&RcPeer { qp_num: a.qp.qp_num(), psn: 0, gid: ga }, &params)?;
     let iters = 1000;
     let size = 1024u32;
     let start = Instant::now();
     for i in 0..iters {
         let msg: Vec<u8> = (0..size).map(|k| (k + i) as u8).collect();
         a.mr.write(0, &msg)?;
-        b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &[b.mr.sge(0, size)] }])
-            .map_err(|e| Error::Invalid(e.to_string()))?;
-        a.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &[a.mr.sge(2048, size)] }])
-            .map_err(|e| Error::Invalid(e.to_string()))?;
+        b.qp.post_recv(&[RecvWr { wr_id: 1, sg_list: &[b.mr.sge(0, size)] }])?;
+        a.qp.post_recv(&[RecvWr { wr_id: 2, sg_list: &[a.mr.sge(2048, size)] }])?;
         send(&mut a, 3, size)?; // ping
         wait(&mut b.cq);
         send(&mut b, 4, size)?; // pong

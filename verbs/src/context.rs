@@ -131,7 +131,7 @@ impl Context {
     /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
     pub fn use_sim_arp(&self) -> Result<()> {
         let Some(sim) = self.sim_backend() else {
-            return Err(Error::Invalid(format!("{}: use_sim_arp needs a software ConnectX", self.name())));
+            return Err(Error::invalid(format!("{}: use_sim_arp needs a software ConnectX", self.name())));
         };
         let resolve = sim.neighbor_resolver(std::time::Duration::from_secs(2));
         let mine: Vec<IpAddr> = self.gids().iter().skip(1).map(|(_, g)| g.to_ip()).collect();
@@ -218,7 +218,7 @@ impl Context {
     /// `ibv_query_port` (port 1).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         if port != 1 {
-            return Err(Error::Invalid(format!("port {port}: the device has port 1")));
+            return Err(Error::invalid(format!("port {port}: the device has port 1")));
         }
         let vport = self.shared.hca.query_vport(port)?;
         let (st, phys) = (vport.port_state as u32, vport.port_physical_state);
@@ -251,16 +251,29 @@ impl Context {
     /// `ibv_query_gid`.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
         if port != 1 {
-            return Err(Error::Invalid(format!("port {port}: the device has port 1")));
+            return Err(Error::invalid(format!("port {port}: the device has port 1")));
         }
         let index = u16::try_from(index)
-            .map_err(|_| Error::Invalid(format!("GID index {index}: the table has 16-bit indices")))?;
+            .map_err(|_| Error::invalid(format!("GID index {index}: the table has 16-bit indices")))?;
         Ok(Gid(self.shared.hca.query_gid(port, index)?))
     }
 
     /// The GID table entries the driver programmed (index, GID).
     pub fn gids(&self) -> Vec<(u32, Gid)> {
         self.shared.port.gids.iter().map(|g| (g.index, Gid(g.gid))).collect()
+    }
+
+    /// The GID a program uses when it was given none, as perftest picks it: the RoCEv2 GID
+    /// of the port's IPv4 address (one outside 169.254/16 first), else an IPv6 GID (global
+    /// scope first); the lowest index among equals. `None` when the table is empty.
+    pub fn default_gid(&self) -> Option<(u32, Gid)> {
+        let rank = |g: &Gid| match g.to_ip() {
+            IpAddr::V4(a) if !a.is_link_local() => 0,
+            IpAddr::V4(_) => 1,
+            IpAddr::V6(a) if !a.is_unicast_link_local() => 2,
+            IpAddr::V6(_) => 3,
+        };
+        self.gids().into_iter().filter(|(_, g)| *g != Gid::default()).min_by_key(|(i, g)| (rank(g), *i))
     }
 
     /// The port's MAC address.
@@ -311,7 +324,7 @@ impl Context {
             self.add_neighbor(ip, m);
             return Ok(m);
         }
-        Err(Error::Invalid(format!(
+        Err(Error::invalid(format!(
             "no MAC known for {ip}: give ah_attr.dmac, call Context::add_neighbor or set a resolver"
         )))
     }

@@ -7,7 +7,7 @@ use crate::context::{Context, Shared};
 use crate::types::*;
 use crate::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
@@ -17,12 +17,64 @@ use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome};
 
 /// A completion channel (`struct ibv_comp_channel`): a file descriptor that becomes readable
 /// when an armed CQ bound to it gets a completion.
+///
+/// ```
+/// # fn main() -> Result<(), umlx_verbs::Error> {
+/// use std::time::Duration;
+/// use umlx_verbs::Context;
+/// let ctx = Context::open_sim(Default::default())?;
+/// let channel = ctx.create_comp_channel()?;
+/// let mut cq = ctx.create_cq(64, Some(&channel))?;
+/// cq.set_event_context(42);
+/// cq.req_notify(false)?; // the next completion raises an event
+/// // ... post work; then wait for the event, acknowledge it and poll:
+/// if let Some(ev) = channel.get_cq_event(Duration::from_millis(10))? {
+///     assert!(ev.is_for(&cq) && ev.context() == 42);
+///     cq.ack_events(1);
+/// }
+/// # Ok(()) }
+/// ```
 pub struct CompChannel {
     ctx: Context,
     vector: u32,
     pub(crate) eq: Arc<CompEq<Dev>>,
-    pending: Mutex<VecDeque<u32>>,
-    pub(crate) sns: Mutex<Vec<(u32, Arc<AtomicU32>)>>,
+    pending: Mutex<VecDeque<CqEvent>>,
+    /// The CQs bound to the channel.
+    pub(crate) cqs: Mutex<Vec<BoundCq>>,
+}
+
+/// A CQ bound to a channel: its number, its arm sequence number (counted up per event) and
+/// the value its events carry.
+pub(crate) struct BoundCq {
+    cqn: u32,
+    sn: Arc<AtomicU32>,
+    context: Arc<AtomicU64>,
+}
+
+/// A completion event (`ibv_get_cq_event`'s CQ and `cq_context`): which CQ has new
+/// completions. Acknowledge it on that CQ ([`Cq::ack_events`]) and poll the CQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqEvent {
+    cqn: u32,
+    context: u64,
+}
+
+impl CqEvent {
+    /// The CQ's number ([`Cq::cqn`]).
+    pub fn cqn(&self) -> u32 {
+        self.cqn
+    }
+
+    /// Whether the event is about `cq`.
+    pub fn is_for(&self, cq: &Cq) -> bool {
+        self.cqn == cq.cqn()
+    }
+
+    /// The value the CQ carried when the event was raised ([`Cq::set_event_context`]): the
+    /// `cq_context` of ibverbs, e.g. an index into the program's table of CQs.
+    pub fn context(&self) -> u64 {
+        self.context
+    }
 }
 
 impl std::fmt::Debug for CompChannel {
@@ -38,7 +90,7 @@ impl Context {
             let mut used = self.shared.vectors.lock().unwrap_or_else(|e| e.into_inner());
             let n = self.shared.hca.backend().irq_count();
             let v = (1..n).find(|v| !used.contains(v)).ok_or_else(|| {
-                Error::Invalid(format!(
+                Error::invalid(format!(
                     "no free interrupt vector: the device has {n}, all in use by completion channels"
                 ))
             })?;
@@ -57,7 +109,7 @@ impl Context {
             vector,
             eq,
             pending: Mutex::new(VecDeque::new()),
-            sns: Mutex::new(Vec::new()),
+            cqs: Mutex::new(Vec::new()),
         }))
     }
 
@@ -66,17 +118,20 @@ impl Context {
         let log = (cqe.max(1) + 1).next_power_of_two().trailing_zeros().max(1);
         let cq = Arc::new(DrvCq::new(&self.shared.hca, log, channel.map(|c| c.eq.clone()))?);
         let sn = Arc::new(AtomicU32::new(0));
+        let event_context = Arc::new(AtomicU64::new(0));
         if let Some(c) = channel {
-            c.sns.lock().unwrap_or_else(|e| e.into_inner()).push((cq.cqn(), sn.clone()));
+            let bound = BoundCq { cqn: cq.cqn(), sn: sn.clone(), context: event_context.clone() };
+            c.cqs.lock().unwrap_or_else(|e| e.into_inner()).push(bound);
         }
         let ring = CqRing::new(&cq.mem.buf, &cq.mem.dbr, log)
-            .ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
+            .ok_or_else(|| Error::invalid("CQ buffer smaller than its ring"))?;
         Ok(Cq {
             ctx: self.clone(),
             ring,
             resized: None,
             cq,
             sn,
+            event_context,
             channel: channel.cloned(),
             events: 0,
             qp_cache: QpCache::default(),
@@ -99,9 +154,9 @@ impl CompChannel {
         self.eq.event_fd()
     }
 
-    /// `ibv_get_cq_event`: waits up to `timeout` for a completion event; returns the CQ number
-    /// (compare with [`Cq::cqn`]) or `None` on timeout.
-    pub fn get_cq_event(&self, timeout: Duration) -> Result<Option<u32>> {
+    /// `ibv_get_cq_event`: waits up to `timeout` for a completion event; returns the event,
+    /// which names its CQ, or `None` on timeout (`Duration::ZERO`: only look).
+    pub fn get_cq_event(&self, timeout: Duration) -> Result<Option<CqEvent>> {
         if let Some(c) = self.pending.lock().unwrap_or_else(|e| e.into_inner()).pop_front() {
             return Ok(Some(c));
         }
@@ -116,14 +171,16 @@ impl CompChannel {
             let mut got = Vec::new();
             self.eq.drain(|cqn| got.push(cqn))?;
             if !got.is_empty() {
-                let sns = self.sns.lock().unwrap_or_else(|e| e.into_inner());
-                for cqn in &got {
-                    if let Some((_, sn)) = sns.iter().find(|(c, _)| c == cqn) {
-                        sn.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
+                let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
                 let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-                p.extend(got);
+                for cqn in got {
+                    let mut context = 0;
+                    if let Some(b) = cqs.iter().find(|b| b.cqn == cqn) {
+                        b.sn.fetch_add(1, Ordering::Relaxed);
+                        context = b.context.load(Ordering::Relaxed);
+                    }
+                    p.push_back(CqEvent { cqn, context });
+                }
                 return Ok(p.pop_front());
             }
             if std::time::Instant::now() >= deadline {
@@ -141,12 +198,24 @@ pub struct Cq {
     /// The ring after a resize (the original stays with the driver's CQ).
     resized: Option<umlx_driver::dma::DmaBuffer<Dev>>,
     sn: Arc<AtomicU32>,
+    /// What this CQ's completion events carry.
+    event_context: Arc<AtomicU64>,
     channel: Option<Arc<CompChannel>>,
     events: u32,
     /// The QP and send opcode of the last requester CQE polled, and what they give a
     /// completion (valid while `qp_cache` holds one).
     qp_cache: QpCache,
     send_info: SendInfo,
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // The CQN may be given to a new CQ: the channel must not keep this one's entry.
+        if let Some(c) = &self.channel {
+            let cqn = self.cq.cqn();
+            c.cqs.lock().unwrap_or_else(|e| e.into_inner()).retain(|b| b.cqn != cqn);
+        }
+    }
 }
 
 impl std::fmt::Debug for Cq {
@@ -229,7 +298,20 @@ impl Cq {
     /// `ibv_poll_cq`: fills `wc` with up to `wc.len()` completions; returns how many.
     ///
     /// As with ibverbs, each completion sets the fields valid for it (see [`Wc`]); the others
-    /// keep whatever the entry held.
+    /// keep whatever the entry held. No lock, no allocation, no system call.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::{Context, Wc, WcStatus};
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let mut cq = ctx.create_cq(64, None)?;
+    /// let mut wc = [Wc::default(); 16];
+    /// let n = cq.poll(&mut wc); // 0: nothing completed yet
+    /// for w in &wc[..n] {
+    ///     assert_eq!(w.status, WcStatus::Success, "wr {} failed: {}", w.wr_id, w.status);
+    /// }
+    /// # Ok(()) }
+    /// ```
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         // Straight-line for the common calls: latency-bound programs poll for one completion,
@@ -367,12 +449,23 @@ impl Cq {
     /// the CQ's completion channel.
     pub fn req_notify(&mut self, solicited_only: bool) -> Result<()> {
         if self.channel.is_none() {
-            return Err(Error::Invalid(format!("CQ {:#x} has no completion channel", self.cqn())));
+            return Err(Error::invalid(format!("CQ {:#x} has no completion channel", self.cqn())));
         }
         let sn = self.sn.load(Ordering::Relaxed);
         let b = self.ctx.shared.hca.backend();
         self.ring.arm(&**b, self.ctx.shared.hca.uar(), self.cqn(), sn, solicited_only);
         Ok(())
+    }
+
+    /// Sets the value this CQ's completion events carry ([`CqEvent::context`]; ibverbs'
+    /// `cq_context`).
+    pub fn set_event_context(&self, context: u64) {
+        self.event_context.store(context, Ordering::Relaxed);
+    }
+
+    /// The completion channel the CQ reports to.
+    pub fn channel(&self) -> Option<&Arc<CompChannel>> {
+        self.channel.as_ref()
     }
 
     /// `ibv_ack_cq_events`.
@@ -394,19 +487,19 @@ impl Cq {
         let produced = self.cq.producer_counter()?;
         let pending = self.ring.unpolled(produced);
         if (1u32 << log) <= pending + 1 {
-            return Err(Error::Invalid(format!(
+            return Err(Error::invalid(format!(
                 "CQ {:#x}: {pending} completions are waiting; {cqe} entries cannot hold them",
                 self.cqn()
             )));
         }
         let new = self.cq.resize(log)?;
         let Some(ci) = self.ring.carry_over(self.ring_buf(), &new, log) else {
-            return Err(Error::Driver(umlx_driver::Error::Firmware {
+            return Err(Error::from(umlx_driver::Error::Firmware {
                 device: self.ctx.name().into(),
                 problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
             }));
         };
-        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, ci).ok_or_else(|| Error::Invalid("CQ ring".into()))?;
+        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, ci).ok_or_else(|| Error::invalid("CQ ring"))?;
         self.ring = ring;
         self.resized = Some(new);
         self.ring.update_ci();

@@ -13,7 +13,23 @@ enum Memory {
     User { mkey: Mkey<Dev>, mem: UserMemory<Dev> },
 }
 
-/// A registered memory region (`struct ibv_mr`).
+/// A registered memory region (`struct ibv_mr`). It owns its memory: the program reaches it
+/// through copies ([`Mr::write`], [`Mr::read`], [`Mr::to_vec`]), never through a reference the
+/// NIC could write under, and it cannot be freed while registered.
+///
+/// ```
+/// # fn main() -> Result<(), umlx_verbs::Error> {
+/// use umlx_verbs::{AccessFlags, Context};
+/// let ctx = Context::open_sim(Default::default())?;
+/// let pd = ctx.alloc_pd()?;
+/// let mr = pd.reg_mr(vec![0u8; 4096], AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+/// mr.write(16, b"data")?;
+/// let sge = mr.sge(16, 4); // what a work request gathers: address, length, lkey
+/// assert_eq!((sge.addr(), sge.length(), sge.lkey()), (mr.addr() + 16, 4, mr.lkey()));
+/// let buffer = mr.dereg().expect("a registered buffer comes back"); // ibv_dereg_mr
+/// assert_eq!(&buffer[16..20], b"data");
+/// # Ok(()) }
+/// ```
 pub struct Mr {
     mem: Memory,
     access: AccessFlags,
@@ -27,7 +43,7 @@ impl std::fmt::Debug for Mr {
 
 pub(crate) fn access(flags: AccessFlags) -> Result<Access> {
     if flags.0 & !0xf != 0 {
-        return Err(Error::Invalid(format!(
+        return Err(Error::invalid(format!(
             "access flags {:#x}: only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC",
             flags.0
         )));
@@ -35,9 +51,7 @@ pub(crate) fn access(flags: AccessFlags) -> Result<Access> {
     if (flags.contains(AccessFlags::REMOTE_WRITE) || flags.contains(AccessFlags::REMOTE_ATOMIC))
         && !flags.contains(AccessFlags::LOCAL_WRITE)
     {
-        return Err(Error::Invalid(
-            "IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC need IBV_ACCESS_LOCAL_WRITE".into(),
-        ));
+        return Err(Error::invalid("IBV_ACCESS_REMOTE_WRITE and IBV_ACCESS_REMOTE_ATOMIC need IBV_ACCESS_LOCAL_WRITE"));
     }
     Ok(Access(flags.0))
 }
@@ -92,8 +106,8 @@ impl Mr {
     }
 
     /// An SGE over `len` bytes at `offset`.
-    pub fn sge(&self, offset: usize, len: u32) -> crate::types::Sge {
-        crate::types::Sge::new(self.addr() + offset as u64, len, self.lkey())
+    pub fn sge(&self, offset: usize, len: u32) -> crate::wr::Sge {
+        crate::wr::Sge::new(self.addr() + offset as u64, len, self.lkey())
     }
 
     /// Copies bytes out of the region.

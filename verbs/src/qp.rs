@@ -5,15 +5,16 @@
 use crate::Dev;
 use crate::context::Context;
 use crate::cq::Cq;
+use crate::error::PostWhy;
+use crate::modify::{ConnectParams, ModifyQp, RcPeer, attr_names, transition_attrs};
 use crate::mr::{Mr, access};
 use crate::types::*;
+use crate::wr::{Payload, RecvWr, SendOp, SendWr, Sge, UdSendWr};
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::av::{Av, AvParams};
-use umlx_driver::datapath::{
-    self, PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode,
-};
+use umlx_driver::datapath::{PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode};
 use umlx_driver::dma::DmaMemory;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
@@ -30,14 +31,6 @@ pub struct Pd {
 impl std::fmt::Debug for Pd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pd").field("pdn", &self.pd.pdn()).finish()
-    }
-}
-
-/// A driver error about an argument is EINVAL ([`Error::Invalid`]); others stay driver errors.
-fn invalid(e: umlx_driver::Error) -> Error {
-    match e {
-        umlx_driver::Error::InvalidArgument(m) => Error::Invalid(m),
-        e => Error::Driver(e),
     }
 }
 
@@ -66,7 +59,7 @@ impl Pd {
         let dmac = self.ctx.resolve_dmac(attr)?;
         let sgid = attr.grh.sgid_index as u32;
         if !self.ctx.gids().iter().any(|(i, _)| *i == sgid) {
-            return Err(Error::Invalid(format!("source GID index {sgid} is not in the GID table")));
+            return Err(Error::invalid(format!("source GID index {sgid} is not in the GID table")));
         }
         let g = attr.grh;
         let av = self.ctx.shared.hca.build_av(&AvParams {
@@ -82,16 +75,35 @@ impl Pd {
         Ok(Ah { attr: *attr, av })
     }
 
-    /// `ibv_create_qp`: RC or UD, with its send and receive CQs (they may be the same CQ) and an
-    /// optional SRQ. The returned QP's [`Qp::cap`] holds the actual capabilities.
-    pub fn create_qp(
-        &self,
-        qp_type: QpType,
-        send_cq: &Cq,
-        recv_cq: &Cq,
-        srq: Option<&Srq>,
-        init: QpInitCap,
-    ) -> Result<Qp> {
+    /// `ibv_create_qp`: a builder for an RC or UD QP whose sends and receives complete on
+    /// `cq` (see [`QpBuilder::recv_cq`] for a second CQ, [`QpBuilder::srq`] for an SRQ).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::{Context, QpState, QpType};
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let cq = ctx.create_cq(256, None)?;
+    /// let qp = pd.create_qp(QpType::Rc, &cq).max_send_wr(128).max_inline_data(64).build()?;
+    /// assert!(qp.cap.max_send_wr >= 128 && qp.cap.max_inline_data >= 64);
+    /// assert_eq!(qp.state(), QpState::Reset);
+    /// # Ok(()) }
+    /// ```
+    pub fn create_qp<'a>(&'a self, qp_type: QpType, cq: &'a Cq) -> QpBuilder<'a> {
+        QpBuilder {
+            pd: self,
+            qp_type,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            init: QpInitCap {
+                cap: QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+                sq_sig_all: false,
+            },
+        }
+    }
+
+    fn build_qp(&self, qp_type: QpType, send_cq: &Cq, recv_cq: &Cq, srq: Option<&Srq>, init: QpInitCap) -> Result<Qp> {
         let cap = init.cap;
         let service = match qp_type {
             QpType::Rc => QpServiceType::RC,
@@ -108,7 +120,7 @@ impl Pd {
             },
             srq.is_some(),
         )
-        .map_err(invalid)?;
+        .map_err(Error::from)?;
         let (sq_bbs, log_sq, rq_stride, rq_wqes) = (size.sq_bbs, size.log_sq_size, size.rq_stride, size.rq_wqes);
         let config = QpConfig {
             service,
@@ -131,7 +143,7 @@ impl Pd {
             bf_buf_size: shared.hca.caps().bf_buf_size(),
         };
         let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
-            .map_err(|e| Error::Invalid(format!("SQ does not fit its buffer: {e:?}")))?;
+            .map_err(|e| Error::invalid(format!("SQ does not fit its buffer: {e:?}")))?;
         let rq = match srq {
             Some(_) => None,
             None => Some(
@@ -144,7 +156,7 @@ impl Pd {
                     ring.clone(),
                     false,
                 )
-                .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
+                .map_err(|e| Error::invalid(format!("RQ does not fit its buffer: {e:?}")))?,
             ),
         };
         let mut rq = rq;
@@ -177,17 +189,17 @@ impl Pd {
 
     /// `ibv_create_srq` with `max_wr` WQEs of `max_sge` SGEs, and a limit (0: not armed).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
-        let stride = wqsize::srq_stride(max_sge).map_err(invalid)?;
+        let stride = wqsize::srq_stride(max_sge).map_err(Error::from)?;
         let wqes = (max_wr + 1).next_power_of_two();
         if limit >= wqes {
-            return Err(Error::Invalid(format!("SRQ limit {limit} must be below its size {wqes}")));
+            return Err(Error::invalid(format!("SRQ limit {limit} must be below its size {wqes}")));
         }
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
         let rq =
             RecvQueue::new(&srq.mem.buf, &srq.mem.dbr, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
-                .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+                .map_err(|e| Error::invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 
@@ -205,6 +217,80 @@ pub struct Ah {
     av: Av,
 }
 
+/// The attributes of `ibv_create_qp` (`struct ibv_qp_init_attr`), from [`Pd::create_qp`].
+/// Unset capabilities are 64 send and 64 receive WRs of one SGE each, no inline data.
+#[derive(Debug)]
+#[must_use = "a QpBuilder creates nothing until build()"]
+pub struct QpBuilder<'a> {
+    pd: &'a Pd,
+    qp_type: QpType,
+    send_cq: &'a Cq,
+    recv_cq: &'a Cq,
+    srq: Option<&'a Srq>,
+    init: QpInitCap,
+}
+
+impl<'a> QpBuilder<'a> {
+    /// Receives complete on `cq` instead of the send CQ.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> QpBuilder<'a> {
+        self.recv_cq = cq;
+        self
+    }
+
+    /// Receives come from `srq` (the QP has no receive queue of its own).
+    pub fn srq(mut self, srq: &'a Srq) -> QpBuilder<'a> {
+        self.srq = Some(srq);
+        self
+    }
+
+    /// Send work requests outstanding at once.
+    pub fn max_send_wr(mut self, n: u32) -> QpBuilder<'a> {
+        self.init.cap.max_send_wr = n;
+        self
+    }
+
+    /// Receive work requests outstanding at once.
+    pub fn max_recv_wr(mut self, n: u32) -> QpBuilder<'a> {
+        self.init.cap.max_recv_wr = n;
+        self
+    }
+
+    /// SGEs per send work request.
+    pub fn max_send_sge(mut self, n: u32) -> QpBuilder<'a> {
+        self.init.cap.max_send_sge = n;
+        self
+    }
+
+    /// SGEs per receive work request.
+    pub fn max_recv_sge(mut self, n: u32) -> QpBuilder<'a> {
+        self.init.cap.max_recv_sge = n;
+        self
+    }
+
+    /// Inline bytes per send work request ([`crate::Payload::Inline`]).
+    pub fn max_inline_data(mut self, n: u32) -> QpBuilder<'a> {
+        self.init.cap.max_inline_data = n;
+        self
+    }
+
+    /// All capabilities at once (`struct ibv_qp_cap`).
+    pub fn cap(mut self, cap: QpCap) -> QpBuilder<'a> {
+        self.init.cap = cap;
+        self
+    }
+
+    /// Every send work request completes, signaled or not (`sq_sig_all`).
+    pub fn sq_sig_all(mut self, all: bool) -> QpBuilder<'a> {
+        self.init.sq_sig_all = all;
+        self
+    }
+
+    /// Creates the QP, in RESET. Its [`Qp::cap`] holds what it got (at least what was asked).
+    pub fn build(self) -> Result<Qp> {
+        self.pd.build_qp(self.qp_type, self.send_cq, self.recv_cq, self.srq, self.init)
+    }
+}
+
 /// A shared receive queue (`struct ibv_srq`).
 pub struct Srq {
     ctx: Context,
@@ -212,10 +298,16 @@ pub struct Srq {
     rq: RecvQueue,
 }
 
+impl std::fmt::Debug for Srq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Srq").field("srqn", &self.srq.srqn()).finish()
+    }
+}
+
 impl Srq {
     /// `ibv_post_srq_recv`.
     #[inline]
-    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         post_recv_chain(&mut self.rq, wrs)
     }
 
@@ -224,7 +316,7 @@ impl Srq {
     pub fn arm(&self, limit: u32) -> Result<()> {
         let size = 1u32 << self.srq.log_size;
         if limit >= size {
-            return Err(Error::Invalid(format!("SRQ limit {limit} must be below its size {size}")));
+            return Err(Error::invalid(format!("SRQ limit {limit} must be below its size {size}")));
         }
         Ok(self.srq.arm(limit)?)
     }
@@ -240,72 +332,22 @@ impl Srq {
     }
 }
 
-/// A failed post: which work request (index into the slice, as ibverbs' `bad_wr`) and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PostFailure {
-    /// Index of the first work request not posted.
-    pub index: usize,
-    /// Why.
-    pub kind: PostFailureKind,
-}
-
-/// Why a post failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PostFailureKind {
-    /// The queue is full (ENOMEM).
-    QueueFull,
-    /// Too many SGEs (EINVAL).
-    TooManySges,
-    /// Inline data too large (EINVAL).
-    InlineTooLarge,
-    /// The QP is in a state that does not accept the post (EINVAL).
-    WrongState(QpState),
-    /// The opcode or its operands do not fit the QP type (EINVAL).
-    InvalidRequest,
-    /// The device is in its fatal error state (EIO): nothing is posted.
-    DeviceFatal,
-}
-
-impl PostFailure {
-    fn from_driver(index: usize, e: PostError) -> PostFailure {
-        let kind = match e {
-            PostError::QueueFull => PostFailureKind::QueueFull,
-            PostError::TooManySges => PostFailureKind::TooManySges,
-            PostError::InlineTooLarge | PostError::WqeTooLarge => PostFailureKind::InlineTooLarge,
-            // Only a QP's RQ closes, in RESET.
-            PostError::Closed => PostFailureKind::WrongState(QpState::Reset),
-        };
-        PostFailure { index, kind }
-    }
-
-    /// The errno ibverbs returns.
-    pub fn errno(&self) -> i32 {
-        match self.kind {
-            PostFailureKind::QueueFull => 12,
-            PostFailureKind::DeviceFatal => 5,
-            _ => 22,
-        }
+/// Why the driver refused a post.
+fn post_why(e: PostError) -> PostWhy {
+    match e {
+        PostError::QueueFull => PostWhy::QueueFull,
+        PostError::TooManySges => PostWhy::TooManySges,
+        PostError::InlineTooLarge | PostError::WqeTooLarge => PostWhy::InlineTooLarge,
+        // Only a QP's RQ closes, in RESET.
+        PostError::Closed => PostWhy::WrongState,
     }
 }
 
-impl std::fmt::Display for PostFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.kind {
-            PostFailureKind::QueueFull => write!(f, "work request {}: queue full (ENOMEM)", self.index),
-            PostFailureKind::TooManySges => write!(f, "work request {}: too many SGEs (EINVAL)", self.index),
-            PostFailureKind::InlineTooLarge => write!(f, "work request {}: inline data too large (EINVAL)", self.index),
-            PostFailureKind::WrongState(s) => write!(f, "work request {}: QP in state {s} (EINVAL)", self.index),
-            PostFailureKind::InvalidRequest => {
-                write!(f, "work request {}: invalid for this QP type (EINVAL)", self.index)
-            }
-            PostFailureKind::DeviceFatal => {
-                write!(f, "work request {}: the device is in its fatal error state (EIO)", self.index)
-            }
-        }
-    }
+/// The error of a post the driver refused at work request `index`.
+#[cold]
+fn post_error(index: usize, e: PostError) -> Error {
+    Error::post(index, post_why(e), QpState::Reset)
 }
-
-impl std::error::Error for PostFailure {}
 
 /// A queue pair (`struct ibv_qp`).
 pub struct Qp {
@@ -331,41 +373,6 @@ impl std::fmt::Debug for Qp {
     }
 }
 
-/// The attributes a modify must carry (besides `IBV_QP_STATE`) and those it may carry, for an
-/// RC (`rc`) or UD QP: the table the Linux RDMA core checks every `ibv_modify_qp` against
-/// (`qp_state_table`, `ib_modify_qp_is_ok`), so umlx accepts exactly what rdma-core on a
-/// kernel device accepts and refuses the rest with EINVAL instead of dropping it.
-fn transition_attrs(t: Transition, rc: bool) -> (QpAttrMask, QpAttrMask) {
-    use QpAttrMask as M;
-    let m = |bits: &[QpAttrMask]| M(bits.iter().fold(0, |a, b| a | b.0));
-    let none = M(0);
-    match (t, rc) {
-        (Transition::ToRst | Transition::ToErr, _) => (none, none),
-        (Transition::Rst2Init, true) => (m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), none),
-        (Transition::Rst2Init, false) => (m(&[M::PKEY_INDEX, M::PORT, M::QKEY]), none),
-        (Transition::Init2Init, true) => (none, m(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS])),
-        (Transition::Init2Init, false) => (none, m(&[M::PKEY_INDEX, M::PORT, M::QKEY])),
-        (Transition::Init2Rtr, true) => (
-            m(&[M::AV, M::PATH_MTU, M::DEST_QPN, M::RQ_PSN, M::MAX_DEST_RD_ATOMIC, M::MIN_RNR_TIMER]),
-            m(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]),
-        ),
-        (Transition::Init2Rtr, false) => (none, m(&[M::PKEY_INDEX, M::QKEY])),
-        (Transition::Rtr2Rts, true) => (
-            m(&[M::TIMEOUT, M::RETRY_CNT, M::RNR_RETRY, M::SQ_PSN, M::MAX_QP_RD_ATOMIC]),
-            m(&[M::CUR_STATE, M::ALT_PATH, M::ACCESS_FLAGS, M::MIN_RNR_TIMER, M::PATH_MIG_STATE]),
-        ),
-        (Transition::Rtr2Rts, false) => (M::SQ_PSN, m(&[M::CUR_STATE, M::QKEY])),
-        (Transition::Rts2Rts | Transition::Sqd2Rts, true) => {
-            (none, m(&[M::CUR_STATE, M::ACCESS_FLAGS, M::ALT_PATH, M::PATH_MIG_STATE, M::MIN_RNR_TIMER]))
-        }
-        (Transition::Rts2Rts | Transition::Sqd2Rts | Transition::SqErr2Rts, false) => {
-            (none, m(&[M::CUR_STATE, M::QKEY]))
-        }
-        // An RC QP never reaches SQE (its send errors move it to ERR).
-        (Transition::SqErr2Rts, true) => (none, none),
-    }
-}
-
 impl Qp {
     /// QP number.
     pub fn qp_num(&self) -> u32 {
@@ -382,10 +389,27 @@ impl Qp {
         self.qp_type
     }
 
-    /// `ibv_modify_qp` with ibverbs attribute-mask semantics.
-    pub fn modify(&mut self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+    /// `ibv_modify_qp`: the attributes `m` sets, checked against the transition as the
+    /// Linux RDMA core checks them. A required attribute that is missing, or one the transition
+    /// cannot take, is refused (EINVAL) with its ibverbs name.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::{Context, ErrorKind, ModifyQp, QpState, QpType};
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
+    /// let mut qp = pd.create_qp(QpType::Ud, &cq).build()?;
+    /// let e = qp.modify(&ModifyQp::to(QpState::Init).port_num(1).pkey_index(0)).unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    /// assert!(e.to_string().contains("IBV_QP_QKEY (qkey)"), "{e}");
+    /// qp.modify(&ModifyQp::to(QpState::Init).port_num(1).pkey_index(0).qkey(0x1111))?;
+    /// assert_eq!(qp.state(), QpState::Init);
+    /// # Ok(()) }
+    /// ```
+    pub fn modify(&mut self, m: &ModifyQp) -> Result<()> {
+        let (attr, mask) = (m.attr(), m.mask());
         let target = if mask.contains(QpAttrMask::STATE) {
-            attr.qp_state.ok_or_else(|| Error::Invalid("IBV_QP_STATE set but qp_state is None".into()))?
+            attr.qp_state.ok_or_else(|| Error::invalid("IBV_QP_STATE set but qp_state is None"))?
         } else {
             self.state
         };
@@ -402,29 +426,28 @@ impl Qp {
             (QpState::Sqe, QpState::Rts) => Transition::SqErr2Rts,
             (QpState::Sqd, QpState::Rts) => Transition::Sqd2Rts,
             (from, to) => {
-                return Err(Error::WrongState(format!("QP {:#x}: no transition from {from} to {to}", self.qp_num())));
+                return Err(Error::wrong_state(format!("QP {:#x}: no transition from {from} to {to}", self.qp_num())));
             }
         };
         let (required, optional) = transition_attrs(t, rc);
         if !mask.contains(required) {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} {} -> {}: attribute mask {:#x} lacks required {:#x}",
+            return Err(Error::invalid(format!(
+                "QP {:#x} {} -> {}: missing {}",
                 self.qp_num(),
                 self.state,
                 target,
-                mask.0,
-                required.0 & !mask.0
+                attr_names(QpAttrMask(required.0 & !mask.0))
             )));
         }
         let extra = mask.0 & !(required.0 | optional.0 | M::STATE.0);
         if extra != 0 {
-            return Err(Error::Invalid(format!(
-                "QP {:#x} {} -> {}: attributes {:#x} cannot be modified in this transition (ibverbs allows {:#x})",
+            return Err(Error::invalid(format!(
+                "QP {:#x} {} -> {}: {} cannot be modified in this transition (it takes {})",
                 self.qp_num(),
                 self.state,
                 target,
-                extra,
-                required.0 | optional.0
+                attr_names(QpAttrMask(extra)),
+                attr_names(QpAttrMask(required.0 | optional.0 | M::STATE.0))
             )));
         }
         let dmac = if mask.contains(M::AV) && rc { Some(self.ctx.resolve_dmac(&attr.ah_attr)?) } else { None };
@@ -432,7 +455,7 @@ impl Qp {
             && let Some(m) = attr.path_mtu
             && m as u32 > self.ctx.active_mtu() as u32
         {
-            return Err(Error::Invalid(format!(
+            return Err(Error::invalid(format!(
                 "path MTU {m} exceeds the port's active MTU {}",
                 self.ctx.active_mtu()
             )));
@@ -472,7 +495,7 @@ impl Qp {
             retry_cnt: given(M::RETRY_CNT).then_some(attr.retry_cnt),
             rnr_retry: given(M::RNR_RETRY).then_some(attr.rnr_retry),
         };
-        self.qp.transition(t, &attrs).map_err(Error::Driver)?;
+        self.qp.transition(t, &attrs).map_err(Error::from)?;
         self.port = port;
         self.dest_qpn = dest;
         if t == Transition::ToRst {
@@ -497,6 +520,107 @@ impl Qp {
             }
         }
         Ok(())
+    }
+
+    /// Takes an RC QP from RESET (or INIT, when receives were posted first, as rdma-core's
+    /// pingpong does) through INIT and RTR to RTS, connected to `peer`: the three
+    /// `ibv_modify_qp` calls every RC program writes, with `p`'s values.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::{ConnectParams, Context, QpState, QpType, RcPeer};
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
+    /// let mut qp = pd.create_qp(QpType::Rc, &cq).build()?;
+    /// // Connected to itself: the peer is this QP, at this port's GID.
+    /// let (_, gid) = ctx.default_gid().expect("the sim has an IPv4 GID");
+    /// let me = RcPeer { qp_num: qp.qp_num(), psn: 0, gid };
+    /// qp.connect(&me, &ConnectParams::default())?;
+    /// assert_eq!(qp.state(), QpState::Rts);
+    /// # Ok(()) }
+    /// ```
+    pub fn connect(&mut self, peer: &RcPeer, p: &ConnectParams) -> Result<()> {
+        if self.qp_type != QpType::Rc {
+            return Err(Error::invalid(format!("QP {:#x} is UD: use ud_to_rts", self.qp_num())));
+        }
+        let sgid_index = match p.sgid_index {
+            Some(i) => i,
+            None => {
+                let (i, _) = self.ctx.default_gid().ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{}: no GID to connect from: give ConnectParams::sgid_index",
+                        self.ctx.name()
+                    ))
+                })?;
+                u8::try_from(i).map_err(|_| Error::invalid(format!("GID index {i} does not fit the address vector")))?
+            }
+        };
+        let rd_atomic = match p.rd_atomic {
+            Some(n) => n,
+            None => {
+                let d = self.ctx.query_device()?;
+                d.max_qp_rd_atom.min(d.max_qp_init_rd_atom).clamp(1, 16) as u8
+            }
+        };
+        if self.state == QpState::Reset {
+            self.modify(
+                &ModifyQp::to(QpState::Init).port_num(p.port_num).pkey_index(p.pkey_index).qp_access_flags(p.access),
+            )?;
+        } else if self.state != QpState::Init {
+            return Err(Error::wrong_state(format!(
+                "QP {:#x} is {}: connect starts from RESET or INIT",
+                self.qp_num(),
+                self.state
+            )));
+        }
+        let ah = AhAttr {
+            grh: GlobalRoute {
+                dgid: peer.gid,
+                flow_label: 0,
+                sgid_index,
+                hop_limit: p.hop_limit,
+                traffic_class: p.traffic_class,
+            },
+            sl: p.sl,
+            port_num: p.port_num,
+            dmac: p.dmac,
+        };
+        self.modify(
+            &ModifyQp::to(QpState::Rtr)
+                .path_mtu(p.path_mtu.unwrap_or_else(|| self.ctx.active_mtu()))
+                .dest_qp_num(peer.qp_num)
+                .rq_psn(peer.psn)
+                .max_dest_rd_atomic(rd_atomic)
+                .min_rnr_timer(p.min_rnr_timer)
+                .ah_attr(ah),
+        )?;
+        self.modify(
+            &ModifyQp::to(QpState::Rts)
+                .sq_psn(p.sq_psn)
+                .timeout(p.timeout)
+                .retry_cnt(p.retry_cnt)
+                .rnr_retry(p.rnr_retry)
+                .max_rd_atomic(rd_atomic),
+        )
+    }
+
+    /// Takes a UD QP from RESET (or INIT) to RTS with Q_Key `qkey` and first PSN `sq_psn`, on
+    /// port 1 and P_Key index 0.
+    pub fn ud_to_rts(&mut self, qkey: u32, sq_psn: u32) -> Result<()> {
+        if self.qp_type != QpType::Ud {
+            return Err(Error::invalid(format!("QP {:#x} is RC: use connect", self.qp_num())));
+        }
+        if self.state == QpState::Reset {
+            self.modify(&ModifyQp::to(QpState::Init).port_num(1).pkey_index(0).qkey(qkey))?;
+        } else if self.state != QpState::Init {
+            return Err(Error::wrong_state(format!(
+                "QP {:#x} is {}: ud_to_rts starts from RESET or INIT",
+                self.qp_num(),
+                self.state
+            )));
+        }
+        self.modify(&ModifyQp::to(QpState::Rtr))?;
+        self.modify(&ModifyQp::to(QpState::Rts).sq_psn(sq_psn))
     }
 
     /// `ibv_query_qp`: the attributes as the device holds them.
@@ -547,10 +671,31 @@ impl Qp {
         })
     }
 
-    /// `ibv_post_send`: posts a chain of work requests with one doorbell. As ibverbs: the
-    /// requests before the first failing one are posted; the failure names its index.
+    /// `ibv_post_send` on a connected (RC) QP: posts a chain of work requests with one
+    /// doorbell. As ibverbs: the requests before the first failing one are posted; the error
+    /// names the failing one ([`Error::work_request`]). A UD QP takes [`Qp::post_send_ud`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::*;
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let (pd, mut cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
+    /// let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    /// let mut qp = pd.create_qp(QpType::Rc, &cq).build()?;
+    /// let (_, gid) = ctx.default_gid().expect("an IPv4 GID");
+    /// qp.connect(&RcPeer { qp_num: qp.qp_num(), psn: 0, gid }, &ConnectParams::default())?;
+    /// // Write bytes 0..64 of the region onto bytes 1024..1088 of itself.
+    /// mr.write(0, &[7u8; 64])?;
+    /// let remote = Remote { addr: mr.addr() + 1024, rkey: mr.rkey() };
+    /// qp.post_send(&[SendWr::new(1, SendOp::Write { data: Payload::Sges(&[mr.sge(0, 64)]), remote, imm: None }).signaled()])?;
+    /// let mut wc = [Wc::default(); 1];
+    /// while cq.poll(&mut wc) == 0 {}
+    /// assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (1, WcStatus::Success, WcOpcode::RdmaWrite));
+    /// assert_eq!(mr.to_vec(1024, 64)?, vec![7u8; 64]);
+    /// # Ok(()) }
+    /// ```
     #[inline]
-    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         // One request (the most common post) of the short kind on an RC QP: straight through,
         // in a few registers; anything else in `post_send_chain`.
         if let [wr] = wrs
@@ -569,46 +714,49 @@ impl Qp {
 
     /// `post_send` for everything but a single short request.
     #[inline(never)]
-    fn post_send_chain(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), PostFailure> {
+    fn post_send_chain(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if !self.send_ok || self.fatal.load(Ordering::Relaxed) {
             return Err(self.refusal());
         }
-        let qp_type = self.qp_type;
+        if self.qp_type != QpType::Rc {
+            return Err(Error::post(0, PostWhy::WrongQpType, self.state));
+        }
         let buf = &self.qp.mem.buf;
         let mut chain = self.sq.begin();
-        if qp_type != QpType::Rc {
-            return post_send_rest(chain, buf, qp_type, 0, wrs);
-        }
-        // RC requests with one SGE and no inline data, while the ring has room known without
-        // reading the tail: a run of one opcode goes through one loop specialised for it (one
-        // compare per request, no calls, state in registers). At the first other request,
-        // `post_send_rest` takes over the rest of the chain.
+        // RC requests with one SGE, while the ring has room known without reading the tail: a
+        // run of one opcode goes through one loop specialised for it (one compare per request,
+        // no calls, state in registers). At the first other request, `post_send_rest` takes
+        // over the rest of the chain.
         let mut rest = wrs;
         while let Some(wr) = rest.first() {
             let before = rest.len();
             match wr.op {
-                SendOp::RdmaWrite { .. } => short_run(&mut chain, &mut rest, opcode::RDMA_WRITE, |op| match *op {
-                    SendOp::RdmaWrite { remote_addr: addr, rkey } => Some((0, Some(Remote { addr, rkey }))),
+                SendOp::Write { imm: None, .. } => {
+                    short_run(&mut chain, &mut rest, opcode::RDMA_WRITE, |op| match *op {
+                        SendOp::Write { data: Payload::Sges([sge]), remote, imm: None } => Some((0, Some(remote), sge)),
+                        _ => None,
+                    })
+                }
+                SendOp::Send { imm: None, .. } => short_run(&mut chain, &mut rest, opcode::SEND, |op| match *op {
+                    SendOp::Send { data: Payload::Sges([sge]), imm: None } => Some((0, None, sge)),
                     _ => None,
                 }),
-                SendOp::Send => short_run(&mut chain, &mut rest, opcode::SEND, |op| match *op {
-                    SendOp::Send => Some((0, None)),
-                    _ => None,
-                }),
-                SendOp::SendWithImm(_) => short_run(&mut chain, &mut rest, opcode::SEND_IMM, |op| match *op {
-                    SendOp::SendWithImm(imm) => Some((imm, None)),
-                    _ => None,
-                }),
-                SendOp::RdmaWriteWithImm { .. } => {
+                SendOp::Send { imm: Some(_), .. } => {
+                    short_run(&mut chain, &mut rest, opcode::SEND_IMM, |op| match *op {
+                        SendOp::Send { data: Payload::Sges([sge]), imm: Some(imm) } => Some((imm, None, sge)),
+                        _ => None,
+                    })
+                }
+                SendOp::Write { imm: Some(_), .. } => {
                     short_run(&mut chain, &mut rest, opcode::RDMA_WRITE_IMM, |op| match *op {
-                        SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm } => {
-                            Some((imm, Some(Remote { addr, rkey })))
+                        SendOp::Write { data: Payload::Sges([sge]), remote, imm: Some(imm) } => {
+                            Some((imm, Some(remote), sge))
                         }
                         _ => None,
                     })
                 }
-                SendOp::RdmaRead { .. } => short_run(&mut chain, &mut rest, opcode::RDMA_READ, |op| match *op {
-                    SendOp::RdmaRead { remote_addr: addr, rkey } => Some((0, Some(Remote { addr, rkey }))),
+                SendOp::Read { .. } => short_run(&mut chain, &mut rest, opcode::RDMA_READ, |op| match *op {
+                    SendOp::Read { into: [sge], remote } => Some((0, Some(remote), sge)),
                     _ => None,
                 }),
                 _ => break,
@@ -618,33 +766,71 @@ impl Qp {
             }
         }
         if !rest.is_empty() {
-            return post_send_rest(chain, buf, qp_type, wrs.len() - rest.len(), rest);
+            return post_send_rest(chain, buf, wrs.len() - rest.len(), rest);
         }
         chain.finish();
         Ok(())
     }
 
+    /// `ibv_post_send` on a UD QP: datagrams to the destinations their requests name, with one
+    /// doorbell. As ibverbs: the requests before the first failing one are posted.
+    pub fn post_send_ud(&mut self, wrs: &[UdSendWr<'_>]) -> Result<()> {
+        if !self.send_ok || self.fatal.load(Ordering::Relaxed) {
+            return Err(self.refusal());
+        }
+        if self.qp_type != QpType::Ud {
+            return Err(Error::post(0, PostWhy::WrongQpType, self.state));
+        }
+        let buf = &self.qp.mem.buf;
+        let mut chain = self.sq.begin();
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            let av = wr.dest.ah.av.for_remote(wr.dest.remote_qpn, wr.dest.remote_qkey);
+            let (op, imm) = match wr.imm {
+                Some(imm) => (opcode::SEND_IMM, imm),
+                None => (opcode::SEND, 0),
+            };
+            let (sges, inline) = match wr.data {
+                Payload::Sges(s) => (s, None),
+                Payload::Inline(b) => (&[][..], Some(b)),
+            };
+            let w = SendWqe {
+                wr_id: wr.wr_id,
+                opcode: op,
+                send_flags: wr.flags.0 & 7,
+                imm,
+                remote: Remote::default(),
+                atomic: (0, 0),
+                sges,
+                inline,
+                av: Some(&av),
+            };
+            if let Err(e) = chain.with_queue(|sq| sq.write_wqe(buf, &w)) {
+                result = Err(post_error(i, e));
+                break;
+            }
+        }
+        chain.finish();
+        result
+    }
+
     /// Why this QP refuses posts now: the device is dead, or the state does not allow them.
     #[cold]
-    fn refusal(&self) -> PostFailure {
-        let kind = if self.fatal.load(Ordering::Relaxed) {
-            PostFailureKind::DeviceFatal
-        } else {
-            PostFailureKind::WrongState(self.state)
-        };
-        PostFailure { index: 0, kind }
+    fn refusal(&self) -> Error {
+        let why = if self.fatal.load(Ordering::Relaxed) { PostWhy::DeviceFatal } else { PostWhy::WrongState };
+        Error::post(0, why, self.state)
     }
 
     /// `ibv_post_recv`.
     #[inline]
-    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         // The RQ is closed in RESET (see `modify`). As ibverbs (and `Srq::post_recv`), no
         // device-state check: receives posted to a dead device are harmless and never complete;
         // the fatal state shows in sends, control calls and the async event.
         match &mut self.rq {
             Some(rq) => post_recv_chain(rq, wrs),
             // Attached to an SRQ: post there.
-            None => Err(PostFailure { index: 0, kind: PostFailureKind::InvalidRequest }),
+            None => Err(Error::post(0, PostWhy::NoRecvQueue, self.state)),
         }
     }
 
@@ -665,7 +851,7 @@ impl Drop for Qp {
 /// at the first other one, [`post_recv_rest`] takes over the rest of the chain (out of line, so
 /// this loop keeps its state in registers).
 #[inline(always)]
-fn post_recv_chain(rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+fn post_recv_chain(rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> Result<()> {
     let mut rest = wrs;
     while let [wr, tail @ ..] = rest {
         match wr.sg_list {
@@ -680,11 +866,11 @@ fn post_recv_chain(rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> std::result::Resul
 /// The rest of a receive chain from index `first` on, any request shape; rings the doorbell
 /// record.
 #[inline(never)]
-fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> std::result::Result<(), PostFailure> {
+fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> Result<()> {
     let mut result = Ok(());
     for (i, wr) in rest.iter().enumerate() {
         if let Err(e) = rq.write_wqe(wr.wr_id, wr.sg_list) {
-            result = Err(PostFailure::from_driver(first + i, e));
+            result = Err(post_error(first + i, e));
             break;
         }
     }
@@ -692,102 +878,94 @@ fn post_recv_rest(rq: &mut RecvQueue, first: usize, rest: &[RecvWr<'_>]) -> std:
     result
 }
 
-/// Writes `wr` if it takes the short path (one non-empty SGE, no inline data, SEND(_IMM),
-/// RDMA_WRITE(_IMM) or RDMA_READ) and the ring has room known without reading the tail.
+/// Writes `wr` if it takes the short path (SEND(_IMM), RDMA_WRITE(_IMM) or RDMA_READ with one
+/// non-empty SGE) and the ring has room known without reading the tail.
 #[inline(always)]
 fn short_one(chain: &mut SqChain<'_, Dev>, wr: &SendWr<'_>) -> bool {
-    let [sge] = wr.sg_list else { return false };
-    let (id, flags) = (wr.wr_id, wr.send_flags.0);
-    if flags & SendFlags::INLINE.0 != 0 || sge.is_empty() || !chain.has_room() {
-        return false;
-    }
+    let (id, flags) = (wr.wr_id, wr.flags.0);
     // One specialised copy per opcode (not `short_form`): a single merged call costs the
     // one-request post about 20 instructions.
     match wr.op {
-        SendOp::RdmaWrite { remote_addr: addr, rkey } => {
-            chain.put_simple(id, opcode::RDMA_WRITE, flags, 0, Some(Remote { addr, rkey }), sge)
+        SendOp::Write { data: Payload::Sges([sge]), remote, imm: None } if !sge.is_empty() && chain.has_room() => {
+            chain.put_simple(id, opcode::RDMA_WRITE, flags, 0, Some(remote), sge)
         }
-        SendOp::Send => chain.put_simple(id, opcode::SEND, flags, 0, None, sge),
-        SendOp::SendWithImm(imm) => chain.put_simple(id, opcode::SEND_IMM, flags, imm, None, sge),
-        SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm } => {
-            chain.put_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(Remote { addr, rkey }), sge)
+        SendOp::Send { data: Payload::Sges([sge]), imm: None } if !sge.is_empty() && chain.has_room() => {
+            chain.put_simple(id, opcode::SEND, flags, 0, None, sge)
         }
-        SendOp::RdmaRead { remote_addr: addr, rkey } => {
-            chain.put_simple(id, opcode::RDMA_READ, flags, 0, Some(Remote { addr, rkey }), sge)
+        SendOp::Send { data: Payload::Sges([sge]), imm: Some(imm) } if !sge.is_empty() && chain.has_room() => {
+            chain.put_simple(id, opcode::SEND_IMM, flags, imm, None, sge)
+        }
+        SendOp::Write { data: Payload::Sges([sge]), remote, imm: Some(imm) } if !sge.is_empty() && chain.has_room() => {
+            chain.put_simple(id, opcode::RDMA_WRITE_IMM, flags, imm, Some(remote), sge)
+        }
+        SendOp::Read { into: [sge], remote } if !sge.is_empty() && chain.has_room() => {
+            chain.put_simple(id, opcode::RDMA_READ, flags, 0, Some(remote), sge)
         }
         _ => return false,
     }
     true
 }
 
-/// The WQE opcode, immediate and remote side of an operation the short path takes (SEND,
-/// RDMA WRITE and READ, with or without immediate); `None` for the others (atomics).
+/// The WQE opcode, immediate, remote side and SGE of a request the short path takes (SEND,
+/// RDMA WRITE and READ, with or without immediate, one SGE); `None` for the others.
 #[inline(always)]
-fn short_form(op: &SendOp) -> Option<(u8, u32, Option<Remote>)> {
+fn short_form<'a>(op: &SendOp<'a>) -> Option<(u8, u32, Option<Remote>, &'a Sge)> {
     Some(match *op {
-        SendOp::RdmaWrite { remote_addr: addr, rkey } => (opcode::RDMA_WRITE, 0, Some(Remote { addr, rkey })),
-        SendOp::Send => (opcode::SEND, 0, None),
-        SendOp::SendWithImm(imm) => (opcode::SEND_IMM, imm, None),
-        SendOp::RdmaWriteWithImm { remote_addr: addr, rkey, imm } => {
-            (opcode::RDMA_WRITE_IMM, imm, Some(Remote { addr, rkey }))
+        SendOp::Write { data: Payload::Sges([sge]), remote, imm: None } => (opcode::RDMA_WRITE, 0, Some(remote), sge),
+        SendOp::Send { data: Payload::Sges([sge]), imm: None } => (opcode::SEND, 0, None, sge),
+        SendOp::Send { data: Payload::Sges([sge]), imm: Some(imm) } => (opcode::SEND_IMM, imm, None, sge),
+        SendOp::Write { data: Payload::Sges([sge]), remote, imm: Some(imm) } => {
+            (opcode::RDMA_WRITE_IMM, imm, Some(remote), sge)
         }
-        SendOp::RdmaRead { remote_addr: addr, rkey } => (opcode::RDMA_READ, 0, Some(Remote { addr, rkey })),
+        SendOp::Read { into: [sge], remote } => (opcode::RDMA_READ, 0, Some(remote), sge),
         _ => return None,
     })
 }
 
 /// Writes the leading requests of `rest` that are all `opcode` (as `extract` recognises them,
-/// giving the immediate and the remote side), have one non-empty SGE and no inline data, as
-/// many as the ring has room for without reading the tail; advances `rest` past them.
+/// giving the immediate, the remote side and the one SGE) with a non-empty SGE, as many as the
+/// ring has room for without reading the tail; advances `rest` past them.
 #[inline(always)]
-fn short_run(
+fn short_run<'a>(
     chain: &mut SqChain<'_, Dev>,
-    rest: &mut &[SendWr<'_>],
+    rest: &mut &[SendWr<'a>],
     opcode: u8,
-    extract: impl Fn(&SendOp) -> Option<(u32, Option<Remote>)>,
+    extract: impl Fn(&SendOp<'a>) -> Option<(u32, Option<Remote>, &'a Sge)>,
 ) {
     let room = (chain.room() as usize).min(rest.len());
     let mut done = 0;
     for wr in &rest[..room] {
-        let Some((imm, remote)) = extract(&wr.op) else { break };
-        let [sge] = wr.sg_list else { break };
-        if wr.send_flags.0 & SendFlags::INLINE.0 != 0 || sge.is_empty() {
+        let Some((imm, remote, sge)) = extract(&wr.op) else { break };
+        if sge.is_empty() {
             break;
         }
-        chain.put_simple(wr.wr_id, opcode, wr.send_flags.0, imm, remote, sge);
+        chain.put_simple(wr.wr_id, opcode, wr.flags.0, imm, remote, sge);
         done += 1;
     }
     *rest = &rest[done..];
 }
 
-/// The rest of a send chain from index `first` on, any request shape: RC short-path requests
+/// The rest of an RC send chain from index `first` on, any request shape: short-path requests
 /// (with the tail read when the ring looks full), everything else through
 /// [`write_send_general`]. Ends the chain (doorbell). Out of line, so the caller's loop stays
 /// free of calls.
 #[inline(never)]
-fn post_send_rest(
-    mut chain: SqChain<'_, Dev>,
-    buf: &DmaMemory,
-    qp_type: QpType,
-    first: usize,
-    rest: &[SendWr<'_>],
-) -> std::result::Result<(), PostFailure> {
+fn post_send_rest(mut chain: SqChain<'_, Dev>, buf: &DmaMemory, first: usize, rest: &[SendWr<'_>]) -> Result<()> {
     let mut result = Ok(());
     for (i, wr) in rest.iter().enumerate() {
-        let (id, flags) = (wr.wr_id, wr.send_flags.0);
-        let short = qp_type == QpType::Rc && flags & SendFlags::INLINE.0 == 0;
-        let r = match (wr.sg_list, short_form(&wr.op)) {
-            ([sge], Some((op, imm, remote))) if short => chain.write_simple(id, op, flags, imm, remote, sge),
-            _ => match chain.with_queue(|sq| write_send_general(sq, buf, qp_type, wr)) {
+        let (id, flags) = (wr.wr_id, wr.flags.0);
+        let r = match short_form(&wr.op) {
+            Some((op, imm, remote, sge)) => chain.write_simple(id, op, flags, imm, remote, sge),
+            None => match chain.with_queue(|sq| write_send_general(sq, buf, wr)) {
                 Ok(()) => Ok(()),
-                Err(kind) => {
-                    result = Err(PostFailure { index: first + i, kind });
+                Err(why) => {
+                    result = Err(Error::post(first + i, why, QpState::Rts));
                     break;
                 }
             },
         };
         if let Err(e) = r {
-            result = Err(PostFailure::from_driver(first + i, e));
+            result = Err(post_error(first + i, e));
             break;
         }
     }
@@ -795,68 +973,39 @@ fn post_send_rest(
     result
 }
 
-/// Any send WR the short path does not take: UD, inline data, SGE lists, atomics.
+/// Any RC send WR the short path does not take: inline data, SGE lists, atomics.
 #[inline(never)]
-fn write_send_general(
-    sq: &mut SendQueue<Dev>,
-    buf: &DmaMemory,
-    qp_type: QpType,
-    wr: &SendWr<'_>,
-) -> std::result::Result<(), PostFailureKind> {
-    let invalid = PostFailureKind::InvalidRequest;
-    let (op, imm, remote, atomic) = match wr.op {
-        SendOp::Send => (opcode::SEND, 0, Default::default(), (0, 0)),
-        SendOp::SendWithImm(imm) => (opcode::SEND_IMM, imm, Default::default(), (0, 0)),
-        SendOp::RdmaWrite { remote_addr, rkey } => {
-            (opcode::RDMA_WRITE, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
+fn write_send_general(sq: &mut SendQueue<Dev>, buf: &DmaMemory, wr: &SendWr<'_>) -> std::result::Result<(), PostWhy> {
+    let (op, imm, remote, atomic, data) = match &wr.op {
+        SendOp::Send { data, imm: None } => (opcode::SEND, 0, Remote::default(), (0, 0), *data),
+        SendOp::Send { data, imm: Some(imm) } => (opcode::SEND_IMM, *imm, Remote::default(), (0, 0), *data),
+        SendOp::Write { data, remote, imm: None } => (opcode::RDMA_WRITE, 0, *remote, (0, 0), *data),
+        SendOp::Write { data, remote, imm: Some(imm) } => (opcode::RDMA_WRITE_IMM, *imm, *remote, (0, 0), *data),
+        SendOp::Read { into, remote } => (opcode::RDMA_READ, 0, *remote, (0, 0), Payload::Sges(into)),
+        SendOp::CompareSwap { result, remote, compare, swap } => {
+            (opcode::ATOMIC_CS, 0, *remote, (*swap, *compare), Payload::Sges(std::slice::from_ref(result)))
         }
-        SendOp::RdmaWriteWithImm { remote_addr, rkey, imm } => {
-            (opcode::RDMA_WRITE_IMM, imm, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
-        }
-        SendOp::RdmaRead { remote_addr, rkey } => {
-            (opcode::RDMA_READ, 0, datapath::Remote { addr: remote_addr, rkey }, (0, 0))
-        }
-        SendOp::AtomicCmpAndSwp { remote_addr, rkey, compare_add, swap } => {
-            (opcode::ATOMIC_CS, 0, datapath::Remote { addr: remote_addr, rkey }, (swap, compare_add))
-        }
-        SendOp::AtomicFetchAndAdd { remote_addr, rkey, compare_add } => {
-            (opcode::ATOMIC_FA, 0, datapath::Remote { addr: remote_addr, rkey }, (compare_add, 0))
+        SendOp::FetchAdd { result, remote, add } => {
+            (opcode::ATOMIC_FA, 0, *remote, (*add, 0), Payload::Sges(std::slice::from_ref(result)))
         }
     };
-    let ud = qp_type == QpType::Ud;
-    if ud && !matches!(op, opcode::SEND | opcode::SEND_IMM) {
-        return Err(invalid);
+    if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) && !matches!(data, Payload::Sges([r]) if r.length() == 8) {
+        return Err(PostWhy::AtomicLength);
     }
-    let av_buf;
-    let av = if ud {
-        let d = wr.ud.ok_or(invalid)?;
-        av_buf = d.ah.av.for_remote(d.remote_qpn, d.remote_qkey);
-        Some(&av_buf)
-    } else {
-        None
-    };
-    let is_atomic = matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA);
-    if is_atomic && (wr.sg_list.len() != 1 || wr.sg_list[0].length() != 8) {
-        return Err(invalid);
-    }
-    let inline = if wr.send_flags.contains(SendFlags::INLINE) {
-        if op == opcode::RDMA_READ || is_atomic {
-            return Err(invalid);
-        }
-        Some(wr.inline_data.ok_or(invalid)?)
-    } else {
-        None
+    let (sges, inline) = match data {
+        Payload::Sges(s) => (s, None),
+        Payload::Inline(b) => (&[][..], Some(b)),
     };
     let w = SendWqe {
         wr_id: wr.wr_id,
         opcode: op,
-        send_flags: wr.send_flags.0 & 7,
+        send_flags: wr.flags.0 & 7,
         imm,
         remote,
         atomic,
-        sges: wr.sg_list,
+        sges,
         inline,
-        av,
+        av: None,
     };
-    sq.write_wqe(buf, &w).map_err(|e| PostFailure::from_driver(0, e).kind)
+    sq.write_wqe(buf, &w).map_err(post_why)
 }

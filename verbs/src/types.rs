@@ -226,8 +226,6 @@ impl SendFlags {
     pub const SIGNALED: SendFlags = SendFlags(2);
     /// IBV_SEND_SOLICITED.
     pub const SOLICITED: SendFlags = SendFlags(4);
-    /// IBV_SEND_INLINE.
-    pub const INLINE: SendFlags = SendFlags(8);
     /// Whether every flag of `o` is set.
     pub fn contains(self, o: SendFlags) -> bool {
         self.0 & o.0 == o.0
@@ -284,31 +282,6 @@ impl QpAttrMask {
     pub const CAP: QpAttrMask = QpAttrMask(1 << 19);
     pub const DEST_QPN: QpAttrMask = QpAttrMask(1 << 20);
 
-    /// The attributes ibverbs requires for RC RESET -> INIT (with STATE).
-    pub const RC_INIT: QpAttrMask =
-        QpAttrMask(Self::STATE.0 | Self::PKEY_INDEX.0 | Self::PORT.0 | Self::ACCESS_FLAGS.0);
-    /// The attributes ibverbs requires for RC INIT -> RTR (with STATE).
-    pub const RC_RTR: QpAttrMask = QpAttrMask(
-        Self::STATE.0
-            | Self::AV.0
-            | Self::PATH_MTU.0
-            | Self::DEST_QPN.0
-            | Self::RQ_PSN.0
-            | Self::MAX_DEST_RD_ATOMIC.0
-            | Self::MIN_RNR_TIMER.0,
-    );
-    /// The attributes ibverbs requires for RC RTR -> RTS (with STATE).
-    pub const RC_RTS: QpAttrMask = QpAttrMask(
-        Self::STATE.0
-            | Self::SQ_PSN.0
-            | Self::TIMEOUT.0
-            | Self::RETRY_CNT.0
-            | Self::RNR_RETRY.0
-            | Self::MAX_QP_RD_ATOMIC.0,
-    );
-    /// The attributes ibverbs requires for UD RESET -> INIT (with STATE).
-    pub const UD_INIT: QpAttrMask = QpAttrMask(Self::STATE.0 | Self::PKEY_INDEX.0 | Self::PORT.0 | Self::QKEY.0);
-
     /// Whether every bit of `o` is set.
     pub fn contains(self, o: QpAttrMask) -> bool {
         self.0 & o.0 == o.0
@@ -362,113 +335,6 @@ impl fmt::Debug for Gid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
-}
-
-/// A scatter/gather element (`struct ibv_sge`): address, length, lkey.
-pub use umlx_driver::datapath::Sge;
-
-/// The work-request body of `struct ibv_send_wr` for each opcode.
-#[derive(Clone, Copy, Debug)]
-pub enum SendOp {
-    /// IBV_WR_SEND.
-    Send,
-    /// IBV_WR_SEND_WITH_IMM.
-    SendWithImm(u32),
-    /// IBV_WR_RDMA_WRITE.
-    RdmaWrite {
-        /// Remote address.
-        remote_addr: u64,
-        /// Remote key.
-        rkey: u32,
-    },
-    /// IBV_WR_RDMA_WRITE_WITH_IMM.
-    RdmaWriteWithImm {
-        /// Remote address.
-        remote_addr: u64,
-        /// Remote key.
-        rkey: u32,
-        /// Immediate data.
-        imm: u32,
-    },
-    /// IBV_WR_RDMA_READ.
-    RdmaRead {
-        /// Remote address.
-        remote_addr: u64,
-        /// Remote key.
-        rkey: u32,
-    },
-    /// IBV_WR_ATOMIC_CMP_AND_SWP.
-    AtomicCmpAndSwp {
-        /// Remote address (8-byte aligned).
-        remote_addr: u64,
-        /// Remote key.
-        rkey: u32,
-        /// Compare value.
-        compare_add: u64,
-        /// Swap value.
-        swap: u64,
-    },
-    /// IBV_WR_ATOMIC_FETCH_AND_ADD.
-    AtomicFetchAndAdd {
-        /// Remote address (8-byte aligned).
-        remote_addr: u64,
-        /// Remote key.
-        rkey: u32,
-        /// Value to add.
-        compare_add: u64,
-    },
-}
-
-impl SendOp {
-    /// The ibverbs opcode.
-    pub fn opcode(&self) -> WrOpcode {
-        match self {
-            SendOp::Send => WrOpcode::Send,
-            SendOp::SendWithImm(_) => WrOpcode::SendWithImm,
-            SendOp::RdmaWrite { .. } => WrOpcode::RdmaWrite,
-            SendOp::RdmaWriteWithImm { .. } => WrOpcode::RdmaWriteWithImm,
-            SendOp::RdmaRead { .. } => WrOpcode::RdmaRead,
-            SendOp::AtomicCmpAndSwp { .. } => WrOpcode::AtomicCmpAndSwp,
-            SendOp::AtomicFetchAndAdd { .. } => WrOpcode::AtomicFetchAndAdd,
-        }
-    }
-}
-
-/// `struct ibv_send_wr` (one request; a chain is a slice).
-#[derive(Clone, Copy, Debug)]
-pub struct SendWr<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Gather list (ignored with `inline_data`).
-    pub sg_list: &'a [Sge],
-    /// Opcode and operands.
-    pub op: SendOp,
-    /// IBV_SEND_* flags.
-    pub send_flags: SendFlags,
-    /// Data copied into the WQE (IBV_SEND_INLINE).
-    pub inline_data: Option<&'a [u8]>,
-    /// UD: address handle, remote QPN and Q_Key.
-    pub ud: Option<UdDest<'a>>,
-}
-
-/// The UD part of a send work request (`wr.ud`).
-#[derive(Clone, Copy, Debug)]
-pub struct UdDest<'a> {
-    /// Address handle.
-    pub ah: &'a crate::Ah,
-    /// Remote QPN.
-    pub remote_qpn: u32,
-    /// Remote Q_Key.
-    pub remote_qkey: u32,
-}
-
-/// `struct ibv_recv_wr` (one request).
-#[derive(Clone, Copy, Debug)]
-pub struct RecvWr<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Scatter list.
-    pub sg_list: &'a [Sge],
 }
 
 /// `struct ibv_wc`.

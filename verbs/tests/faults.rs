@@ -4,8 +4,6 @@
 
 #![forbid(unsafe_code)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome};
 use umlx_sim::fabric::Fabric;
@@ -21,16 +19,6 @@ struct Pair {
     _pd: Pd,
 }
 
-fn connect(qp: &mut Qp, dest: u32, dgid: Gid) {
-    let access = AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE;
-    common::connect_rc(
-        qp,
-        dest,
-        dgid,
-        common::RcParams { psn: 0, access, rd_atomic: 1, timeout: 10, retry_cnt: 7, rnr_retry: 7 },
-    );
-}
-
 fn endpoint(fabric: &Fabric, n: u8) -> Pair {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
@@ -39,8 +27,7 @@ fn endpoint(fabric: &Fabric, n: u8) -> Pair {
     let ctx = Context::attach_sim(dev.clone(), &format!("f{n}"), ips).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(256, None).unwrap();
-    let cap = QpCap { max_send_wr: 64, max_recv_wr: 8, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
-    let qp = pd.create_qp(QpType::Rc, &cq, &cq, None, QpInitCap { cap, sq_sig_all: true }).unwrap();
+    let qp = pd.create_qp(QpType::Rc, &cq).max_send_wr(64).max_recv_wr(8).sq_sig_all(true).build().unwrap();
     let mr = pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
     Pair { ctx, dev, cq, qp, mr, _pd: pd }
 }
@@ -52,9 +39,19 @@ fn pair(n: u8) -> (Fabric, Pair, Pair) {
     let (ga, gb) = (a.ctx.query_gid(1, 1).unwrap(), b.ctx.query_gid(1, 1).unwrap());
     a.ctx.add_neighbor(gb.to_ip(), b.ctx.mac());
     b.ctx.add_neighbor(ga.to_ip(), a.ctx.mac());
+    // From GID index 1, path MTU 1024, PSN 0 both ways; a short ACK timeout (10: 4 ms).
+    let params = ConnectParams {
+        path_mtu: Some(Mtu::Mtu1024),
+        sgid_index: Some(1),
+        access: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+        rd_atomic: Some(1),
+        min_rnr_timer: 1,
+        timeout: 10,
+        ..Default::default()
+    };
     let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-    connect(&mut a.qp, qb, gb);
-    connect(&mut b.qp, qa, ga);
+    a.qp.connect(&RcPeer { qp_num: qb, psn: 0, gid: gb }, &params).unwrap();
+    b.qp.connect(&RcPeer { qp_num: qa, psn: 0, gid: ga }, &params).unwrap();
     (fabric, a, b)
 }
 
@@ -65,15 +62,9 @@ fn traffic(a: &mut Pair, b: &Pair, n: u64, mut during: impl FnMut(&mut Pair)) {
         let data: Vec<u8> = (0..1024u32).map(|k| (k as u64 ^ i) as u8).collect();
         a.mr.write(0, &data).unwrap();
         let s = [a.mr.sge(0, 1024)];
-        a.qp.post_send(&[SendWr {
-            wr_id: i,
-            sg_list: &s,
-            op: SendOp::RdmaWrite { remote_addr: b.mr.addr() + 4096, rkey: b.mr.rkey() },
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .unwrap();
+        let remote = Remote { addr: b.mr.addr() + 4096, rkey: b.mr.rkey() };
+        a.qp.post_send(&[SendWr::new(i, SendOp::Write { data: Payload::Sges(&s), remote, imm: None }).signaled()])
+            .unwrap();
         let start = Instant::now();
         loop {
             let k = a.cq.poll(&mut wc);
@@ -118,21 +109,16 @@ fn a_health_failure_during_traffic_fails_every_object_and_leaves_nothing_mapped(
     // The next control operation reports the fatal state, naming the syndrome.
     let e = a.ctx.alloc_pd().unwrap_err();
     assert!(e.to_string().contains("fatal") && e.to_string().contains("HW_FTL_ERR"), "{e}");
-    assert!(matches!(a.ctx.get_async_event(), Err(Error::Driver(umlx_driver::Error::DeviceFatal { .. }))));
+    let e = a.ctx.get_async_event().unwrap_err();
+    assert_eq!((e.kind(), e.errno()), (ErrorKind::DeviceFatal, libc::EIO), "{e}");
+    assert!(matches!(e.driver_error(), Some(umlx_driver::Error::DeviceFatal { .. })), "{e:?}");
     assert!(a.ctx.hca().is_fatal());
     // The data path refuses work from now on instead of posting into a dead device.
     let sge = [a.mr.sge(0, 8)];
     let e =
-        a.qp.post_send(&[SendWr {
-            wr_id: 1,
-            sg_list: &sge,
-            op: SendOp::Send,
-            send_flags: SendFlags::SIGNALED,
-            inline_data: None,
-            ud: None,
-        }])
-        .unwrap_err();
-    assert_eq!((e.kind, e.errno()), (PostFailureKind::DeviceFatal, 5));
+        a.qp.post_send(&[SendWr::new(1, SendOp::Send { data: Payload::Sges(&sge), imm: None }).signaled()])
+            .unwrap_err();
+    assert_eq!((e.kind(), e.errno(), e.work_request()), (ErrorKind::DeviceFatal, libc::EIO, Some(0)));
     let dev = a.dev.clone();
     drop(a);
     assert_eq!(dev.page_accounting().mappings, 0, "every DMA mapping is gone after the fatal device is closed");
@@ -150,11 +136,10 @@ fn a_failed_page_delivery_at_bring_up_is_reported_and_leaves_nothing_mapped() {
     });
     let ips = cfg.ips.clone();
     let dev = SimDevice::new(cfg);
-    match Context::attach_sim(dev.clone(), "p", ips) {
-        Err(Error::Driver(umlx_driver::Error::Command { opcode, status, syndrome, .. })) => {
-            assert_eq!((opcode, status, syndrome), (CmdOpcode::MANAGE_PAGES, CmdStatus::NO_RES_ERR, 0x1234));
-        }
-        other => panic!("expected the MANAGE_PAGES failure, got {:?}", other.map(|_| ())),
-    }
+    let e = Context::attach_sim(dev.clone(), "p", ips).map(|_| ()).expect_err("the MANAGE_PAGES failure");
+    let want =
+        ErrorKind::CommandFailed { opcode: CmdOpcode::MANAGE_PAGES, status: CmdStatus::NO_RES_ERR, syndrome: 0x1234 };
+    assert_eq!(e.kind(), want, "{e}");
+    assert!(matches!(e.driver_error(), Some(umlx_driver::Error::Command { .. })), "{e:?}");
     assert_eq!(dev.page_accounting().mappings, 0);
 }

@@ -22,13 +22,12 @@ fn fails_then_flushes(
     a: &mut Side,
     b: &Side,
     o: &RcOpts,
-    sg: &[Sge],
     op: SendOp,
     status: &[WcStatus],
     what: &str,
 ) -> Result {
     let (mut qa, _qb) = rc_pair(a, b, default_caps(), o)?;
-    qa.post_send(&[wr(1, sg, op), wr(2, &[a.mr.sge(0, 8)], SendOp::Send)])?;
+    qa.post_send(&[wr(1, op), wr(2, send(&[a.mr.sge(0, 8)]))])?;
     let w = wait_wcs(&mut a.cq, 2, env.timeout)?;
     ensure!(
         w[0].wr_id == 1 && status.contains(&w[0].status),
@@ -55,22 +54,22 @@ pub fn err_bad_lkey(env: &mut Env) -> Result<Outcome> {
         (a.mr.sge(a.mr.len() - 4, 8), "SGE past the end of the MR"),
     ];
     for (sge, what) in cases {
-        fails_then_flushes(env, &mut a, &b, &o, &[sge], write_to(&b.mr, 0), &[WcStatus::LocProtErr], what)?;
+        fails_then_flushes(env, &mut a, &b, &o, write(&[sge], &b.mr, 0), &[WcStatus::LocProtErr], what)?;
         untouched(what, &b.mr, 0, 64, GUARD)?;
     }
     // READ and atomic results land in local memory: the local MR needs LOCAL_WRITE.
     let no_local_write = a.pd.reg_mr(vec![GUARD; 4096], AccessFlags::REMOTE_READ)?;
     let s = [no_local_write.sge(0, 8)];
     let what = "READ into an MR without local write";
-    fails_then_flushes(env, &mut a, &b, &o, &s, read_from(&b.mr, 0), &[WcStatus::LocProtErr], what)?;
-    let faa = SendOp::AtomicFetchAndAdd { remote_addr: b.mr.addr() + 64, rkey: b.mr.rkey(), compare_add: 1 };
+    fails_then_flushes(env, &mut a, &b, &o, read(&s, &b.mr, 0), &[WcStatus::LocProtErr], what)?;
+    let faa = SendOp::FetchAdd { result: s[0], remote: at(&b.mr, 64), add: 1 };
     let what = "atomic result into an MR without local write";
-    fails_then_flushes(env, &mut a, &b, &o, &s, faa, &[WcStatus::LocProtErr], what)?;
+    fails_then_flushes(env, &mut a, &b, &o, faa, &[WcStatus::LocProtErr], what)?;
     untouched("an MR without local write", &no_local_write, 0, 4096, GUARD)?;
     // A bad lkey in a receive WQE: the responder cannot place the data.
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &o)?;
     qb.post_recv(&[recv(9, &[Sge::new(b.mr.addr(), 64, b.mr.lkey() ^ 0x7700)])])?;
-    qa.post_send(&[wr(3, &[a.mr.sge(0, 16)], SendOp::Send)])?;
+    qa.post_send(&[wr(3, send(&[a.mr.sge(0, 16)]))])?;
     let w = wait_wcs(&mut b.cq, 1, env.timeout)?;
     ensure!(
         w[0].wr_id == 9 && matches!(w[0].status, WcStatus::LocProtErr | WcStatus::LocAccessErr),
@@ -94,13 +93,14 @@ pub fn err_bad_rkey(env: &mut Env) -> Result<Outcome> {
     let s = [a.mr.sge(0, 16)];
     let s8 = [a.mr.sge(0, 8)];
     let rae = [WcStatus::RemAccessErr];
-    let f = |env: &Env, a: &mut Side, sg: &[Sge], op, what| fails_then_flushes(env, a, &b, &o, sg, op, &rae, what);
-    f(env, &mut a, &s, SendOp::RdmaWrite { remote_addr: addr, rkey: bad }, "WRITE with a corrupted rkey")?;
-    f(env, &mut a, &s, SendOp::RdmaRead { remote_addr: addr, rkey: bad }, "READ with a corrupted rkey")?;
-    let faa = SendOp::AtomicFetchAndAdd { remote_addr: addr, rkey: bad, compare_add: 1 };
-    f(env, &mut a, &s8, faa, "atomic with a corrupted rkey")?;
-    let past = write_to(&b.mr, b.mr.len() - 8);
-    f(env, &mut a, &s, past, "WRITE running past the end of the remote MR")?;
+    let f = |env: &Env, a: &mut Side, op, what| fails_then_flushes(env, a, &b, &o, op, &rae, what);
+    let remote = Remote { addr, rkey: bad };
+    f(env, &mut a, SendOp::Write { data: Payload::Sges(&s), remote, imm: None }, "WRITE with a corrupted rkey")?;
+    f(env, &mut a, SendOp::Read { into: &s, remote }, "READ with a corrupted rkey")?;
+    let faa = SendOp::FetchAdd { result: s8[0], remote, add: 1 };
+    f(env, &mut a, faa, "atomic with a corrupted rkey")?;
+    let past = write(&s, &b.mr, b.mr.len() - 8);
+    f(env, &mut a, past, "WRITE running past the end of the remote MR")?;
     untouched("remote memory after bad-rkey requests", &b.mr, 0, 64, GUARD)?;
     untouched("the end of the remote MR", &b.mr, b.mr.len() - 64, 64, GUARD)?;
     Ok(Outcome::Passed)
@@ -120,10 +120,10 @@ pub fn err_access_violation(env: &mut Env) -> Result<Outcome> {
     let s = [a.mr.sge(0, 16)];
     let s8 = [a.mr.sge(0, 8)];
     let rae = [WcStatus::RemAccessErr];
-    fails_then_flushes(env, &mut a, &b, &o, &s, write_to(&read_only, 0), &rae, "WRITE to an MR without remote write")?;
-    fails_then_flushes(env, &mut a, &b, &o, &s, read_from(&write_only, 0), &rae, "READ of an MR without remote read")?;
-    let faa = SendOp::AtomicFetchAndAdd { remote_addr: write_only.addr(), rkey: write_only.rkey(), compare_add: 1 };
-    fails_then_flushes(env, &mut a, &b, &o, &s8, faa, &rae, "atomic on an MR without remote atomic")?;
+    fails_then_flushes(env, &mut a, &b, &o, write(&s, &read_only, 0), &rae, "WRITE to an MR without remote write")?;
+    fails_then_flushes(env, &mut a, &b, &o, read(&s, &write_only, 0), &rae, "READ of an MR without remote read")?;
+    let faa = SendOp::FetchAdd { result: s8[0], remote: at(&write_only, 0), add: 1 };
+    fails_then_flushes(env, &mut a, &b, &o, faa, &rae, "atomic on an MR without remote atomic")?;
     untouched("MR without remote write", &read_only, 0, 64, GUARD)?;
     untouched("MR without remote atomic", &write_only, 0, 64, GUARD)?;
 
@@ -131,11 +131,11 @@ pub fn err_access_violation(env: &mut Env) -> Result<Outcome> {
     b.mr.fill(0, 64, GUARD)?;
     let qp_read_only = RcOpts { access: AccessFlags::REMOTE_READ, ..o };
     let what = "WRITE to a QP without remote write";
-    fails_then_flushes(env, &mut a, &b, &qp_read_only, &s, write_to(&b.mr, 0), &either, what)?;
+    fails_then_flushes(env, &mut a, &b, &qp_read_only, write(&s, &b.mr, 0), &either, what)?;
     untouched("memory behind a QP without remote write", &b.mr, 0, 64, GUARD)?;
     let qp_write_only = RcOpts { access: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE, ..o };
     let what = "READ from a QP without remote read";
-    fails_then_flushes(env, &mut a, &b, &qp_write_only, &s, read_from(&b.mr, 0), &either, what)?;
+    fails_then_flushes(env, &mut a, &b, &qp_write_only, read(&s, &b.mr, 0), &either, what)?;
     Ok(Outcome::Passed)
 }
 
@@ -147,7 +147,7 @@ pub fn err_receive_too_small(env: &mut Env) -> Result<Outcome> {
     let t = env.timeout;
     b.mr.fill(0, 1024, GUARD)?;
     qb.post_recv(&[recv(1, &[b.mr.sge(0, 100)]), recv(2, &[b.mr.sge(512, 100)])])?;
-    qa.post_send(&[wr(10, &[a.mr.sge(0, 500)], SendOp::Send)])?;
+    qa.post_send(&[wr(10, send(&[a.mr.sge(0, 500)]))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 10, WcStatus::RemInvReqErr, WcOpcode::Send)?;
     let w = wait_wcs(&mut b.cq, 2, t)?;
@@ -169,10 +169,10 @@ pub fn err_rnr_retry_exhausted(env: &mut Env) -> Result<Outcome> {
     for retries in [0u8, 2] {
         let o = RcOpts { rnr_retry: retries, min_rnr_timer: 1, ..Default::default() };
         let what = format!("SEND without a receive, rnr_retry {retries}");
-        fails_then_flushes(env, &mut a, &b, &o, &s, SendOp::Send, &rnr, &what)?;
+        fails_then_flushes(env, &mut a, &b, &o, send(&s), &rnr, &what)?;
     }
     let (mut qa, mut qb) = rc_pair(&a, &b, default_caps(), &RcOpts { rnr_retry: 7, ..Default::default() })?;
-    qa.post_send(&[wr(5, &s, SendOp::Send)])?;
+    qa.post_send(&[wr(5, send(&s))])?;
     std::thread::sleep(Duration::from_millis(20));
     ensure_eq!(a.cq.poll(&mut [Wc::default(); 1]), 0, "completion before any receive was posted");
     qb.post_recv(&[recv(6, &[b.mr.sge(0, 64)])])?;
@@ -199,7 +199,7 @@ pub fn err_transport_retry_exhausted(env: &mut Env) -> Result<Outcome> {
     let o = RcOpts { timeout: 8, retry_cnt: 2, ..Default::default() };
     let s = [a.mr.sge(0, 16)];
     let rex = [WcStatus::RetryExcErr];
-    fails_then_flushes(env, &mut a, &b, &o, &s, write_to(&b.mr, 0), &rex, "WRITE over a dead link")?;
+    fails_then_flushes(env, &mut a, &b, &o, write(&s, &b.mr, 0), &rex, "WRITE over a dead link")?;
     ensure!(fabric.stats().lost >= 3, "fewer than 3 frames lost: {:?}", fabric.stats());
     Ok(Outcome::Passed)
 }
@@ -222,11 +222,7 @@ pub fn err_flush_after_error(env: &mut Env) -> Result<Outcome> {
     qb.post_recv(&[recv(14, &rs)])?;
     expect_wc(&wait_wcs(&mut b.cq, 1, t)?[0], 14, WcStatus::WrFlushErr, WcOpcode::Recv)?;
     let ss = [b.mr.sge(0, 8)];
-    qb.post_send(&[
-        wr(20, &ss, write_to(&a.mr, 0)),
-        with_flags(wr(21, &ss, SendOp::Send), SendFlags(0)),
-        wr(22, &ss, SendOp::Send),
-    ])?;
+    qb.post_send(&[wr(20, write(&ss, &a.mr, 0)), with_flags(wr(21, send(&ss)), SendFlags(0)), wr(22, send(&ss))])?;
     let w = wait_wcs(&mut b.cq, 3, t)?;
     for (k, wc) in w.iter().enumerate() {
         expect_wc(wc, 20 + k as u64, WcStatus::WrFlushErr, WcOpcode::Send)?;
@@ -238,7 +234,7 @@ pub fn err_flush_after_error(env: &mut Env) -> Result<Outcome> {
     connect_pair(&a.ep, &mut qa, &b.ep, &mut qb, &RcOpts::default())?;
     qb.post_recv(&[recv(30, &rs)])?;
     a.mr.write(0, b"recovered")?;
-    qa.post_send(&[wr(31, &[a.mr.sge(0, 9)], SendOp::Send)])?;
+    qa.post_send(&[wr(31, send(&[a.mr.sge(0, 9)]))])?;
     expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], 31, WcStatus::Success, WcOpcode::Send)?;
     expect_wc(&wait_wcs(&mut b.cq, 1, t)?[0], 30, WcStatus::Success, WcOpcode::Recv)?;
     ensure_eq!(b.mr.to_vec(0, 9)?, b"recovered".to_vec(), "after RESET and reconnection");
@@ -250,13 +246,11 @@ pub fn err_flush_after_error(env: &mut Env) -> Result<Outcome> {
 /// state; a refused modify leaves the QP as it was.
 pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
     let (a, b) = env.sides()?;
-    let mut qp = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, default_caps())?;
+    let mut qp = a.pd.create_qp(QpType::Rc, &a.cq).cap(default_caps()).build()?;
     let o = RcOpts::default();
-    let to = |s| QpAttr { qp_state: Some(s), ..Default::default() };
-    let m = QpAttrMask::STATE;
     let wrong = |qp: &mut Qp, target: QpState, at: QpState| -> Result {
-        match qp.modify(&to(target), m) {
-            Err(e @ Error::WrongState(_)) => {
+        match qp.modify(&ModifyQp::to(target)) {
+            Err(e) if e.kind() == ErrorKind::WrongState => {
                 ensure_eq!(e.errno(), 22, "errno of a wrong transition");
             }
             other => {
@@ -266,10 +260,10 @@ pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
         ensure_eq!((qp.state(), qp.query()?.qp_state), (at, Some(at)), "state after a refused {at} -> {target}");
         Ok(())
     };
-    let invalid = |qp: &mut Qp, attr: &QpAttr, mask: QpAttrMask, what: &str| -> Result {
+    let invalid = |qp: &mut Qp, m: ModifyQp, what: &str| -> Result {
         let at = qp.state();
-        match qp.modify(attr, mask) {
-            Err(e @ Error::Invalid(_)) => ensure_eq!(e.errno(), 22, "errno of {what}"),
+        match qp.modify(&m) {
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => ensure_eq!(e.errno(), 22, "errno of {what}"),
             other => return Err(Failure::new(format!("{what}: expected EINVAL, got {other:?}"))),
         }
         ensure_eq!(qp.query()?.qp_state, Some(at), "state after a refused {what}");
@@ -278,21 +272,21 @@ pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
     for target in [QpState::Rtr, QpState::Rts, QpState::Sqd] {
         wrong(&mut qp, target, QpState::Reset)?;
     }
-    invalid(&mut qp, &to(QpState::Init), m, "RST2INIT without port, P_Key index and access")?;
-    invalid(&mut qp, &QpAttr::default(), m, "IBV_QP_STATE with no state")?;
-    rc_to_init(&mut qp, o.access)?;
+    invalid(&mut qp, ModifyQp::to(QpState::Init), "RST2INIT without port, P_Key index and access")?;
+    invalid(&mut qp, ModifyQp::from_raw(QpAttr::default(), QpAttrMask::STATE), "IBV_QP_STATE with no state")?;
+    qp.modify(&init_attrs(o.access))?;
     wrong(&mut qp, QpState::Rts, QpState::Init)?;
-    let rtr = rtr_attr(&a.ep, &b.ep, 0x99, 0, &o);
-    invalid(&mut qp, &rtr, m | QpAttrMask::AV | QpAttrMask::DEST_QPN, "INIT2RTR without path MTU, PSN, RNR timer")?;
+    let partial = ModifyQp::to(QpState::Rtr).ah_attr(address(&a.ep, &b.ep)).dest_qp_num(0x99);
+    invalid(&mut qp, partial, "INIT2RTR without path MTU, PSN, RNR timer")?;
+    let rtr = rtr_attrs(&a.ep, &b.ep, 0x99, 0, &o);
     if a.ep.ctx.active_mtu() != Mtu::Mtu4096 {
-        let big = QpAttr { path_mtu: Some(Mtu::Mtu4096), ..rtr };
-        invalid(&mut qp, &big, RTR_MASK, "a path MTU above the port's active MTU")?;
+        invalid(&mut qp, rtr.path_mtu(Mtu::Mtu4096), "a path MTU above the port's active MTU")?;
     }
-    qp.modify(&rtr, RTR_MASK)?;
+    qp.modify(&rtr)?;
     wrong(&mut qp, QpState::Init, QpState::Rtr)?;
     wrong(&mut qp, QpState::Rtr, QpState::Rtr)?;
-    invalid(&mut qp, &rts_attr(0, &o), m | QpAttrMask::SQ_PSN, "RTR2RTS without timeout and retries")?;
-    qp.modify(&rts_attr(0, &o), RTS_MASK)?;
+    invalid(&mut qp, ModifyQp::to(QpState::Rts).sq_psn(0), "RTR2RTS without timeout and retries")?;
+    qp.modify(&rts_attrs(0, &o))?;
     wrong(&mut qp, QpState::Init, QpState::Rts)?;
     wrong(&mut qp, QpState::Rtr, QpState::Rts)?;
     to_error(&mut qp)?;
@@ -300,7 +294,7 @@ pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
     wrong(&mut qp, QpState::Init, QpState::Err)?;
     reset(&mut qp)?;
     ensure_eq!(qp.query()?.qp_state, Some(QpState::Reset), "ERR -> RESET");
-    rc_to_init(&mut qp, o.access)?;
+    qp.modify(&init_attrs(o.access))?;
     Ok(Outcome::Passed)
 }
 
@@ -308,31 +302,38 @@ pub fn err_qp_state_transitions(env: &mut Env) -> Result<Outcome> {
 /// receives refused in RESET but accepted in INIT and RTR (and used once connected).
 pub fn err_post_in_wrong_state(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
-    let mut qa = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, default_caps())?;
-    let mut qb = b.pd.create_qp(QpType::Rc, &b.cq, &b.cq, None, default_caps())?;
+    let mut qa = a.pd.create_qp(QpType::Rc, &a.cq).cap(default_caps()).build()?;
+    let mut qb = b.pd.create_qp(QpType::Rc, &b.cq).cap(default_caps()).build()?;
     let o = RcOpts::default();
     let s = [a.mr.sge(0, 8)];
     let r = [b.mr.sge(0, 64)];
-    let refused = |e: std::result::Result<(), PostFailure>, state: QpState, what: &str| -> Result {
+    let refused = |e: std::result::Result<(), Error>, state: QpState, what: &str| -> Result {
         match e {
-            Err(f) if f.kind == PostFailureKind::WrongState(state) && f.index == 0 && f.errno() == 22 => Ok(()),
+            Err(f)
+                if f.kind() == ErrorKind::WrongState
+                    && f.qp_state() == Some(state)
+                    && f.work_request() == Some(0)
+                    && f.errno() == 22 =>
+            {
+                Ok(())
+            }
             other => Err(Failure::new(format!("{what} in {state}: expected a wrong-state EINVAL, got {other:?}"))),
         }
     };
-    refused(qa.post_send(&[wr(1, &s, SendOp::Send)]), QpState::Reset, "post_send")?;
+    refused(qa.post_send(&[wr(1, send(&s))]), QpState::Reset, "post_send")?;
     refused(qb.post_recv(&[recv(1, &r)]), QpState::Reset, "post_recv")?;
-    rc_to_init(&mut qa, o.access)?;
-    rc_to_init(&mut qb, o.access)?;
-    refused(qa.post_send(&[wr(2, &s, SendOp::Send)]), QpState::Init, "post_send")?;
+    qa.modify(&init_attrs(o.access))?;
+    qb.modify(&init_attrs(o.access))?;
+    refused(qa.post_send(&[wr(2, send(&s))]), QpState::Init, "post_send")?;
     qb.post_recv(&[recv(100, &r)])?;
-    qa.modify(&rtr_attr(&a.ep, &b.ep, qb.qp_num(), o.psn_b, &o), RTR_MASK)?;
-    qb.modify(&rtr_attr(&b.ep, &a.ep, qa.qp_num(), o.psn_a, &o), RTR_MASK)?;
-    refused(qa.post_send(&[wr(3, &s, SendOp::Send)]), QpState::Rtr, "post_send")?;
+    qa.modify(&rtr_attrs(&a.ep, &b.ep, qb.qp_num(), o.psn_b, &o))?;
+    qb.modify(&rtr_attrs(&b.ep, &a.ep, qa.qp_num(), o.psn_a, &o))?;
+    refused(qa.post_send(&[wr(3, send(&s))]), QpState::Rtr, "post_send")?;
     qb.post_recv(&[recv(101, &r)])?;
-    qa.modify(&rts_attr(o.psn_a, &o), RTS_MASK)?;
-    qb.modify(&rts_attr(o.psn_b, &o), RTS_MASK)?;
+    qa.modify(&rts_attrs(o.psn_a, &o))?;
+    qb.modify(&rts_attrs(o.psn_b, &o))?;
     expect_no_wc(&mut a.cq, env.quiet, "requests refused before RTS")?;
-    qa.post_send(&[wr(4, &s, SendOp::Send), wr(5, &s, SendOp::Send)])?;
+    qa.post_send(&[wr(4, send(&s)), wr(5, send(&s))])?;
     let w = wait_wcs(&mut a.cq, 2, env.timeout)?;
     expect_wc(&w[0], 4, WcStatus::Success, WcOpcode::Send)?;
     expect_wc(&w[1], 5, WcStatus::Success, WcOpcode::Send)?;
@@ -349,21 +350,21 @@ pub fn err_queue_full(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 0), &RcOpts::default())?;
     let t = env.timeout;
-    let full = |e: std::result::Result<(), PostFailure>, index: usize, what: &str| -> Result {
+    let full = |e: std::result::Result<(), Error>, index: usize, what: &str| -> Result {
         match e {
-            Err(f) if f.kind == PostFailureKind::QueueFull && f.index == index && f.errno() == 12 => Ok(()),
+            Err(f) if f.kind() == ErrorKind::QueueFull && f.work_request() == Some(index) && f.errno() == 12 => Ok(()),
             other => Err(Failure::new(format!("{what}: expected ENOMEM at index {index}, got {other:?}"))),
         }
     };
     let s = [a.mr.sge(0, 8)];
     let n = qa.cap.max_send_wr as usize;
     for k in 0..n {
-        qa.post_send(&[wr(k as u64, &s, write_to(&b.mr, 8 * k))])?;
+        qa.post_send(&[wr(k as u64, write(&s, &b.mr, 8 * k))])?;
     }
-    full(qa.post_send(&[wr(99, &s, SendOp::Send)]), 0, "a post to a full SQ")?;
+    full(qa.post_send(&[wr(99, send(&s))]), 0, "a post to a full SQ")?;
     let w = wait_wcs(&mut a.cq, n, t)?;
     ensure!(w.iter().all(|w| w.status == WcStatus::Success), "completions of a full SQ: {w:?}");
-    let chain: Vec<SendWr> = (0..n + 4).map(|k| wr(200 + k as u64, &s, write_to(&b.mr, 8 * (k % n)))).collect();
+    let chain: Vec<SendWr> = (0..n + 4).map(|k| wr(200 + k as u64, write(&s, &b.mr, 8 * (k % n)))).collect();
     full(qa.post_send(&chain), n, "a chain longer than the SQ")?;
     let w = wait_wcs(&mut a.cq, n, t)?;
     let ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
@@ -377,7 +378,7 @@ pub fn err_queue_full(env: &mut Env) -> Result<Outcome> {
     }
     full(qb.post_recv(&[recv(99, &r)]), 0, "a post to a full RQ")?;
     full(qb.post_recv(&[recv(98, &r), recv(99, &r)]), 0, "a chain to a full RQ")?;
-    qa.post_send(&[wr(300, &s, SendOp::Send)])?;
+    qa.post_send(&[wr(300, send(&s))])?;
     wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&wait_wcs(&mut b.cq, 1, t)?[0], 0, WcStatus::Success, WcOpcode::Recv)?;
     qb.post_recv(&[recv(m as u64, &r)])?;
@@ -403,9 +404,16 @@ pub fn err_queue_full(env: &mut Env) -> Result<Outcome> {
 pub fn err_too_many_sges(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 2, 2, 0), &RcOpts::default())?;
-    let too_many = |e: std::result::Result<(), PostFailure>, index: usize, what: &str| -> Result {
+    let too_many = |e: std::result::Result<(), Error>, index: usize, what: &str| -> Result {
         match e {
-            Err(f) if f.kind == PostFailureKind::TooManySges && f.index == index && f.errno() == 22 => Ok(()),
+            Err(f)
+                if f.kind() == ErrorKind::InvalidArgument
+                    && f.work_request() == Some(index)
+                    && f.errno() == 22
+                    && f.to_string().contains("SGEs") =>
+            {
+                Ok(())
+            }
             other => Err(Failure::new(format!("{what}: expected too many SGEs at index {index}, got {other:?}"))),
         }
     };
@@ -413,24 +421,26 @@ pub fn err_too_many_sges(env: &mut Env) -> Result<Outcome> {
     let ns = qa.cap.max_send_sge as usize;
     let big = sg(ns + 1);
     let ok = sg(ns);
-    too_many(qa.post_send(&[wr(1, &big, write_to(&b.mr, 0))]), 0, "a send with one SGE too many")?;
-    too_many(qa.post_send(&[wr(2, &ok, write_to(&b.mr, 0)), wr(3, &big, write_to(&b.mr, 0))]), 1, "second in a chain")?;
+    too_many(qa.post_send(&[wr(1, write(&big, &b.mr, 0))]), 0, "a send with one SGE too many")?;
+    too_many(qa.post_send(&[wr(2, write(&ok, &b.mr, 0)), wr(3, write(&big, &b.mr, 0))]), 1, "second in a chain")?;
     expect_wc(&wait_wcs(&mut a.cq, 1, env.timeout)?[0], 2, WcStatus::Success, WcOpcode::RdmaWrite)?;
     let nr = qb.cap.max_recv_sge as usize;
     let rbig: Vec<Sge> = (0..nr + 1).map(|k| b.mr.sge(16 * k, 8)).collect();
     too_many(qb.post_recv(&[recv(1, &rbig)]), 0, "a receive with one SGE too many")?;
     let mut srq = b.pd.create_srq(16, 1, 0)?;
     too_many(srq.post_recv(&[recv(1, &rbig[..2])]), 0, "an SRQ receive with 2 SGEs on a 1-SGE SRQ")?;
-    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, caps(16, 16, 2, 2, 0))?;
-    ud_to_rts(&mut ud, 1, 0)?;
+    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq).cap(caps(16, 16, 2, 2, 0)).build()?;
+    ud.ud_to_rts(1, 0)?;
     let ah = ah_to(&a, &b.ep)?;
     let uds = sg(ud.cap.max_send_sge as usize + 1);
-    let mut w = wr(4, &uds, SendOp::Send);
-    w.ud = Some(UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 });
-    too_many(ud.post_send(&[w]), 0, "a UD send with one SGE too many")?;
+    let w = ud_wr(4, UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 }, Payload::Sges(&uds));
+    too_many(ud.post_send_ud(&[w]), 0, "a UD send with one SGE too many")?;
     for (s, r) in [(31, 1), (1, 32)] {
-        let e = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, caps(16, 16, s, r, 0));
-        ensure!(matches!(e, Err(Error::Invalid(_))), "a QP with {s} send / {r} receive SGEs must be EINVAL: {e:?}");
+        let e = a.pd.create_qp(QpType::Rc, &a.cq).cap(caps(16, 16, s, r, 0)).build();
+        ensure!(
+            matches!(e, Err(ref e) if e.kind() == ErrorKind::InvalidArgument),
+            "a QP with {s} send / {r} receive SGEs must be EINVAL: {e:?}"
+        );
     }
     Ok(Outcome::Passed)
 }
@@ -442,60 +452,65 @@ pub fn err_inline_too_large(env: &mut Env) -> Result<Outcome> {
     let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 64), &RcOpts::default())?;
     let max = qa.cap.max_inline_data as usize;
     let over = pattern(max + 1, 1);
-    let e = qa.post_send(&[inline_wr(1, &over, SendOp::Send)]);
+    let e = qa.post_send(&[wr(1, send_inline(&over))]);
     match e {
-        Err(f) if f.kind == PostFailureKind::InlineTooLarge && f.index == 0 && f.errno() == 22 => {}
+        Err(f)
+            if f.kind() == ErrorKind::InvalidArgument
+                && f.work_request() == Some(0)
+                && f.errno() == 22
+                && f.to_string().contains("inline") => {}
         other => return Err(Failure::new(format!("{} inline bytes (max {max}): got {other:?}", max + 1))),
     }
     qb.post_recv(&[recv(2, &[b.mr.sge(0, 1024)])])?;
-    qa.post_send(&[inline_wr(2, &over[..max], SendOp::Send)])?;
+    qa.post_send(&[wr(2, send_inline(&over[..max]))])?;
     wait_wcs(&mut a.cq, 1, env.timeout)?;
     ensure_eq!(wait_wcs(&mut b.cq, 1, env.timeout)?[0].byte_len as usize, max, "inline SEND of the maximum");
     same_bytes("inline SEND of the maximum", &b.mr.to_vec(0, max)?, &over[..max])?;
 
-    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, caps(16, 16, 1, 1, 64))?;
-    ud_to_rts(&mut ud, 1, 0)?;
+    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq).cap(caps(16, 16, 1, 1, 64)).build()?;
+    ud.ud_to_rts(1, 0)?;
     let ah = ah_to(&a, &b.ep)?;
     let ud_over = pattern(ud.cap.max_inline_data as usize + 1, 2);
-    let mut w = inline_wr(3, &ud_over, SendOp::Send);
-    w.ud = Some(UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 });
+    let w = ud_wr(3, UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 }, Payload::Inline(&ud_over));
     ensure!(
-        matches!(ud.post_send(&[w]), Err(f) if f.kind == PostFailureKind::InlineTooLarge),
+        matches!(ud.post_send_ud(&[w]), Err(f) if f.kind() == ErrorKind::InvalidArgument && f.to_string().contains("inline")),
         "UD inline data over the maximum must be refused"
     );
-    let e = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, caps(16, 16, 1, 1, 513));
-    ensure!(matches!(e, Err(Error::Invalid(_))), "a QP with 513 inline bytes must be EINVAL: {e:?}");
+    let e = a.pd.create_qp(QpType::Rc, &a.cq).cap(caps(16, 16, 1, 1, 513)).build();
+    ensure!(
+        matches!(e, Err(ref e) if e.kind() == ErrorKind::InvalidArgument),
+        "a QP with 513 inline bytes must be EINVAL: {e:?}"
+    );
     Ok(Outcome::Passed)
 }
 
-/// Requests the QP cannot carry (EINVAL, nothing posted): RDMA on a UD QP, a UD send without
-/// an address, an atomic whose SGE is not 8 bytes, inline READ and atomic, INLINE without data.
+/// Requests the QP cannot carry (EINVAL, nothing posted): a connected-QP request on a UD QP,
+/// a UD request on an RC QP, an atomic whose result SGE is not 8 bytes. (RDMA on a UD QP, a UD
+/// send without an address, inline READs and atomics, and INLINE without data cannot be
+/// written: the work-request types have no place for them.)
 pub fn err_invalid_requests(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
-    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, default_caps())?;
-    ud_to_rts(&mut ud, 1, 0)?;
+    let mut ud = a.pd.create_qp(QpType::Ud, &a.cq).cap(default_caps()).build()?;
+    ud.ud_to_rts(1, 0)?;
     let ah = ah_to(&a, &b.ep)?;
-    let dest = Some(UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 });
+    let dest = UdDest { ah: &ah, remote_qpn: 2, remote_qkey: 1 };
     let s8 = [a.mr.sge(0, 8)];
-    let s4 = [a.mr.sge(0, 4)];
-    let faa = SendOp::AtomicFetchAndAdd { remote_addr: b.mr.addr(), rkey: b.mr.rkey(), compare_add: 1 };
-    let invalid = |e: std::result::Result<(), PostFailure>, what: &str| -> Result {
+    let invalid = |e: std::result::Result<(), Error>, what: &str| -> Result {
         match e {
-            Err(f) if f.kind == PostFailureKind::InvalidRequest && f.index == 0 && f.errno() == 22 => Ok(()),
+            Err(f) if f.kind() == ErrorKind::InvalidArgument && f.work_request() == Some(0) && f.errno() == 22 => {
+                Ok(())
+            }
             other => Err(Failure::new(format!("{what}: expected an invalid-request EINVAL, got {other:?}"))),
         }
     };
-    let mut w = wr(1, &s8, write_to(&b.mr, 0));
-    w.ud = dest;
-    invalid(ud.post_send(&[w]), "RDMA WRITE on a UD QP")?;
-    invalid(ud.post_send(&[wr(2, &s8, SendOp::Send)]), "a UD send without an address handle")?;
-    invalid(qa.post_send(&[wr(3, &s4, faa)]), "an atomic with a 4-byte SGE")?;
-    invalid(qa.post_send(&[inline_wr(4, b"12345678", read_from(&b.mr, 0))]), "an inline READ")?;
-    invalid(qa.post_send(&[inline_wr(5, b"12345678", faa)]), "an inline atomic")?;
-    let mut no_data = wr(6, &[], SendOp::Send);
-    no_data.send_flags = SendFlags::SIGNALED | SendFlags::INLINE;
-    invalid(qa.post_send(&[no_data]), "INLINE without inline data")?;
+    invalid(ud.post_send(&[wr(1, write(&s8, &b.mr, 0))]), "an RC request (RDMA WRITE) on a UD QP")?;
+    invalid(ud.post_send(&[wr(2, send(&s8))]), "an RC SEND on a UD QP")?;
+    invalid(qa.post_send_ud(&[ud_wr(3, dest, Payload::Sges(&s8))]), "a UD send on an RC QP")?;
+    let faa = SendOp::FetchAdd { result: a.mr.sge(0, 4), remote: at(&b.mr, 0), add: 1 };
+    invalid(qa.post_send(&[wr(4, faa)]), "an atomic with a 4-byte result SGE")?;
+    let cas = SendOp::CompareSwap { result: a.mr.sge(0, 16), remote: at(&b.mr, 0), compare: 0, swap: 1 };
+    invalid(qa.post_send(&[wr(5, cas)]), "an atomic with a 16-byte result SGE")?;
     expect_no_wc(&mut a.cq, env.quiet, "refused requests")?;
     Ok(Outcome::Passed)
 }

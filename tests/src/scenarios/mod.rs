@@ -8,12 +8,14 @@ pub mod bringup;
 pub mod errors;
 pub mod objects;
 pub mod rc;
+pub mod traffic;
 pub mod ud;
 
 pub use bringup::*;
 pub use errors::*;
 pub use objects::*;
 pub use rc::*;
+pub use traffic::*;
 pub use ud::*;
 
 use crate::env::Env;
@@ -32,6 +34,8 @@ macro_rules! for_each_scenario {
             pd_and_mr_registration,
             mr_variants_carry_traffic,
             cq_poll_batches_and_producer_counter,
+            cq_polls_of_one_and_of_sixteen_across_ring_wraps,
+            cq_resize_keeps_waiting_completions_and_takes_new_ones,
             completion_channel_events,
             completion_channel_solicited_only,
             completion_channels_are_reusable,
@@ -56,6 +60,9 @@ macro_rules! for_each_scenario {
             rc_unsignaled_and_sq_sig_all,
             rc_chains_and_ring_wrap,
             rc_many_qps_share_a_cq,
+            rc_every_opcode_in_one_run,
+            rc_loopback_qp_reset_and_reconnected_to_itself,
+            rc_lossy_fabric_delivers_every_message_once_in_order,
             ud_send_recv_grh_and_source,
             ud_immediate_inline_and_gather,
             ud_wrong_qkey_or_qpn_dropped,

@@ -25,7 +25,7 @@ fn send_and_check(
     let room = len + 256;
     to.mr.fill(0, room + 64, GUARD)?;
     qt.post_recv(&[recv(seed as u64, &[to.mr.sge(0, room as u32)])])?;
-    qf.post_send(&[wr(seed as u64, &[from.mr.sge(0, len as u32)], SendOp::Send)])?;
+    qf.post_send(&[wr(seed as u64, send(&[from.mr.sge(0, len as u32)]))])?;
     let w = wait_wcs(&mut from.cq, 1, t)?;
     expect_wc(&w[0], seed as u64, WcStatus::Success, WcOpcode::Send)?;
     ensure_eq!(w[0].qp_num, qf.qp_num(), "requester completion QP");
@@ -61,7 +61,7 @@ pub fn rc_send_with_immediate(env: &mut Env) -> Result<Outcome> {
     for (i, imm) in [0u32, u32::MAX, 0xdead_beef].into_iter().enumerate() {
         b.mr.fill(0, 4096, GUARD)?;
         qb.post_recv(&[recv(i as u64, &[b.mr.sge(0, 4096)])])?;
-        qa.post_send(&[wr(i as u64, &[a.mr.sge(0, 2500)], SendOp::SendWithImm(imm))])?;
+        qa.post_send(&[wr(i as u64, send_imm(&[a.mr.sge(0, 2500)], imm))])?;
         expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], i as u64, WcStatus::Success, WcOpcode::Send)?;
         let w = wait_wcs(&mut b.cq, 1, t)?;
         expect_wc(&w[0], i as u64, WcStatus::Success, WcOpcode::Recv)?;
@@ -71,7 +71,7 @@ pub fn rc_send_with_immediate(env: &mut Env) -> Result<Outcome> {
         untouched("after the message", &b.mr, 2500, 4096 - 2500, GUARD)?;
     }
     qb.post_recv(&[recv(9, &[b.mr.sge(0, 64)])])?;
-    qa.post_send(&[wr(9, &[a.mr.sge(0, 8)], SendOp::Send)])?;
+    qa.post_send(&[wr(9, send(&[a.mr.sge(0, 8)]))])?;
     let w = wait_wcs(&mut b.cq, 1, t)?;
     ensure!(!w[0].wc_flags.contains(WcFlags::WITH_IMM), "WITH_IMM on a plain SEND: {:?}", w[0]);
     Ok(Outcome::Passed)
@@ -99,7 +99,7 @@ pub fn rc_send_gather_scatter_sge_lists(env: &mut Env) -> Result<Outcome> {
     }
     let scatter: Vec<Sge> = slots.iter().map(|(o, l)| b.mr.sge(*o, *l as u32)).collect();
     qb.post_recv(&[recv(1, &scatter)])?;
-    qa.post_send(&[wr(1, &gather, SendOp::Send)])?;
+    qa.post_send(&[wr(1, send(&gather))])?;
     expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], 1, WcStatus::Success, WcOpcode::Send)?;
     let w = wait_wcs(&mut b.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::Recv)?;
@@ -122,7 +122,7 @@ pub fn rc_send_gather_scatter_sge_lists(env: &mut Env) -> Result<Outcome> {
         want.extend(p);
     }
     qb.post_recv(&[recv(2, &[b.mr.sge(100_000, 4096)])])?;
-    qa.post_send(&[wr(2, &full, SendOp::Send)])?;
+    qa.post_send(&[wr(2, send(&full))])?;
     wait_wcs(&mut a.cq, 1, t)?;
     ensure_eq!(wait_wcs(&mut b.cq, 1, t)?[0].byte_len as usize, 33 * n, "bytes of a {n}-SGE gather");
     same_bytes(&format!("{n}-SGE gather"), &b.mr.to_vec(100_000, 33 * n)?, &want)?;
@@ -141,7 +141,7 @@ pub fn rc_recv_sge_list_with_empty_entry(env: &mut Env) -> Result<Outcome> {
     b.mr.fill(0, 8192, GUARD)?;
     let scatter = [b.mr.sge(0, 1000), b.mr.sge(2048, 0), b.mr.sge(4096, 1000)];
     qb.post_recv(&[recv(1, &scatter)])?;
-    qa.post_send(&[wr(1, &[a.mr.sge(0, 1500)], SendOp::Send)])?;
+    qa.post_send(&[wr(1, send(&[a.mr.sge(0, 1500)]))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::Send)?;
     let w = wait_wcs(&mut b.cq, 1, t)?;
@@ -165,8 +165,8 @@ pub fn rc_send_inline(env: &mut Env) -> Result<Outcome> {
         let want = data.clone();
         b.mr.fill(0, len + 64, GUARD)?;
         qb.post_recv(&[recv(i as u64, &[b.mr.sge(0, (len + 64) as u32)])])?;
-        let op = if i % 2 == 0 { SendOp::Send } else { SendOp::SendWithImm(i as u32) };
-        qa.post_send(&[inline_wr(i as u64, &data, op)])?;
+        let imm = if i % 2 == 0 { None } else { Some(i as u32) };
+        qa.post_send(&[wr(i as u64, SendOp::Send { data: Payload::Inline(&data), imm })])?;
         data.fill(0); // inline data belongs to the WQE once posted
         expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], i as u64, WcStatus::Success, WcOpcode::Send)?;
         let w = wait_wcs(&mut b.cq, 1, t)?;
@@ -191,9 +191,9 @@ pub fn rc_zero_length_operations(env: &mut Env) -> Result<Outcome> {
     b.mr.fill(0, 128, GUARD)?;
     qb.post_recv(&[recv(1, &[b.mr.sge(0, 64)]), recv(2, &[])])?;
     qa.post_send(&[
-        wr(1, &[], SendOp::Send),
-        wr(2, &[], write_to(&b.mr, 64)),
-        wr(3, &[], SendOp::RdmaWriteWithImm { remote_addr: b.mr.addr() + 64, rkey: b.mr.rkey(), imm: 77 }),
+        wr(1, send(&[])),
+        wr(2, write(&[], &b.mr, 64)),
+        wr(3, SendOp::Write { data: Payload::Sges(&[]), remote: at(&b.mr, 64), imm: Some(77) }),
     ])?;
     let w = wait_wcs(&mut a.cq, 3, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::Send)?;
@@ -221,7 +221,7 @@ pub fn rc_rdma_write_multi_packet_psn_wrap(env: &mut Env) -> Result<Outcome> {
         a.mr.write(1, &data)?;
         let at = 3 + 7 * i;
         b.mr.fill(0, len + 64, GUARD)?;
-        qa.post_send(&[wr(i as u64, &[a.mr.sge(1, len as u32)], write_to(&b.mr, at))])?;
+        qa.post_send(&[wr(i as u64, write(&[a.mr.sge(1, len as u32)], &b.mr, at))])?;
         let w = wait_wcs(&mut a.cq, 1, t)?;
         expect_wc(&w[0], i as u64, WcStatus::Success, WcOpcode::RdmaWrite)?;
         same_bytes(&format!("{len}-byte RDMA WRITE"), &b.mr.to_vec(at, len)?, &data)?;
@@ -241,8 +241,9 @@ pub fn rc_rdma_write_with_immediate(env: &mut Env) -> Result<Outcome> {
     a.mr.write(0, &data)?;
     b.mr.fill(0, 8192, GUARD)?;
     qb.post_recv(&[recv(5, &[b.mr.sge(0, 64)]), recv(6, &[])])?;
-    let op = |imm| SendOp::RdmaWriteWithImm { remote_addr: b.mr.addr() + 4096, rkey: b.mr.rkey(), imm };
-    qa.post_send(&[wr(1, &[a.mr.sge(0, 3000)], op(0x1234_5678)), wr(2, &[a.mr.sge(0, 10)], op(0))])?;
+    let (s1, s2) = ([a.mr.sge(0, 3000)], [a.mr.sge(0, 10)]);
+    let op = |sgl, imm| SendOp::Write { data: Payload::Sges(sgl), remote: at(&b.mr, 4096), imm: Some(imm) };
+    qa.post_send(&[wr(1, op(&s1, 0x1234_5678)), wr(2, op(&s2, 0))])?;
     let w = wait_wcs(&mut a.cq, 2, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::RdmaWrite)?;
     expect_wc(&w[1], 2, WcStatus::Success, WcOpcode::RdmaWrite)?;
@@ -268,8 +269,8 @@ pub fn rc_rdma_write_inline(env: &mut Env) -> Result<Outcome> {
     let d2 = pattern(max, 92);
     b.mr.fill(0, 1024, GUARD)?;
     qb.post_recv(&[recv(7, &[])])?;
-    let imm = SendOp::RdmaWriteWithImm { remote_addr: b.mr.addr() + 500, rkey: b.mr.rkey(), imm: 3 };
-    qa.post_send(&[inline_wr(1, &d1, write_to(&b.mr, 7)), inline_wr(2, &d2, imm)])?;
+    let imm = SendOp::Write { data: Payload::Inline(&d2), remote: at(&b.mr, 500), imm: Some(3) };
+    qa.post_send(&[wr(1, write_inline(&d1, &b.mr, 7)), wr(2, imm)])?;
     let w = wait_wcs(&mut a.cq, 2, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::RdmaWrite)?;
     expect_wc(&w[1], 2, WcStatus::Success, WcOpcode::RdmaWrite)?;
@@ -298,7 +299,7 @@ pub fn rc_rdma_read_into_scattered_buffers(env: &mut Env) -> Result<Outcome> {
         a.mr.fill(o, l + 16, GUARD)?;
     }
     let sg: Vec<Sge> = slots.iter().map(|(o, l)| a.mr.sge(*o, *l as u32)).collect();
-    qa.post_send(&[wr(1, &sg, read_from(&b.mr, 40_000))])?;
+    qa.post_send(&[wr(1, read(&sg, &b.mr, 40_000))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::RdmaRead)?;
     ensure_eq!(w[0].byte_len, 2500, "READ byte_len");
@@ -312,13 +313,13 @@ pub fn rc_rdma_read_into_scattered_buffers(env: &mut Env) -> Result<Outcome> {
     let mtu = path_mtu(&a.ep, &b.ep).bytes() as usize;
     let big = pattern(10 * mtu, 101);
     b.mr.write(100_000, &big)?;
-    qa.post_send(&[wr(2, &[a.mr.sge(100_000, big.len() as u32)], read_from(&b.mr, 100_000))])?;
+    qa.post_send(&[wr(2, read(&[a.mr.sge(100_000, big.len() as u32)], &b.mr, 100_000))])?;
     expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], 2, WcStatus::Success, WcOpcode::RdmaRead)?;
     same_bytes("10-packet READ", &a.mr.to_vec(100_000, big.len())?, &big)?;
 
     let sgs: Vec<[Sge; 1]> = (0..8).map(|k| [a.mr.sge(150_000 + 1000 * k, 300)]).collect();
     let reads: Vec<SendWr> =
-        sgs.iter().enumerate().map(|(k, s)| wr(10 + k as u64, s, read_from(&b.mr, 100_000 + 100 * k))).collect();
+        sgs.iter().enumerate().map(|(k, s)| wr(10 + k as u64, read(s, &b.mr, 100_000 + 100 * k))).collect();
     qa.post_send(&reads)?;
     let w = wait_wcs(&mut a.cq, 8, t)?;
     for (k, wc) in w.iter().enumerate() {
@@ -330,8 +331,8 @@ pub fn rc_rdma_read_into_scattered_buffers(env: &mut Env) -> Result<Outcome> {
     let fresh = pattern(700, 102);
     a.mr.write(200_000, &fresh)?;
     qa.post_send(&[
-        wr(20, &[a.mr.sge(200_000, 700)], write_to(&b.mr, 60_000)),
-        wr(21, &[a.mr.sge(210_000, 700)], read_from(&b.mr, 60_000)),
+        wr(20, write(&[a.mr.sge(200_000, 700)], &b.mr, 60_000)),
+        wr(21, read(&[a.mr.sge(210_000, 700)], &b.mr, 60_000)),
     ])?;
     let w = wait_wcs(&mut a.cq, 2, t)?;
     expect_wc(&w[0], 20, WcStatus::Success, WcOpcode::RdmaWrite)?;
@@ -347,38 +348,33 @@ pub fn rc_atomic_fetch_and_add(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
-    let at = 8 * 1001;
-    b.mr.fill(at - 8, 24, GUARD)?;
-    b.mr.write(at, &0x0102_0304_0506_0708u64.to_be_bytes())?;
-    let faa = |add: u64| SendOp::AtomicFetchAndAdd {
-        remote_addr: b.mr.addr() + at as u64,
-        rkey: b.mr.rkey(),
-        compare_add: add,
-    };
-    qa.post_send(&[wr(1, &[a.mr.sge(0, 8)], faa(5))])?;
+    let target = 8 * 1001;
+    b.mr.fill(target - 8, 24, GUARD)?;
+    b.mr.write(target, &0x0102_0304_0506_0708u64.to_be_bytes())?;
+    let faa = |result: Sge, add: u64| SendOp::FetchAdd { result, remote: at(&b.mr, target), add };
+    qa.post_send(&[wr(1, faa(a.mr.sge(0, 8), 5))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::FetchAdd)?;
     ensure_eq!(w[0].byte_len, 8, "atomic byte_len");
     ensure_eq!(a.mr.to_vec(0, 8)?, 0x0102_0304_0506_0708u64.to_be_bytes(), "value returned by fetch-and-add");
-    ensure_eq!(b.mr.to_vec(at, 8)?, 0x0102_0304_0506_070du64.to_be_bytes(), "remote value after fetch-and-add");
-    untouched("before the atomic target", &b.mr, at - 8, 8, GUARD)?;
-    untouched("after the atomic target", &b.mr, at + 8, 8, GUARD)?;
+    ensure_eq!(b.mr.to_vec(target, 8)?, 0x0102_0304_0506_070du64.to_be_bytes(), "remote value after fetch-and-add");
+    untouched("before the atomic target", &b.mr, target - 8, 8, GUARD)?;
+    untouched("after the atomic target", &b.mr, target + 8, 8, GUARD)?;
 
-    b.mr.write(at, &(u64::MAX - 1).to_be_bytes())?;
-    qa.post_send(&[wr(2, &[a.mr.sge(8, 8)], faa(3))])?;
+    b.mr.write(target, &(u64::MAX - 1).to_be_bytes())?;
+    qa.post_send(&[wr(2, faa(a.mr.sge(8, 8), 3))])?;
     wait_wcs(&mut a.cq, 1, t)?;
     ensure_eq!(a.mr.to_vec(8, 8)?, (u64::MAX - 1).to_be_bytes(), "value returned before wrap-around");
-    ensure_eq!(b.mr.to_vec(at, 8)?, 1u64.to_be_bytes(), "remote value after wrap-around");
+    ensure_eq!(b.mr.to_vec(target, 8)?, 1u64.to_be_bytes(), "remote value after wrap-around");
 
-    let sgs: Vec<[Sge; 1]> = (0..10).map(|k| [a.mr.sge(64 + 8 * k, 8)]).collect();
-    let chain: Vec<SendWr> = sgs.iter().enumerate().map(|(k, s)| wr(10 + k as u64, s, faa(1))).collect();
+    let chain: Vec<SendWr> = (0..10).map(|k| wr(10 + k as u64, faa(a.mr.sge(64 + 8 * k, 8), 1))).collect();
     qa.post_send(&chain)?;
     let w = wait_wcs(&mut a.cq, 10, t)?;
     for (k, wc) in w.iter().enumerate() {
         expect_wc(wc, 10 + k as u64, WcStatus::Success, WcOpcode::FetchAdd)?;
         ensure_eq!(a.mr.to_vec(64 + 8 * k, 8)?, (1 + k as u64).to_be_bytes(), "value returned by add {k} of 10");
     }
-    ensure_eq!(b.mr.to_vec(at, 8)?, 11u64.to_be_bytes(), "remote value after ten adds");
+    ensure_eq!(b.mr.to_vec(target, 8)?, 11u64.to_be_bytes(), "remote value after ten adds");
     Ok(Outcome::Passed)
 }
 
@@ -388,26 +384,22 @@ pub fn rc_atomic_compare_and_swap(env: &mut Env) -> Result<Outcome> {
     let (mut a, b) = env.sides()?;
     let (mut qa, _qb) = rc_pair(&a, &b, default_caps(), &RcOpts::default())?;
     let t = env.timeout;
-    let at = 4096;
-    b.mr.fill(at - 8, 24, GUARD)?;
-    b.mr.write(at, &105u64.to_be_bytes())?;
-    let cas = |compare_add: u64, swap: u64| SendOp::AtomicCmpAndSwp {
-        remote_addr: b.mr.addr() + at as u64,
-        rkey: b.mr.rkey(),
-        compare_add,
-        swap,
-    };
-    qa.post_send(&[wr(1, &[a.mr.sge(0, 8)], cas(105, 0xfeed_face_cafe_beef))])?;
+    let target = 4096;
+    b.mr.fill(target - 8, 24, GUARD)?;
+    b.mr.write(target, &105u64.to_be_bytes())?;
+    let cas =
+        |result: Sge, compare: u64, swap: u64| SendOp::CompareSwap { result, remote: at(&b.mr, target), compare, swap };
+    qa.post_send(&[wr(1, cas(a.mr.sge(0, 8), 105, 0xfeed_face_cafe_beef))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::CompSwap)?;
     ensure_eq!(a.mr.to_vec(0, 8)?, 105u64.to_be_bytes(), "value returned by a successful compare-and-swap");
-    ensure_eq!(b.mr.to_vec(at, 8)?, 0xfeed_face_cafe_beefu64.to_be_bytes(), "remote value after the swap");
-    qa.post_send(&[wr(2, &[a.mr.sge(8, 8)], cas(105, 7))])?;
+    ensure_eq!(b.mr.to_vec(target, 8)?, 0xfeed_face_cafe_beefu64.to_be_bytes(), "remote value after the swap");
+    qa.post_send(&[wr(2, cas(a.mr.sge(8, 8), 105, 7))])?;
     expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], 2, WcStatus::Success, WcOpcode::CompSwap)?;
     ensure_eq!(a.mr.to_vec(8, 8)?, 0xfeed_face_cafe_beefu64.to_be_bytes(), "value returned by a failed compare");
-    ensure_eq!(b.mr.to_vec(at, 8)?, 0xfeed_face_cafe_beefu64.to_be_bytes(), "remote value after a failed compare");
-    untouched("around the atomic target", &b.mr, at - 8, 8, GUARD)?;
-    untouched("after the atomic target", &b.mr, at + 8, 8, GUARD)?;
+    ensure_eq!(b.mr.to_vec(target, 8)?, 0xfeed_face_cafe_beefu64.to_be_bytes(), "remote value after a failed compare");
+    untouched("around the atomic target", &b.mr, target - 8, 8, GUARD)?;
+    untouched("after the atomic target", &b.mr, target + 8, 8, GUARD)?;
     Ok(Outcome::Passed)
 }
 
@@ -419,9 +411,9 @@ pub fn rc_unsignaled_and_sq_sig_all(env: &mut Env) -> Result<Outcome> {
     let (mut qa, _qb) = rc_pair(&a, &b, caps(16, 16, 1, 1, 0), &RcOpts::default())?;
     let (t, quiet) = (env.timeout, env.quiet);
     let s = [a.mr.sge(0, 8)];
-    let unsig = |id: u64, off: usize| with_flags(wr(id, &s, write_to(&b.mr, off)), SendFlags(0));
+    let unsig = |id: u64, off: usize| with_flags(wr(id, write(&s, &b.mr, off)), SendFlags(0));
     a.mr.write(0, &pattern(8, 110))?;
-    qa.post_send(&[unsig(1, 0), unsig(2, 8), wr(3, &s, write_to(&b.mr, 16))])?;
+    qa.post_send(&[unsig(1, 0), unsig(2, 8), wr(3, write(&s, &b.mr, 16))])?;
     let w = wait_wcs(&mut a.cq, 1, t)?;
     expect_wc(&w[0], 3, WcStatus::Success, WcOpcode::RdmaWrite)?;
     expect_no_wc(&mut a.cq, quiet, "unsignaled WRITEs")?;
@@ -432,7 +424,7 @@ pub fn rc_unsignaled_and_sq_sig_all(env: &mut Env) -> Result<Outcome> {
     let size = qa.cap.max_send_wr as usize;
     let mut signaled = 0;
     for k in 0..200usize {
-        let w = if k % 8 == 7 { wr(1000 + k as u64, &s, write_to(&b.mr, 1024)) } else { unsig(k as u64, 1024) };
+        let w = if k % 8 == 7 { wr(1000 + k as u64, write(&s, &b.mr, 1024)) } else { unsig(k as u64, 1024) };
         qa.post_send(&[w])?;
         if k % 8 == 7 {
             signaled += 1;
@@ -446,12 +438,11 @@ pub fn rc_unsignaled_and_sq_sig_all(env: &mut Env) -> Result<Outcome> {
     }
     wait_wcs(&mut a.cq, signaled, t)?;
 
-    let mut c = caps(16, 16, 1, 1, 0);
-    c.sq_sig_all = true;
-    let mut qs = a.pd.create_qp(QpType::Rc, &a.cq, &a.cq, None, c)?;
-    let mut qr = b.pd.create_qp(QpType::Rc, &b.cq, &b.cq, None, c)?;
+    let c = caps(16, 16, 1, 1, 0);
+    let mut qs = a.pd.create_qp(QpType::Rc, &a.cq).cap(c).sq_sig_all(true).build()?;
+    let mut qr = b.pd.create_qp(QpType::Rc, &b.cq).cap(c).sq_sig_all(true).build()?;
     connect_pair(&a.ep, &mut qs, &b.ep, &mut qr, &RcOpts::default())?;
-    qs.post_send(&[with_flags(wr(50, &s, write_to(&b.mr, 0)), SendFlags(0)), unsig(51, 8)])?;
+    qs.post_send(&[with_flags(wr(50, write(&s, &b.mr, 0)), SendFlags(0)), unsig(51, 8)])?;
     let w = wait_wcs(&mut a.cq, 2, t)?;
     ensure_eq!((w[0].wr_id, w[1].wr_id), (50, 51), "completions with sq_sig_all");
     Ok(Outcome::Passed)
@@ -472,7 +463,7 @@ pub fn rc_chains_and_ring_wrap(env: &mut Env) -> Result<Outcome> {
         a.mr.write(1024 * k, &pattern(200 + k, k as u8))?;
     }
     let ssg: Vec<[Sge; 1]> = (0..n).map(|k| [a.mr.sge(1024 * k, 200 + k as u32)]).collect();
-    let swrs: Vec<SendWr> = ssg.iter().enumerate().map(|(k, s)| wr(k as u64, s, SendOp::Send)).collect();
+    let swrs: Vec<SendWr> = ssg.iter().enumerate().map(|(k, s)| wr(k as u64, send(s))).collect();
     qa.post_send(&swrs)?;
     let w = wait_wcs(&mut a.cq, n, t)?;
     let ids: Vec<u64> = w.iter().map(|w| w.wr_id).collect();
@@ -492,15 +483,15 @@ pub fn rc_chains_and_ring_wrap(env: &mut Env) -> Result<Outcome> {
         let sg1 = [a.mr.sge(0, 64)];
         let sg3 = [a.mr.sge(64, 10), a.mr.sge(200, 20), a.mr.sge(300, 34)];
         let mut chain = vec![
-            wr(next, &sg1, write_to(&b.mr, base)),
-            inline_wr(next + 1, &inline, write_to(&b.mr, base + 64)),
-            wr(next + 2, &sg3, write_to(&b.mr, base + 160)),
-            inline_wr(next + 3, &inline[..40], write_to(&b.mr, base + 230)),
-            wr(next + 4, &sg1, write_to(&b.mr, base + 300)),
+            wr(next, write(&sg1, &b.mr, base)),
+            wr(next + 1, write_inline(&inline, &b.mr, base + 64)),
+            wr(next + 2, write(&sg3, &b.mr, base + 160)),
+            wr(next + 3, write_inline(&inline[..40], &b.mr, base + 230)),
+            wr(next + 4, write(&sg1, &b.mr, base + 300)),
         ];
         if round % 3 == 1 {
             // One more block: the next rounds start at odd offsets, so WQEs straddle the ring end.
-            chain.push(wr(next + 5, &sg1, write_to(&b.mr, base + 400)));
+            chain.push(wr(next + 5, write(&sg1, &b.mr, base + 400)));
         }
         qa.post_send(&chain)?;
         let w = wait_wcs(&mut a.cq, chain.len(), t)?;
@@ -533,7 +524,7 @@ pub fn rc_many_qps_share_a_cq(env: &mut Env) -> Result<Outcome> {
     for (k, (qa, qb)) in pairs.iter_mut().enumerate() {
         a.mr.write(k * 1024, &pattern(500 + k, k as u8))?;
         qb.post_recv(&[recv(k as u64, &[b.mr.sge(k * 1024, 1024)])])?;
-        qa.post_send(&[wr(k as u64, &[a.mr.sge(k * 1024, 500 + k as u32)], SendOp::Send)])?;
+        qa.post_send(&[wr(k as u64, send(&[a.mr.sge(k * 1024, 500 + k as u32)]))])?;
     }
     let mut seen = vec![false; n];
     for w in wait_wcs(&mut b.cq, n, t)? {

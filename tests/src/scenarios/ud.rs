@@ -12,10 +12,10 @@ const QKEY_A: u32 = 0x1111_1111;
 const QKEY_B: u32 = 0x2222_2222;
 
 fn ud_pair(a: &Side, b: &Side) -> Result<(Qp, Qp)> {
-    let mut qa = a.pd.create_qp(QpType::Ud, &a.cq, &a.cq, None, default_caps())?;
-    let mut qb = b.pd.create_qp(QpType::Ud, &b.cq, &b.cq, None, default_caps())?;
-    ud_to_rts(&mut qa, QKEY_A, 1)?;
-    ud_to_rts(&mut qb, QKEY_B, 2)?;
+    let mut qa = a.pd.create_qp(QpType::Ud, &a.cq).cap(default_caps()).build()?;
+    let mut qb = b.pd.create_qp(QpType::Ud, &b.cq).cap(default_caps()).build()?;
+    qa.ud_to_rts(QKEY_A, 1)?;
+    qb.ud_to_rts(QKEY_B, 2)?;
     Ok((qa, qb))
 }
 
@@ -57,9 +57,8 @@ pub fn ud_send_recv_grh_and_source(env: &mut Env) -> Result<Outcome> {
             to.mr.fill(0, 40 + len + 64, 0xee)?;
             qt.post_recv(&[recv(7, &[to.mr.sge(0, (40 + len + 64) as u32)])])?;
             let sg = [from.mr.sge(0, len as u32)];
-            let mut w = wr(8, &sg, SendOp::Send);
-            w.ud = Some(UdDest { ah, remote_qpn: qt.qp_num(), remote_qkey: qkey });
-            qf.post_send(&[w])?;
+            let w = ud_wr(8, UdDest { ah, remote_qpn: qt.qp_num(), remote_qkey: qkey }, Payload::Sges(&sg));
+            qf.post_send_ud(&[w])?;
             expect_wc(&wait_wcs(&mut from.cq, 1, t)?[0], 8, WcStatus::Success, WcOpcode::Send)?;
             let wc = wait_wcs(&mut to.cq, 1, t)?;
             expect_wc(&wc[0], 7, WcStatus::Success, WcOpcode::Recv)?;
@@ -75,7 +74,8 @@ pub fn ud_send_recv_grh_and_source(env: &mut Env) -> Result<Outcome> {
 }
 
 /// UD SEND with immediate, inline UD SEND, a UD gather list of three SGEs, and an address
-/// handle with an explicit destination MAC.
+/// handle with an explicit destination MAC; each datagram with the GRH naming the sender and
+/// the sender's QPN as source QP.
 pub fn ud_immediate_inline_and_gather(env: &mut Env) -> Result<Outcome> {
     let (mut a, mut b) = env.sides()?;
     let (mut qa, mut qb) = ud_pair(&a, &b)?;
@@ -83,19 +83,16 @@ pub fn ud_immediate_inline_and_gather(env: &mut Env) -> Result<Outcome> {
     let ah = ah_to(&a, &b.ep)?;
     let ah_mac = a.pd.create_ah(&AhAttr { dmac: Some(b.ep.mac), ..ah.attr })?;
     let qpn_b = qb.qp_num();
-    let dest = |ah| Some(UdDest { ah, remote_qpn: qpn_b, remote_qkey: QKEY_B });
+    let dest = |ah| UdDest { ah, remote_qpn: qpn_b, remote_qkey: QKEY_B };
     for k in 0..3u64 {
         qb.post_recv(&[recv(k, &[b.mr.sge(1024 * k as usize, 1024)])])?;
     }
     let sg = [a.mr.sge(0, 200)];
-    let mut imm = wr(1, &sg, SendOp::SendWithImm(0xabcd_0123));
-    imm.ud = dest(&ah);
+    let imm = UdSendWr { imm: Some(0xabcd_0123), ..ud_wr(1, dest(&ah), Payload::Sges(&sg)) };
     let inline = pattern(60, 7);
-    let mut inl = inline_wr(2, &inline, SendOp::Send);
-    inl.ud = dest(&ah_mac);
+    let inl = ud_wr(2, dest(&ah_mac), Payload::Inline(&inline));
     let pieces = [a.mr.sge(4000, 10), a.mr.sge(5000, 300), a.mr.sge(6000, 1)];
-    let mut gather = wr(3, &pieces, SendOp::Send);
-    gather.ud = dest(&ah);
+    let gather = ud_wr(3, dest(&ah), Payload::Sges(&pieces));
     a.mr.write(0, &pattern(200, 8))?;
     let mut want3 = Vec::new();
     for (k, s) in pieces.iter().enumerate() {
@@ -103,12 +100,17 @@ pub fn ud_immediate_inline_and_gather(env: &mut Env) -> Result<Outcome> {
         a.mr.write((s.addr() - a.mr.addr()) as usize, &p)?;
         want3.extend(p);
     }
-    qa.post_send(&[imm, inl, gather])?;
+    qa.post_send_ud(&[imm, inl, gather])?;
     let w = wait_wcs(&mut a.cq, 3, t)?;
     for (k, wc) in w.iter().enumerate() {
         expect_wc(wc, 1 + k as u64, WcStatus::Success, WcOpcode::Send)?;
     }
     let w = wait_wcs(&mut b.cq, 3, t)?;
+    for (k, wc) in w.iter().enumerate() {
+        ensure_eq!((wc.src_qp, wc.qp_num), (qa.qp_num(), qpn_b), "source and destination QPs of datagram {k}");
+        ensure!(wc.wc_flags.contains(WcFlags::GRH), "no GRH flag in {wc:?}");
+        check_grh(&b.mr.to_vec(1024 * k, 40)?, &a.ep)?;
+    }
     expect_wc(&w[0], 0, WcStatus::Success, WcOpcode::Recv)?;
     ensure!(w[0].wc_flags.contains(WcFlags::WITH_IMM), "no WITH_IMM flag: {:?}", w[0]);
     ensure_eq!((w[0].imm_data, w[0].byte_len), (0xabcd_0123, 240), "UD SEND with immediate");
@@ -131,17 +133,13 @@ pub fn ud_wrong_qkey_or_qpn_dropped(env: &mut Env) -> Result<Outcome> {
     let ah = ah_to(&a, &b.ep)?;
     qb.post_recv(&[recv(1, &[b.mr.sge(0, 1024)])])?;
     let sg = [a.mr.sge(0, 50)];
-    let to = |qpn, qkey| {
-        let mut w = wr(qkey as u64, &sg, SendOp::Send);
-        w.ud = Some(UdDest { ah: &ah, remote_qpn: qpn, remote_qkey: qkey });
-        w
-    };
+    let to = |qpn, qkey| ud_wr(qkey as u64, UdDest { ah: &ah, remote_qpn: qpn, remote_qkey: qkey }, Payload::Sges(&sg));
     let bogus_qpn = qb.qp_num() ^ 0x40;
-    qa.post_send(&[to(qb.qp_num(), 0x3333_3333), to(bogus_qpn, QKEY_B)])?;
+    qa.post_send_ud(&[to(qb.qp_num(), 0x3333_3333), to(bogus_qpn, QKEY_B)])?;
     let w = wait_wcs(&mut a.cq, 2, t)?;
     ensure!(w.iter().all(|w| w.status == WcStatus::Success), "UD sends complete successfully: {w:?}");
     expect_no_wc(&mut b.cq, quiet, "datagrams with a wrong Q_Key or QPN")?;
-    qa.post_send(&[to(qb.qp_num(), QKEY_B)])?;
+    qa.post_send_ud(&[to(qb.qp_num(), QKEY_B)])?;
     wait_wcs(&mut a.cq, 1, t)?;
     let w = wait_wcs(&mut b.cq, 1, t)?;
     expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::Recv)?;

@@ -245,7 +245,10 @@ impl Resources {
         let mut list = Vec::new();
         for _ in 0..p.qps {
             let qp = pd
-                .create_qp(QpType::Rc, &send_cq, &recv_cq, None, QpInitCap { cap, sq_sig_all: false })
+                .create_qp(QpType::Rc, &send_cq)
+                .recv_cq(&recv_cq)
+                .cap(cap)
+                .build()
                 .map_err(|e| format!("ibv_create_qp (tx depth {tx}, rx depth {rx}, inline {inline_size}): {e}"))?;
             list.push(qp);
         }
@@ -286,68 +289,54 @@ impl Resources {
         (self.qps.len() + q) as u64 * self.buff
     }
 
-    /// Moves every QP to RTR (and RTS when `rts`) towards the peer's `rem` (perftest's
-    /// attributes: min RNR timer 12, retry 7, RNR retry 7, hop limit 255).
-    pub fn connect(
-        &mut self,
-        my: &[Dest],
-        rem: &[Dest],
-        gid_index: u32,
-        mtu: Mtu,
-        p: &Params,
-        rts: bool,
-    ) -> Result<(), String> {
+    /// Connects every QP to the peer's `rem`, RESET to RTS (perftest's attributes: min RNR
+    /// timer 12, retry 7, RNR retry 7, hop limit 255, the ACK timeout of `--qp-timeout`).
+    ///
+    /// perftest leaves the passive side of a bandwidth test (the server of WRITE, READ and
+    /// atomic bandwidth) in RTR; umlx takes it to RTS as well, which changes nothing on the wire:
+    /// that side never posts a send, and RTS only adds the send queue to what RTR has (it
+    /// answers requests the same way in both states).
+    ///
+    /// perftest sets the responder depth (`max_dest_rd_atomic`) to this side's `out_reads` and
+    /// the initiator depth (`max_rd_atomic`) to the peer's; `connect` sets both to one value.
+    /// Only the client ever issues READs or atomics, so the client takes the peer's `out_reads`
+    /// (its initiator depth, as perftest) and the server its own (its responder depth, as
+    /// perftest): the depth each side actually uses is perftest's.
+    pub fn connect(&mut self, my: &[Dest], rem: &[Dest], gid_index: u32, mtu: Mtu, p: &Params) -> Result<(), String> {
         let access = match self.test {
             Test::AtomicBw => AccessFlags::REMOTE_ATOMIC,
             Test::ReadBw | Test::ReadLat => AccessFlags::REMOTE_READ,
             Test::WriteBw | Test::WriteLat => AccessFlags::REMOTE_WRITE,
             Test::SendBw | Test::SendLat => AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
         };
+        let sgid_index =
+            u8::try_from(gid_index).map_err(|_| format!("GID index {gid_index} does not fit an address vector"))?;
         for (i, qp) in self.qps.iter_mut().enumerate() {
             let qpn = qp.qp_num();
-            let init = QpAttr {
-                qp_state: Some(QpState::Init),
-                port_num: p.ib_port,
-                qp_access_flags: access,
-                ..Default::default()
-            };
-            qp.modify(&init, QpAttrMask::RC_INIT).map_err(|e| format!("QP {qpn:#x} to INIT: {e}"))?;
-            let rtr = QpAttr {
-                qp_state: Some(QpState::Rtr),
+            let rd_atomic = if p.is_client() { rem[i].out_reads } else { my[i].out_reads };
+            let params = ConnectParams {
+                sq_psn: my[i].psn,
                 path_mtu: Some(mtu),
-                dest_qp_num: rem[i].qpn,
-                rq_psn: rem[i].psn,
-                max_dest_rd_atomic: my[i].out_reads.min(255) as u8,
+                sgid_index: Some(sgid_index),
+                port_num: p.ib_port,
+                pkey_index: 0,
+                access,
+                rd_atomic: Some(rd_atomic.clamp(1, 255) as u8),
                 min_rnr_timer: 12,
-                ah_attr: AhAttr {
-                    grh: GlobalRoute {
-                        dgid: Gid(rem[i].gid),
-                        sgid_index: gid_index as u8,
-                        hop_limit: 0xff,
-                        ..Default::default()
-                    },
-                    port_num: p.ib_port,
-                    ..Default::default()
-                },
+                timeout: p.qp_timeout,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                hop_limit: 0xff,
                 ..Default::default()
             };
-            let rtr_mask = QpAttrMask::RC_RTR;
-            qp.modify(&rtr, rtr_mask).map_err(|e| {
-                format!("QP {qpn:#x} to RTR (peer QP {:#x}, GID {}): {e}", rem[i].qpn, Gid(rem[i].gid).to_ip())
+            let peer = RcPeer { qp_num: rem[i].qpn, psn: rem[i].psn, gid: Gid(rem[i].gid) };
+            qp.connect(&peer, &params).map_err(|e| match qp.state() {
+                QpState::Reset => format!("QP {qpn:#x} to INIT: {e}"),
+                QpState::Init => {
+                    format!("QP {qpn:#x} to RTR (peer QP {:#x}, GID {}): {e}", rem[i].qpn, Gid(rem[i].gid).to_ip())
+                }
+                _ => format!("QP {qpn:#x} to RTS: {e}"),
             })?;
-            if rts {
-                let rts = QpAttr {
-                    qp_state: Some(QpState::Rts),
-                    sq_psn: my[i].psn,
-                    timeout: p.qp_timeout,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: rem[i].out_reads.clamp(1, 255) as u8,
-                    ..Default::default()
-                };
-                let rts_mask = QpAttrMask::RC_RTS;
-                qp.modify(&rts, rts_mask).map_err(|e| format!("QP {qpn:#x} to RTS: {e}"))?;
-            }
         }
         Ok(())
     }
@@ -363,24 +352,22 @@ impl Resources {
         wr_id: u64,
     ) -> Result<(), String> {
         let sge = [Sge::new(self.mr.addr() + local_off, size as u32, self.mr.lkey())];
-        let (raddr, rkey) = remote.unwrap_or((0, 0));
-        let op = match self.test {
-            Test::WriteBw | Test::WriteLat => SendOp::RdmaWrite { remote_addr: raddr, rkey },
-            Test::ReadBw | Test::ReadLat => SendOp::RdmaRead { remote_addr: raddr, rkey },
-            Test::SendBw | Test::SendLat => SendOp::Send,
-            Test::AtomicBw if self.fetch_add => SendOp::AtomicFetchAndAdd { remote_addr: raddr, rkey, compare_add: 1 },
-            Test::AtomicBw => SendOp::AtomicCmpAndSwp { remote_addr: raddr, rkey, compare_add: 0, swap: 0 },
-        };
-        let mut flags = if signaled { SendFlags::SIGNALED } else { SendFlags(0) };
-        let inline = matches!(self.test, Test::WriteBw | Test::WriteLat | Test::SendBw | Test::SendLat)
-            && size <= self.inline_size as u64;
-        let inline_data = if inline {
-            flags = flags | SendFlags::INLINE;
-            Some(&self.inline_buf[..size as usize])
+        let (addr, rkey) = remote.unwrap_or((0, 0));
+        let remote = Remote { addr, rkey };
+        let data = if size <= self.inline_size as u64 {
+            Payload::Inline(&self.inline_buf[..size as usize])
         } else {
-            None
+            Payload::Sges(&sge)
         };
-        let wr = SendWr { wr_id, sg_list: &sge, op, send_flags: flags, inline_data, ud: None };
+        let op = match self.test {
+            Test::WriteBw | Test::WriteLat => SendOp::Write { data, remote, imm: None },
+            Test::ReadBw | Test::ReadLat => SendOp::Read { into: &sge, remote },
+            Test::SendBw | Test::SendLat => SendOp::Send { data, imm: None },
+            Test::AtomicBw if self.fetch_add => SendOp::FetchAdd { result: sge[0], remote, add: 1 },
+            Test::AtomicBw => SendOp::CompareSwap { result: sge[0], remote, compare: 0, swap: 0 },
+        };
+        let flags = if signaled { SendFlags::SIGNALED } else { SendFlags(0) };
+        let wr = SendWr { wr_id, op, flags };
         let qp = &mut self.qps[q];
         qp.post_send(&[wr]).map_err(|e| format!("ibv_post_send on QP {:#x}: {e}", qp.qp_num()))
     }

@@ -181,8 +181,8 @@ fn pick_gid(ctx: &Context, p: &Params) -> Result<(u32, Gid), String> {
         }
         return Ok((i, g));
     }
-    let (i, g) = crate::device::auto_gid(ctx)
-        .ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())?;
+    let (i, g) =
+        ctx.default_gid().ok_or_else(|| "the port has no GID: give the device an address (--ip)".to_string())?;
     println!("{}", crate::device::auto_gid_line(i, &g, "-x"));
     Ok((i, g))
 }
@@ -456,8 +456,7 @@ impl Flow<'_> {
     }
 
     fn connect(&mut self) -> Result<(), String> {
-        let rts = !self.p.test.is_bw() || self.p.is_client();
-        self.res.connect(&self.my, &self.rem, self.gid_index, self.mtu, self.p, rts)
+        self.res.connect(&self.my, &self.rem, self.gid_index, self.mtu, self.p)
     }
 
     fn print_local(&self) {
