@@ -214,9 +214,10 @@ pub struct Remote {
     pub rkey: u32,
 }
 
-// SAFETY: the raw pointers of SendQueue, RecvQueue and CqRing point into DMA buffers owned by
-// the same QP/CQ object that owns the writer; moving the writer to another thread moves the
-// exclusive right to write (or read) that ring with it.
+// SAFETY: the raw pointers of SendQueue, RecvQueue and CqRing point into the queue memory
+// (`QueueMemory`, `Send + Sync`) and the `WrRing` that each holds an `Arc` of; the writer (or
+// reader) is the only one that accesses that ring through them, so moving it to another thread
+// moves the exclusive right to write (or read) the ring with it.
 unsafe impl<B: Backend> Send for SendQueue<B> {}
 // SAFETY: as above.
 unsafe impl Send for RecvQueue {}
@@ -412,11 +413,76 @@ const fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
     t
 }
 
+/// Where a hardware queue lives: its ring buffer and its doorbell record. The queue writers
+/// and the CQ reader ([`SendQueue`], [`RecvQueue`], [`CqRing`]) keep raw pointers into both and
+/// hold an `Arc` of the memory beside them, so safe code cannot free a buffer a queue still
+/// writes or reads. The `Arc` is only ownership: the data path never calls through it.
+///
+/// # Safety
+///
+/// An implementation returns the same memory from every call of `buf` and of `dbr`, and that
+/// memory stays allocated and in place for as long as the value lives (a queue computes its
+/// pointers once, at creation, and uses them until it drops its `Arc`).
+pub unsafe trait QueueMemory: Send + Sync + 'static {
+    /// The queue buffer (WQEs or CQEs).
+    fn buf(&self) -> &DmaMemory;
+    /// The doorbell record.
+    fn dbr(&self) -> &DmaMemory;
+}
+
+// SAFETY: both buffers are fields of the value, never replaced, and unmapped and freed only
+// when it drops.
+unsafe impl<B: Backend> QueueMemory for crate::objects::QueueMem<B> {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.dbr
+    }
+}
+
+// SAFETY: the new ring is a field of the value; the doorbell record belongs to the CQ's
+// original memory, which the value keeps alive through its `Arc`. Neither is ever replaced.
+unsafe impl<B: Backend> QueueMemory for crate::objects::ResizedCqMem<B> {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.orig.dbr
+    }
+}
+
+/// A queue buffer and a doorbell record owned together outside any device object (tests,
+/// tools that drive the data path by hand).
+#[derive(Debug)]
+pub struct PlainQueueMemory {
+    buf: DmaMemory,
+    dbr: DmaMemory,
+}
+
+impl PlainQueueMemory {
+    /// Owns `buf` and `dbr` as one queue's memory.
+    pub fn new(buf: DmaMemory, dbr: DmaMemory) -> Arc<PlainQueueMemory> {
+        Arc::new(PlainQueueMemory { buf, dbr })
+    }
+}
+
+// SAFETY: both buffers are fields of the value, never replaced, and freed only when it drops.
+unsafe impl QueueMemory for PlainQueueMemory {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.dbr
+    }
+}
+
 /// The send queue writer of one QP.
 ///
 /// The fields the fast path touches come first and are raw pointers resolved at creation (the
 /// ring, its WQE-id slots and tail, the doorbell record, the BlueFlame register), so posting a
-/// WQE follows no pointer chains.
+/// WQE follows no pointer chains. The memory they point into is held by the writer
+/// ([`QueueMemory`]), as is the [`WrRing`].
 pub struct SendQueue<B: Backend> {
     /// Start of the SQ in the QP buffer (validated at creation to hold the whole ring).
     base: *mut u8,
@@ -439,7 +505,7 @@ pub struct SendQueue<B: Backend> {
     limit: u32,
     /// The first 8 bytes of the last WQE written, as stored: the doorbell value.
     last_ctrl: u64,
-    /// The SQ counter of the doorbell record (dword 1; the QP keeps the record alive).
+    /// The SQ counter of the doorbell record (dword 1; in `_mem`).
     dbr: *mut u32,
     /// Whether the backend lets stores reach the UAR page's BlueFlame registers directly
     /// (then `bf` is an address), or doorbells go through [`Backend::write64`] (then `bf` is
@@ -456,7 +522,8 @@ pub struct SendQueue<B: Backend> {
     bf_buf_size: usize,
     backend: Arc<B>,
     ring: Arc<WrRing>,
-    sq_offset: usize,
+    /// The memory `base` and `dbr` point into, kept alive by the writer (never read through).
+    _mem: Arc<dyn QueueMemory>,
     /// Max SGEs per WQE.
     pub max_sge: u32,
     /// Max inline bytes per WQE.
@@ -484,16 +551,16 @@ fn ds_count(w: &SendWqe<'_>) -> u32 {
 }
 
 impl<B: Backend> SendQueue<B> {
-    /// A writer for the SQ described by `geo` in `buf`, its producer counter in the doorbell
-    /// record `dbr`, doorbells through `backend`. Both buffers must outlive the writer (the QP
-    /// owns all three); `buf` must hold the whole ring.
+    /// A writer for the SQ described by `geo` in `mem`'s buffer (which must hold the whole
+    /// ring), its producer counter in `mem`'s doorbell record, doorbells through `backend`. The
+    /// writer keeps `mem` alive.
     pub fn new(
         backend: Arc<B>,
-        buf: &DmaMemory,
-        dbr: &DmaMemory,
+        mem: Arc<dyn QueueMemory>,
         geo: SqGeometry,
         ring: Arc<WrRing>,
     ) -> Result<SendQueue<B>, PostError> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         let bytes = WQEBB << geo.log_bbs;
         if geo.sq_offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || ring.sq.len() < (1 << geo.log_bbs)
@@ -535,7 +602,7 @@ impl<B: Backend> SendQueue<B> {
             bf_buf_size: geo.bf_buf_size,
             backend,
             ring,
-            sq_offset: geo.sq_offset,
+            _mem: mem,
             max_sge: geo.max_sge,
             max_inline: geo.max_inline,
         })
@@ -594,27 +661,38 @@ impl<B: Backend> SendQueue<B> {
         SqChain { limit: self.limit, bb, start: bb, last_ctrl: self.last_ctrl, sq: self }
     }
 
+    /// Stores one 16-byte segment, as laid out in `seg`, at 16-byte segment `seg16` of the WQE
+    /// starting at WQEBB `bb`, wrapping at the ring's end.
     #[inline(always)]
-    fn seg_off(&self, bb: u32, seg16: u32) -> usize {
-        // 16-byte segment `seg16` of the WQE starting at WQEBB `bb`, wrapping at the ring end.
-        let ring_bytes = (self.mask as usize + 1) * WQEBB;
-        let abs = (bb & self.mask) as usize * WQEBB + seg16 as usize * DS_BYTES;
-        self.sq_offset + abs % ring_bytes
+    fn put_seg(&self, bb: u32, seg16: u32, seg: &[u8; DS_BYTES]) {
+        let (w0, w1) = seg.split_at(8);
+        self.put_seg_words(
+            bb,
+            seg16,
+            u64::from_ne_bytes(w0.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(w1.try_into().unwrap_or_default()),
+        );
     }
 
-    /// Stores one 16-byte segment, as laid out in `seg`, at segment `seg16` of the WQE at `bb`.
+    /// Stores a 16-byte segment given as its two 8-byte words as they lie in memory.
     #[inline(always)]
-    fn put_seg(&self, buf: &DmaMemory, bb: u32, seg16: u32, seg: &[u8; DS_BYTES]) {
-        let o = self.seg_off(bb, seg16);
-        let (w0, w1) = seg.split_at(8);
-        buf.write_u64_be_at(o, u64::from_be_bytes(w0.try_into().unwrap_or_default()));
-        buf.write_u64_be_at(o + 8, u64::from_be_bytes(w1.try_into().unwrap_or_default()));
+    fn put_seg_words(&self, bb: u32, seg16: u32, w0: u64, w1: u64) {
+        let ring_bytes = (self.mask as usize + 1) << WQEBB_SHIFT;
+        let off = (((bb & self.mask) as usize) << WQEBB_SHIFT).wrapping_add(seg16 as usize * DS_BYTES) % ring_bytes;
+        // SAFETY: the ring [base, base + ring_bytes) lies in the QP buffer (checked in `new`;
+        // the writer keeps the buffer alive); `off` is a multiple of 16 below `ring_bytes` (a
+        // multiple of 64), so both 8-byte stores are in the ring and aligned.
+        unsafe {
+            let p = self.base.add(off).cast::<u64>();
+            p.write_volatile(w0);
+            p.add(1).write_volatile(w1);
+        }
     }
 
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
     /// last WQE of a chain.
     #[inline]
-    pub fn write_wqe(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
+    pub fn write_wqe(&mut self, w: &SendWqe<'_>) -> Result<(), PostError> {
         if w.inline.is_none() && w.sges.len() > self.max_sge as usize {
             return Err(PostError::TooManySges);
         }
@@ -643,12 +721,12 @@ impl<B: Backend> SendQueue<B> {
             ..Default::default()
         };
         let ctrl: [u8; DS_BYTES] = zerocopy::transmute!(ctrl);
-        self.put_seg(buf, bb, 0, &ctrl);
+        self.put_seg(bb, 0, &ctrl);
         self.last_ctrl = u64::from_ne_bytes(ctrl[..8].try_into().unwrap_or_default());
         let mut seg = 1;
         if let Some(av) = w.av {
             for (i, part) in av.chunks_exact(DS_BYTES).enumerate() {
-                self.put_seg(buf, bb, seg + i as u32, part.try_into().unwrap_or(&[0; DS_BYTES]));
+                self.put_seg(bb, seg + i as u32, part.try_into().unwrap_or(&[0; DS_BYTES]));
             }
             seg += AV_DS;
         }
@@ -659,11 +737,11 @@ impl<B: Backend> SendQueue<B> {
                     rkey: U32::new(w.remote.rkey),
                     ..Default::default()
                 };
-                self.put_seg(buf, bb, seg, &zerocopy::transmute!(raddr));
+                self.put_seg(bb, seg, &zerocopy::transmute!(raddr));
                 seg += 1;
                 if matches!(w.opcode, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
                     let atomic = wqe_atomic_seg { swap_add: U64::new(w.atomic.0), compare: U64::new(w.atomic.1) };
-                    self.put_seg(buf, bb, seg, &zerocopy::transmute!(atomic));
+                    self.put_seg(bb, seg, &zerocopy::transmute!(atomic));
                     seg += 1;
                 }
             }
@@ -685,7 +763,7 @@ impl<B: Backend> SendQueue<B> {
                             Some(i) => d.get(i).copied().unwrap_or(0),
                         };
                     }
-                    self.put_seg(buf, bb, seg, &part);
+                    self.put_seg(bb, seg, &part);
                     done += DS_BYTES;
                     seg += 1;
                 }
@@ -693,10 +771,8 @@ impl<B: Backend> SendQueue<B> {
             Some(_) => {}
             None => {
                 for sge in w.sges.iter().filter(|s| !s.is_empty()) {
-                    let o = self.seg_off(bb, seg);
                     let [w0, w1] = sge.wire();
-                    buf.write_u64_be_at(o, u64::from_be(w0));
-                    buf.write_u64_be_at(o + 8, u64::from_be(w1));
+                    self.put_seg_words(bb, seg, w0, w1);
                     seg += 1;
                 }
             }
@@ -712,8 +788,8 @@ impl<B: Backend> SendQueue<B> {
         // Everything read before the barriers (which the compiler treats as touching all memory).
         let (counter, ctrl, bf) = ((self.cur_post & DBR_COUNTER_MASK).to_be(), self.last_ctrl, self.bf);
         dma_wmb();
-        // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the
+        // writer keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
         dma_wmb();
         if self.bf_direct {
@@ -796,7 +872,7 @@ impl<B: Backend> SqChain<'_, B> {
         self.last_ctrl = ctrl0.to_be();
         let idx = (bb & sq.mask) as usize;
         // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
-        // `SendQueue::new`; the QP keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
+        // `SendQueue::new`; the queue keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
         // aligned. `slots` has mask + 1 entries, kept alive by the queue's `ring`.
         unsafe {
             let p = sq.base.add(idx << WQEBB_SHIFT).cast::<u64>();
@@ -880,11 +956,13 @@ pub struct RecvQueue {
     slots: *const AtomicU64,
     /// WQEs retired by completions (in `ring`).
     tail: *const AtomicU32,
-    /// The receive counter of the doorbell record (dword 0; the owner keeps it alive).
+    /// The receive counter of the doorbell record (dword 0; in `_mem`).
     dbr: *mut u32,
     ring: Arc<WrRing>,
     /// The free list, for an SRQ.
     srq: Option<SrqFreeList>,
+    /// The memory `base` and `dbr` point into, kept alive by the writer (never read through).
+    _mem: Arc<dyn QueueMemory>,
     /// Max SGEs per receive WQE.
     pub max_sge: u32,
 }
@@ -901,18 +979,18 @@ struct SrqFreeList {
 }
 
 impl RecvQueue {
-    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `buf`, its
-    /// counter in the doorbell record `dbr` (both must outlive the writer; `buf` must hold the
-    /// whole queue).
+    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `mem`'s buffer
+    /// (which must hold the whole queue), its counter in `mem`'s doorbell record. The writer
+    /// keeps `mem` alive.
     pub fn new(
-        buf: &DmaMemory,
-        dbr: &DmaMemory,
+        mem: Arc<dyn QueueMemory>,
         offset: usize,
         log_wqes: u32,
         stride_shift: u32,
         ring: Arc<WrRing>,
         srq: bool,
     ) -> Result<RecvQueue, PostError> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         let bytes = (1usize << log_wqes) << stride_shift;
         if offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || (1usize << stride_shift) < DS_BYTES
@@ -944,6 +1022,7 @@ impl RecvQueue {
             dbr: unsafe { dbr.as_ptr().add(qp_dbr::recv_counter) }.cast::<u32>(),
             srq: srq.then(|| SrqFreeList { head: 0, tail: (1 << log_wqes) - 1, scan: 0 }),
             ring,
+            _mem: mem,
             max_sge: per,
         })
     }
@@ -992,7 +1071,7 @@ impl RecvQueue {
     #[inline(always)]
     fn wqe_at(&self, index: usize) -> *mut u64 {
         // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
-        // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
+        // `new`; the writer keeps the buffer alive); the index is masked; 16-byte aligned.
         unsafe { self.base.add((index & self.mask) * self.stride).cast::<u64>() }
     }
 
@@ -1139,8 +1218,8 @@ impl RecvQueue {
     pub fn ring_doorbell(&self) {
         let counter = (self.head & DBR_COUNTER_MASK).to_be();
         dma_wmb();
-        // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the owner
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the
+        // writer keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
     }
 }
@@ -1229,8 +1308,11 @@ pub struct CqRing {
     /// (bit `log_size` of `ci`): kept with `ci` so that looking at the head costs two loads.
     head: *const u8,
     owner: u8,
-    /// The consumer-index word of the CQ doorbell record (the CQ keeps it alive).
+    /// The consumer-index word of the CQ doorbell record.
     dbr: *mut u32,
+    /// The memory `base`, `head` and `dbr` point into, kept alive by the reader (never read
+    /// through).
+    _mem: Arc<dyn QueueMemory>,
 }
 
 /// A CQE the device has handed over (ownership checked, read barrier passed), read field by
@@ -1397,21 +1479,22 @@ impl CqeRef<'_> {
 }
 
 impl CqRing {
-    /// A consumer for 2^`log_size` CQEs in `buf`, publishing its index in `dbr` (both must
-    /// outlive it: the CQ owns them).
-    pub fn new(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32) -> Option<CqRing> {
+    /// A consumer for 2^`log_size` CQEs in `mem`'s buffer, publishing its index in `mem`'s
+    /// doorbell record. The reader keeps `mem` alive.
+    pub fn new(mem: Arc<dyn QueueMemory>, log_size: u32) -> Option<CqRing> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         if log_size > 24 || (CQE_SIZE << log_size) > buf.len() || dbr.len() < cq_dbr::SIZE {
             return None;
         }
         let base = buf.as_ptr().cast_const();
         // SAFETY: the consumer-index word lies in `dbr` (checked above); address only.
         let (mask, dbr) = ((1 << log_size) - 1, unsafe { dbr.as_ptr().add(cq_dbr::set_ci) }.cast::<u32>());
-        Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr })
+        Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr, _mem: mem })
     }
 
     /// A consumer over a new ring (after a resize) continuing at consumer counter `ci`.
-    pub fn resume(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
-        let mut r = CqRing::new(buf, dbr, log_size)?;
+    pub fn resume(mem: Arc<dyn QueueMemory>, log_size: u32, ci: u32) -> Option<CqRing> {
+        let mut r = CqRing::new(mem, log_size)?;
         r.set_ci(ci);
         Some(r)
     }
@@ -1448,8 +1531,8 @@ impl CqRing {
     #[inline(always)]
     fn head(&self) -> CqHead<'_> {
         let p = self.head;
-        // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the CQ
-        // owns the buffer; see `set_ci` and `advance`); its op_own byte.
+        // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the
+        // reader keeps the buffer alive; see `set_ci` and `advance`); its op_own byte.
         let op_own = unsafe { p.add(CQE_OP_OWN).read_volatile() };
         if is_requester_success(op_own, self.owner) {
             dma_rmb();
@@ -1520,8 +1603,8 @@ impl CqRing {
     /// Publishes the consumer index in the CQ doorbell record.
     #[inline(always)]
     pub fn update_ci(&self) {
-        // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the CQ
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the
+        // reader keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile((self.ci & NUM_MASK_24).to_be()) }
     }
 
@@ -1611,7 +1694,7 @@ fn is_written(op_own: u8, owner: u8) -> bool {
 #[inline(always)]
 fn peek_at<'r>(base: *const u8, mask: u32, ci: u32) -> Option<CqeRef<'r>> {
     // SAFETY: `base` and `mask` come from a `CqRing`, whose ring [base, base + 64 * (mask + 1))
-    // lies in the CQ buffer (checked in `CqRing::new`; the CQ owns the buffer); the index is
+    // lies in the CQ buffer (checked in `CqRing::new`; the ring keeps the buffer alive); the index is
     // masked; CQEs are 64-byte aligned.
     let p = unsafe { base.add(((ci & mask) as usize) << CQE_SHIFT) };
     // SAFETY: as above; the CQE's op_own byte.

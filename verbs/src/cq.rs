@@ -68,7 +68,7 @@ impl<B: Backend> Context<B> {
         if let Some(c) = channel {
             c.sns.lock().unwrap_or_else(|e| e.into_inner()).push((cq.cqn(), sn.clone()));
         }
-        let ring = CqRing::new(&cq.mem.buf, &cq.mem.dbr, log)
+        let ring = CqRing::new(cq.mem().clone(), log)
             .ok_or_else(|| Error::Invalid("CQ buffer smaller than its ring".into()))?;
         Ok(Cq {
             ctx: self.clone(),
@@ -138,7 +138,7 @@ pub struct Cq<B: Backend> {
     pub(crate) cq: Arc<DrvCq<B>>,
     ring: CqRing,
     /// The ring after a resize (the original stays with the driver's CQ).
-    resized: Option<umlx_driver::dma::DmaBuffer<B>>,
+    resized: Option<Arc<umlx_driver::objects::ResizedCqMem<B>>>,
     sn: Arc<AtomicU32>,
     channel: Option<Arc<CompChannel<B>>>,
     events: u32,
@@ -381,8 +381,8 @@ impl<B: Backend> Cq<B> {
 
     fn ring_buf(&self) -> &umlx_driver::dma::DmaMemory {
         match &self.resized {
-            Some(b) => b,
-            None => &self.cq.mem.buf,
+            Some(r) => &r.buf,
+            None => &self.cq.mem().buf,
         }
     }
 
@@ -399,13 +399,13 @@ impl<B: Backend> Cq<B> {
             )));
         }
         let new = self.cq.resize(log)?;
-        let Some(ci) = self.ring.carry_over(self.ring_buf(), &new, log) else {
+        let Some(ci) = self.ring.carry_over(self.ring_buf(), &new.buf, log) else {
             return Err(Error::Driver(umlx_driver::Error::Firmware {
                 device: self.ctx.name().into(),
                 problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
             }));
         };
-        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, ci).ok_or_else(|| Error::Invalid("CQ ring".into()))?;
+        let ring = CqRing::resume(new.clone(), log, ci).ok_or_else(|| Error::Invalid("CQ ring".into()))?;
         self.ring = ring;
         self.resized = Some(new);
         self.ring.update_ci();

@@ -14,7 +14,6 @@ use umlx_driver::backend::Backend;
 use umlx_driver::datapath::{
     self, PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode,
 };
-use umlx_driver::dma::DmaMemory;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
 use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
@@ -130,21 +129,13 @@ impl<B: Backend> Pd<B> {
             sig_all: init.sq_sig_all,
             bf_buf_size: shared.hca.caps().bf_buf_size(),
         };
-        let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
+        let sq = SendQueue::new(shared.hca.backend().clone(), qp.mem().clone(), geo, ring.clone())
             .map_err(|e| Error::Invalid(format!("SQ does not fit its buffer: {e:?}")))?;
         let rq = match srq {
             Some(_) => None,
             None => Some(
-                RecvQueue::new(
-                    &qp.mem.buf,
-                    &qp.mem.dbr,
-                    0,
-                    config.log_rq_size,
-                    config.rq_stride_shift,
-                    ring.clone(),
-                    false,
-                )
-                .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
+                RecvQueue::new(qp.mem().clone(), 0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false)
+                    .map_err(|e| Error::Invalid(format!("RQ does not fit its buffer: {e:?}")))?,
             ),
         };
         let mut rq = rq;
@@ -185,9 +176,8 @@ impl<B: Backend> Pd<B> {
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
         self.ctx.shared.srqs.insert(ring.clone());
-        let rq =
-            RecvQueue::new(&srq.mem.buf, &srq.mem.dbr, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
-                .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+        let rq = RecvQueue::new(srq.mem().clone(), 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
+            .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 
@@ -482,8 +472,8 @@ impl<B: Backend> Qp<B> {
             if let Some(rq) = &mut self.rq {
                 rq.reset();
             }
-            self.qp.mem.dbr.write_u32_be(0, 0)?;
-            self.qp.mem.dbr.write_u32_be(4, 0)?;
+            self.qp.mem().dbr.write_u32_be(0, 0)?;
+            self.qp.mem().dbr.write_u32_be(4, 0)?;
         }
         self.state = target;
         self.send_ok = matches!(target, QpState::Rts | QpState::Err | QpState::Sqd);
@@ -574,10 +564,9 @@ impl<B: Backend> Qp<B> {
             return Err(self.refusal());
         }
         let qp_type = self.qp_type;
-        let buf = &self.qp.mem.buf;
         let mut chain = self.sq.begin();
         if qp_type != QpType::Rc {
-            return post_send_rest(chain, buf, qp_type, 0, wrs);
+            return post_send_rest(chain, qp_type, 0, wrs);
         }
         // RC requests with one SGE and no inline data, while the ring has room known without
         // reading the tail: a run of one opcode goes through one loop specialised for it (one
@@ -618,7 +607,7 @@ impl<B: Backend> Qp<B> {
             }
         }
         if !rest.is_empty() {
-            return post_send_rest(chain, buf, qp_type, wrs.len() - rest.len(), rest);
+            return post_send_rest(chain, qp_type, wrs.len() - rest.len(), rest);
         }
         chain.finish();
         Ok(())
@@ -767,7 +756,6 @@ fn short_run<B: Backend>(
 #[inline(never)]
 fn post_send_rest<B: Backend>(
     mut chain: SqChain<'_, B>,
-    buf: &DmaMemory,
     qp_type: QpType,
     first: usize,
     rest: &[SendWr<'_>],
@@ -778,7 +766,7 @@ fn post_send_rest<B: Backend>(
         let short = qp_type == QpType::Rc && flags & SendFlags::INLINE.0 == 0;
         let r = match (wr.sg_list, short_form(&wr.op)) {
             ([sge], Some((op, imm, remote))) if short => chain.write_simple(id, op, flags, imm, remote, sge),
-            _ => match chain.with_queue(|sq| write_send_general(sq, buf, qp_type, wr)) {
+            _ => match chain.with_queue(|sq| write_send_general(sq, qp_type, wr)) {
                 Ok(()) => Ok(()),
                 Err(kind) => {
                     result = Err(PostFailure { index: first + i, kind });
@@ -799,7 +787,6 @@ fn post_send_rest<B: Backend>(
 #[inline(never)]
 fn write_send_general<B: Backend>(
     sq: &mut SendQueue<B>,
-    buf: &DmaMemory,
     qp_type: QpType,
     wr: &SendWr<'_>,
 ) -> std::result::Result<(), PostFailureKind> {
@@ -858,5 +845,5 @@ fn write_send_general<B: Backend>(
         inline,
         av,
     };
-    sq.write_wqe(buf, &w).map_err(|e| PostFailure::from_driver(0, e).kind)
+    sq.write_wqe(&w).map_err(|e| PostFailure::from_driver(0, e).kind)
 }
