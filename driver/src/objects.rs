@@ -211,7 +211,7 @@ impl<B: Backend> CompEq<B> {
     }
 
     /// The eventfd signalled when the EQ fires.
-    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub fn event_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.hca.backend().irq_eventfd(self.vector)
     }
 

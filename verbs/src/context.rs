@@ -321,8 +321,8 @@ impl<B: Backend> Context<B> {
         }))
     }
 
-    /// The async event file descriptor (readable when events may be pending).
-    pub fn async_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The async event file descriptor (readable when events may be pending), open while held.
+    pub fn async_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.shared.hca.async_event_fd()
     }
 }

@@ -93,8 +93,8 @@ impl<B: Backend> Drop for CompChannel<B> {
 }
 
 impl<B: Backend> CompChannel<B> {
-    /// The file descriptor to poll/epoll for readability.
-    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The file descriptor to poll/epoll for readability, open while held.
+    pub fn fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.eq.event_fd()
     }
 
@@ -108,8 +108,8 @@ impl<B: Backend> CompChannel<B> {
         loop {
             if let Some(fd) = self.fd() {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if umlx_driver::event::wait_readable(fd, left.min(Duration::from_millis(10))) {
-                    umlx_driver::event::drain(fd);
+                if umlx_driver::event::wait_readable(&fd, left.min(Duration::from_millis(10))) {
+                    umlx_driver::event::drain(&fd);
                 }
             }
             let mut got = Vec::new();
