@@ -398,33 +398,35 @@ fn the_pollers_qp_cache_forgets_removed_qps() {
     let first = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(first.clone());
     let mut cache = QpCache::default();
-    assert!(cache.hit(&table, write(0x10)).is_none(), "an empty cache hits nothing");
-    let mut bound = cache.bind(&table);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*first));
-    assert!(std::ptr::eq(bound.hit(write(0x10)).unwrap(), &*first));
-    assert!(bound.hit(SopDropQpn::new(opcode::SEND, 0x10)).is_none(), "the opcode is part of the key");
-    assert!(table.learn(&mut bound, write(0x11)).is_none(), "an unknown QP is not learnt");
-    cache.store(bound);
-    assert!(std::ptr::eq(cache.hit(&table, write(0x10)).unwrap(), &*first), "kept between polls");
+    {
+        let mut pinned = cache.pin(&table);
+        assert!(pinned.hit(write(0x10)).is_none(), "an empty cache hits nothing");
+        assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*first));
+        assert!(std::ptr::eq(pinned.hit(write(0x10)).unwrap(), &*first));
+        assert!(pinned.hit(SopDropQpn::new(opcode::SEND, 0x10)).is_none(), "the opcode is part of the key");
+        assert!(pinned.learn(write(0x11)).is_none(), "an unknown QP is not learnt");
+        assert!(std::ptr::eq(pinned.qp(0x10).unwrap(), &*first));
+        assert!(pinned.srq(0x10).is_none(), "QPs and SRQs are two number spaces");
+    }
+    assert!(std::ptr::eq(cache.pin(&table).hit(write(0x10)).unwrap(), &*first), "kept between polls");
     // QP 0x10 destroyed, its number reused: the cache must not hand out the old rings.
     table.remove(0x10);
-    assert!(cache.hit(&table, write(0x10)).is_none(), "a removal invalidates the cache");
+    assert!(cache.pin(&table).hit(write(0x10)).is_none(), "a removal invalidates the cache");
     let second = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(second.clone());
-    let mut bound = cache.bind(&table);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*second));
-    cache.store(bound);
-    assert!(std::ptr::eq(cache.hit(&table, write(0x10)).unwrap(), &*second), "the new QP, learnt");
+    {
+        let mut pinned = cache.pin(&table);
+        assert!(pinned.hit(write(0x10)).is_none());
+        assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*second));
+    }
+    assert!(std::ptr::eq(cache.pin(&table).hit(write(0x10)).unwrap(), &*second), "the new QP, learnt");
     // A cache from another table is not trusted either.
     let other = QpTable::default();
     let third = Arc::new(WrRing::new(0x10, 1, 1));
     other.insert(third.clone());
-    assert!(cache.hit(&other, write(0x10)).is_none());
-    let mut bound = cache.bind(&other);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(other.learn(&mut bound, write(0x10)).unwrap(), &*third));
+    let mut pinned = cache.pin(&other);
+    assert!(pinned.hit(write(0x10)).is_none());
+    assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*third));
 }
 
 #[test]

@@ -175,7 +175,7 @@ impl<B: Backend> Pd<B> {
         }
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
-        self.ctx.shared.srqs.insert(ring.clone());
+        self.ctx.shared.qps.insert_srq(ring.clone());
         let rq = RecvQueue::new(srq.mem().clone(), 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
             .map_err(|e| Error::Invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
