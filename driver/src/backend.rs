@@ -7,7 +7,8 @@
 //! The driver is generic over `B: Backend`, so the VFIO data path pays nothing for the seam.
 
 use crate::Result;
-use std::os::fd::RawFd;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 /// A usable IOVA range of the IOMMU, inclusive of both ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +37,10 @@ pub struct IovaRange {
 ///   behaviour: they panic or are ignored, never touch other memory.
 /// * [`Backend::dma_map`] lets the device reach exactly `[vaddr, vaddr + len)` at `iova`, and
 ///   after [`Backend::dma_unmap`] of a range returns `Ok`, the device can no longer reach it.
-/// * [`Backend::irq_eventfd`] returns an eventfd the backend owns and keeps open until
-///   interrupts are disabled or enabled again, or the backend is dropped.
+///
+/// File descriptors cross the seam as owned values ([`Backend::irq_eventfd`] returns an
+/// `Arc<OwnedFd>`), so no promise about their lifetime is needed: a descriptor is open for as
+/// long as the driver holds it.
 pub unsafe trait Backend: Send + Sync + 'static {
     /// A short name for messages: `pci:0000:3b:00.0` or `sim:0`.
     fn name(&self) -> &str;
@@ -92,8 +95,16 @@ pub unsafe trait Backend: Send + Sync + 'static {
     /// Number of interrupt vectors (MSI-X) the device offers.
     fn irq_count(&self) -> u32;
 
-    /// The eventfd signalled when `vector` fires, once interrupts are enabled.
-    fn irq_eventfd(&self, vector: u32) -> Option<RawFd>;
+    /// The eventfd signalled when `vector` fires, once interrupts are enabled; `None` if the
+    /// vector has none.
+    ///
+    /// Shared, not borrowed: interrupts can be enabled again (new eventfds) or disabled while
+    /// the driver waits on one, through `&self`, so a `BorrowedFd<'_>` tied to the backend could
+    /// be closed under its holder, and a bare `RawFd` could even name another file by then.
+    /// The `Arc` keeps the descriptor open while anyone holds it; after interrupts are
+    /// re-enabled an old one is simply never signalled again. (A `dup` per call would do too,
+    /// at a system call and a descriptor each.)
+    fn irq_eventfd(&self, vector: u32) -> Option<Arc<OwnedFd>>;
 
     /// Enables every MSI-X vector with an eventfd (done at bring-up, before the EQs exist).
     /// Backends whose vectors are always connected need not do anything.
@@ -225,7 +236,7 @@ unsafe impl Backend for AnyBackend {
         each_backend!(self, b => b.irq_count())
     }
 
-    fn irq_eventfd(&self, vector: u32) -> Option<RawFd> {
+    fn irq_eventfd(&self, vector: u32) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
         each_backend!(self, b => b.irq_eventfd(vector))
     }
 

@@ -214,9 +214,10 @@ pub struct Remote {
     pub rkey: u32,
 }
 
-// SAFETY: the raw pointers of SendQueue, RecvQueue and CqRing point into DMA buffers owned by
-// the same QP/CQ object that owns the writer; moving the writer to another thread moves the
-// exclusive right to write (or read) that ring with it.
+// SAFETY: the raw pointers of SendQueue, RecvQueue and CqRing point into the queue memory
+// (`QueueMemory`, `Send + Sync`) and the `WrRing` that each holds an `Arc` of; the writer (or
+// reader) is the only one that accesses that ring through them, so moving it to another thread
+// moves the exclusive right to write (or read) the ring with it.
 unsafe impl<B: Backend> Send for SendQueue<B> {}
 // SAFETY: as above.
 unsafe impl Send for RecvQueue {}
@@ -412,11 +413,76 @@ const fn fm_ce_se_table(sig_all: bool) -> [u8; 8] {
     t
 }
 
+/// Where a hardware queue lives: its ring buffer and its doorbell record. The queue writers
+/// and the CQ reader ([`SendQueue`], [`RecvQueue`], [`CqRing`]) keep raw pointers into both and
+/// hold an `Arc` of the memory beside them, so safe code cannot free a buffer a queue still
+/// writes or reads. The `Arc` is only ownership: the data path never calls through it.
+///
+/// # Safety
+///
+/// An implementation returns the same memory from every call of `buf` and of `dbr`, and that
+/// memory stays allocated and in place for as long as the value lives (a queue computes its
+/// pointers once, at creation, and uses them until it drops its `Arc`).
+pub unsafe trait QueueMemory: Send + Sync + 'static {
+    /// The queue buffer (WQEs or CQEs).
+    fn buf(&self) -> &DmaMemory;
+    /// The doorbell record.
+    fn dbr(&self) -> &DmaMemory;
+}
+
+// SAFETY: both buffers are fields of the value, never replaced, and unmapped and freed only
+// when it drops.
+unsafe impl<B: Backend> QueueMemory for crate::objects::QueueMem<B> {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.dbr
+    }
+}
+
+// SAFETY: the new ring is a field of the value; the doorbell record belongs to the CQ's
+// original memory, which the value keeps alive through its `Arc`. Neither is ever replaced.
+unsafe impl<B: Backend> QueueMemory for crate::objects::ResizedCqMem<B> {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.orig.dbr
+    }
+}
+
+/// A queue buffer and a doorbell record owned together outside any device object (tests,
+/// tools that drive the data path by hand).
+#[derive(Debug)]
+pub struct PlainQueueMemory {
+    buf: DmaMemory,
+    dbr: DmaMemory,
+}
+
+impl PlainQueueMemory {
+    /// Owns `buf` and `dbr` as one queue's memory.
+    pub fn new(buf: DmaMemory, dbr: DmaMemory) -> Arc<PlainQueueMemory> {
+        Arc::new(PlainQueueMemory { buf, dbr })
+    }
+}
+
+// SAFETY: both buffers are fields of the value, never replaced, and freed only when it drops.
+unsafe impl QueueMemory for PlainQueueMemory {
+    fn buf(&self) -> &DmaMemory {
+        &self.buf
+    }
+    fn dbr(&self) -> &DmaMemory {
+        &self.dbr
+    }
+}
+
 /// The send queue writer of one QP.
 ///
 /// The fields the fast path touches come first and are raw pointers resolved at creation (the
 /// ring, its WQE-id slots and tail, the doorbell record, the BlueFlame register), so posting a
-/// WQE follows no pointer chains.
+/// WQE follows no pointer chains. The memory they point into is held by the writer
+/// ([`QueueMemory`]), as is the [`WrRing`].
 pub struct SendQueue<B: Backend> {
     /// Start of the SQ in the QP buffer (validated at creation to hold the whole ring).
     base: *mut u8,
@@ -439,7 +505,7 @@ pub struct SendQueue<B: Backend> {
     limit: u32,
     /// The first 8 bytes of the last WQE written, as stored: the doorbell value.
     last_ctrl: u64,
-    /// The SQ counter of the doorbell record (dword 1; the QP keeps the record alive).
+    /// The SQ counter of the doorbell record (dword 1; in `_mem`).
     dbr: *mut u32,
     /// Whether the backend lets stores reach the UAR page's BlueFlame registers directly
     /// (then `bf` is an address), or doorbells go through [`Backend::write64`] (then `bf` is
@@ -456,7 +522,8 @@ pub struct SendQueue<B: Backend> {
     bf_buf_size: usize,
     backend: Arc<B>,
     ring: Arc<WrRing>,
-    sq_offset: usize,
+    /// The memory `base` and `dbr` point into, kept alive by the writer (never read through).
+    _mem: Arc<dyn QueueMemory>,
     /// Max SGEs per WQE.
     pub max_sge: u32,
     /// Max inline bytes per WQE.
@@ -484,16 +551,16 @@ fn ds_count(w: &SendWqe<'_>) -> u32 {
 }
 
 impl<B: Backend> SendQueue<B> {
-    /// A writer for the SQ described by `geo` in `buf`, its producer counter in the doorbell
-    /// record `dbr`, doorbells through `backend`. Both buffers must outlive the writer (the QP
-    /// owns all three); `buf` must hold the whole ring.
+    /// A writer for the SQ described by `geo` in `mem`'s buffer (which must hold the whole
+    /// ring), its producer counter in `mem`'s doorbell record, doorbells through `backend`. The
+    /// writer keeps `mem` alive.
     pub fn new(
         backend: Arc<B>,
-        buf: &DmaMemory,
-        dbr: &DmaMemory,
+        mem: Arc<dyn QueueMemory>,
         geo: SqGeometry,
         ring: Arc<WrRing>,
     ) -> Result<SendQueue<B>, PostError> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         let bytes = WQEBB << geo.log_bbs;
         if geo.sq_offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || ring.sq.len() < (1 << geo.log_bbs)
@@ -535,7 +602,7 @@ impl<B: Backend> SendQueue<B> {
             bf_buf_size: geo.bf_buf_size,
             backend,
             ring,
-            sq_offset: geo.sq_offset,
+            _mem: mem,
             max_sge: geo.max_sge,
             max_inline: geo.max_inline,
         })
@@ -594,27 +661,38 @@ impl<B: Backend> SendQueue<B> {
         SqChain { limit: self.limit, bb, start: bb, last_ctrl: self.last_ctrl, sq: self }
     }
 
+    /// Stores one 16-byte segment, as laid out in `seg`, at 16-byte segment `seg16` of the WQE
+    /// starting at WQEBB `bb`, wrapping at the ring's end.
     #[inline(always)]
-    fn seg_off(&self, bb: u32, seg16: u32) -> usize {
-        // 16-byte segment `seg16` of the WQE starting at WQEBB `bb`, wrapping at the ring end.
-        let ring_bytes = (self.mask as usize + 1) * WQEBB;
-        let abs = (bb & self.mask) as usize * WQEBB + seg16 as usize * DS_BYTES;
-        self.sq_offset + abs % ring_bytes
+    fn put_seg(&self, bb: u32, seg16: u32, seg: &[u8; DS_BYTES]) {
+        let (w0, w1) = seg.split_at(8);
+        self.put_seg_words(
+            bb,
+            seg16,
+            u64::from_ne_bytes(w0.try_into().unwrap_or_default()),
+            u64::from_ne_bytes(w1.try_into().unwrap_or_default()),
+        );
     }
 
-    /// Stores one 16-byte segment, as laid out in `seg`, at segment `seg16` of the WQE at `bb`.
+    /// Stores a 16-byte segment given as its two 8-byte words as they lie in memory.
     #[inline(always)]
-    fn put_seg(&self, buf: &DmaMemory, bb: u32, seg16: u32, seg: &[u8; DS_BYTES]) {
-        let o = self.seg_off(bb, seg16);
-        let (w0, w1) = seg.split_at(8);
-        buf.write_u64_be_at(o, u64::from_be_bytes(w0.try_into().unwrap_or_default()));
-        buf.write_u64_be_at(o + 8, u64::from_be_bytes(w1.try_into().unwrap_or_default()));
+    fn put_seg_words(&self, bb: u32, seg16: u32, w0: u64, w1: u64) {
+        let ring_bytes = (self.mask as usize + 1) << WQEBB_SHIFT;
+        let off = (((bb & self.mask) as usize) << WQEBB_SHIFT).wrapping_add(seg16 as usize * DS_BYTES) % ring_bytes;
+        // SAFETY: the ring [base, base + ring_bytes) lies in the QP buffer (checked in `new`;
+        // the writer keeps the buffer alive); `off` is a multiple of 16 below `ring_bytes` (a
+        // multiple of 64), so both 8-byte stores are in the ring and aligned.
+        unsafe {
+            let p = self.base.add(off).cast::<u64>();
+            p.write_volatile(w0);
+            p.add(1).write_volatile(w1);
+        }
     }
 
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
     /// last WQE of a chain.
     #[inline]
-    pub fn write_wqe(&mut self, buf: &DmaMemory, w: &SendWqe<'_>) -> Result<(), PostError> {
+    pub fn write_wqe(&mut self, w: &SendWqe<'_>) -> Result<(), PostError> {
         if w.inline.is_none() && w.sges.len() > self.max_sge as usize {
             return Err(PostError::TooManySges);
         }
@@ -643,12 +721,12 @@ impl<B: Backend> SendQueue<B> {
             ..Default::default()
         };
         let ctrl: [u8; DS_BYTES] = zerocopy::transmute!(ctrl);
-        self.put_seg(buf, bb, 0, &ctrl);
+        self.put_seg(bb, 0, &ctrl);
         self.last_ctrl = u64::from_ne_bytes(ctrl[..8].try_into().unwrap_or_default());
         let mut seg = 1;
         if let Some(av) = w.av {
             for (i, part) in av.chunks_exact(DS_BYTES).enumerate() {
-                self.put_seg(buf, bb, seg + i as u32, part.try_into().unwrap_or(&[0; DS_BYTES]));
+                self.put_seg(bb, seg + i as u32, part.try_into().unwrap_or(&[0; DS_BYTES]));
             }
             seg += AV_DS;
         }
@@ -659,11 +737,11 @@ impl<B: Backend> SendQueue<B> {
                     rkey: U32::new(w.remote.rkey),
                     ..Default::default()
                 };
-                self.put_seg(buf, bb, seg, &zerocopy::transmute!(raddr));
+                self.put_seg(bb, seg, &zerocopy::transmute!(raddr));
                 seg += 1;
                 if matches!(w.opcode, opcode::ATOMIC_CS | opcode::ATOMIC_FA) {
                     let atomic = wqe_atomic_seg { swap_add: U64::new(w.atomic.0), compare: U64::new(w.atomic.1) };
-                    self.put_seg(buf, bb, seg, &zerocopy::transmute!(atomic));
+                    self.put_seg(bb, seg, &zerocopy::transmute!(atomic));
                     seg += 1;
                 }
             }
@@ -685,7 +763,7 @@ impl<B: Backend> SendQueue<B> {
                             Some(i) => d.get(i).copied().unwrap_or(0),
                         };
                     }
-                    self.put_seg(buf, bb, seg, &part);
+                    self.put_seg(bb, seg, &part);
                     done += DS_BYTES;
                     seg += 1;
                 }
@@ -693,10 +771,8 @@ impl<B: Backend> SendQueue<B> {
             Some(_) => {}
             None => {
                 for sge in w.sges.iter().filter(|s| !s.is_empty()) {
-                    let o = self.seg_off(bb, seg);
                     let [w0, w1] = sge.wire();
-                    buf.write_u64_be_at(o, u64::from_be(w0));
-                    buf.write_u64_be_at(o + 8, u64::from_be(w1));
+                    self.put_seg_words(bb, seg, w0, w1);
                     seg += 1;
                 }
             }
@@ -712,8 +788,8 @@ impl<B: Backend> SendQueue<B> {
         // Everything read before the barriers (which the compiler treats as touching all memory).
         let (counter, ctrl, bf) = ((self.cur_post & DBR_COUNTER_MASK).to_be(), self.last_ctrl, self.bf);
         dma_wmb();
-        // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the QP
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 1 of the QP's doorbell record (checked in `new`; the
+        // writer keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
         dma_wmb();
         if self.bf_direct {
@@ -796,7 +872,7 @@ impl<B: Backend> SqChain<'_, B> {
         self.last_ctrl = ctrl0.to_be();
         let idx = (bb & sq.mask) as usize;
         // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
-        // `SendQueue::new`; the QP keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
+        // `SendQueue::new`; the queue keeps the buffer alive); idx <= mask; WQEBBs are 64-byte
         // aligned. `slots` has mask + 1 entries, kept alive by the queue's `ring`.
         unsafe {
             let p = sq.base.add(idx << WQEBB_SHIFT).cast::<u64>();
@@ -880,11 +956,13 @@ pub struct RecvQueue {
     slots: *const AtomicU64,
     /// WQEs retired by completions (in `ring`).
     tail: *const AtomicU32,
-    /// The receive counter of the doorbell record (dword 0; the owner keeps it alive).
+    /// The receive counter of the doorbell record (dword 0; in `_mem`).
     dbr: *mut u32,
     ring: Arc<WrRing>,
     /// The free list, for an SRQ.
     srq: Option<SrqFreeList>,
+    /// The memory `base` and `dbr` point into, kept alive by the writer (never read through).
+    _mem: Arc<dyn QueueMemory>,
     /// Max SGEs per receive WQE.
     pub max_sge: u32,
 }
@@ -901,18 +979,18 @@ struct SrqFreeList {
 }
 
 impl RecvQueue {
-    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `buf`, its
-    /// counter in the doorbell record `dbr` (both must outlive the writer; `buf` must hold the
-    /// whole queue).
+    /// A writer for 2^`log_wqes` WQEs of 2^`stride_shift` bytes at `offset` of `mem`'s buffer
+    /// (which must hold the whole queue), its counter in `mem`'s doorbell record. The writer
+    /// keeps `mem` alive.
     pub fn new(
-        buf: &DmaMemory,
-        dbr: &DmaMemory,
+        mem: Arc<dyn QueueMemory>,
         offset: usize,
         log_wqes: u32,
         stride_shift: u32,
         ring: Arc<WrRing>,
         srq: bool,
     ) -> Result<RecvQueue, PostError> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         let bytes = (1usize << log_wqes) << stride_shift;
         if offset.checked_add(bytes).is_none_or(|e| e > buf.len())
             || (1usize << stride_shift) < DS_BYTES
@@ -944,6 +1022,7 @@ impl RecvQueue {
             dbr: unsafe { dbr.as_ptr().add(qp_dbr::recv_counter) }.cast::<u32>(),
             srq: srq.then(|| SrqFreeList { head: 0, tail: (1 << log_wqes) - 1, scan: 0 }),
             ring,
+            _mem: mem,
             max_sge: per,
         })
     }
@@ -992,7 +1071,7 @@ impl RecvQueue {
     #[inline(always)]
     fn wqe_at(&self, index: usize) -> *mut u64 {
         // SAFETY: the queue [base, base + (mask + 1) * stride) lies in the buffer (checked in
-        // `new`; the owner keeps the buffer alive); the index is masked; 16-byte aligned.
+        // `new`; the writer keeps the buffer alive); the index is masked; 16-byte aligned.
         unsafe { self.base.add((index & self.mask) * self.stride).cast::<u64>() }
     }
 
@@ -1139,8 +1218,8 @@ impl RecvQueue {
     pub fn ring_doorbell(&self) {
         let counter = (self.head & DBR_COUNTER_MASK).to_be();
         dma_wmb();
-        // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the owner
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 0 of the doorbell record (checked in `new`; the
+        // writer keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
     }
 }
@@ -1229,8 +1308,11 @@ pub struct CqRing {
     /// (bit `log_size` of `ci`): kept with `ci` so that looking at the head costs two loads.
     head: *const u8,
     owner: u8,
-    /// The consumer-index word of the CQ doorbell record (the CQ keeps it alive).
+    /// The consumer-index word of the CQ doorbell record.
     dbr: *mut u32,
+    /// The memory `base`, `head` and `dbr` point into, kept alive by the reader (never read
+    /// through).
+    _mem: Arc<dyn QueueMemory>,
 }
 
 /// A CQE the device has handed over (ownership checked, read barrier passed), read field by
@@ -1397,21 +1479,22 @@ impl CqeRef<'_> {
 }
 
 impl CqRing {
-    /// A consumer for 2^`log_size` CQEs in `buf`, publishing its index in `dbr` (both must
-    /// outlive it: the CQ owns them).
-    pub fn new(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32) -> Option<CqRing> {
+    /// A consumer for 2^`log_size` CQEs in `mem`'s buffer, publishing its index in `mem`'s
+    /// doorbell record. The reader keeps `mem` alive.
+    pub fn new(mem: Arc<dyn QueueMemory>, log_size: u32) -> Option<CqRing> {
+        let (buf, dbr) = (mem.buf(), mem.dbr());
         if log_size > 24 || (CQE_SIZE << log_size) > buf.len() || dbr.len() < cq_dbr::SIZE {
             return None;
         }
         let base = buf.as_ptr().cast_const();
         // SAFETY: the consumer-index word lies in `dbr` (checked above); address only.
         let (mask, dbr) = ((1 << log_size) - 1, unsafe { dbr.as_ptr().add(cq_dbr::set_ci) }.cast::<u32>());
-        Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr })
+        Some(CqRing { base, mask, log_size, ci: 0, head: base, owner: 0, dbr, _mem: mem })
     }
 
     /// A consumer over a new ring (after a resize) continuing at consumer counter `ci`.
-    pub fn resume(buf: &DmaMemory, dbr: &DmaMemory, log_size: u32, ci: u32) -> Option<CqRing> {
-        let mut r = CqRing::new(buf, dbr, log_size)?;
+    pub fn resume(mem: Arc<dyn QueueMemory>, log_size: u32, ci: u32) -> Option<CqRing> {
+        let mut r = CqRing::new(mem, log_size)?;
         r.set_ci(ci);
         Some(r)
     }
@@ -1448,8 +1531,8 @@ impl CqRing {
     #[inline(always)]
     fn head(&self) -> CqHead<'_> {
         let p = self.head;
-        // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the CQ
-        // owns the buffer; see `set_ci` and `advance`); its op_own byte.
+        // SAFETY: `head` is the CQE at `ci`, inside the ring checked in `CqRing::new` (the
+        // reader keeps the buffer alive; see `set_ci` and `advance`); its op_own byte.
         let op_own = unsafe { p.add(CQE_OP_OWN).read_volatile() };
         if is_requester_success(op_own, self.owner) {
             dma_rmb();
@@ -1520,8 +1603,8 @@ impl CqRing {
     /// Publishes the consumer index in the CQ doorbell record.
     #[inline(always)]
     pub fn update_ci(&self) {
-        // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the CQ
-        // keeps it alive); 4-byte aligned.
+        // SAFETY: `dbr` points at dword 0 of the CQ's doorbell record (checked in `new`; the
+        // reader keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile((self.ci & NUM_MASK_24).to_be()) }
     }
 
@@ -1611,7 +1694,7 @@ fn is_written(op_own: u8, owner: u8) -> bool {
 #[inline(always)]
 fn peek_at<'r>(base: *const u8, mask: u32, ci: u32) -> Option<CqeRef<'r>> {
     // SAFETY: `base` and `mask` come from a `CqRing`, whose ring [base, base + 64 * (mask + 1))
-    // lies in the CQ buffer (checked in `CqRing::new`; the CQ owns the buffer); the index is
+    // lies in the CQ buffer (checked in `CqRing::new`; the ring keeps the buffer alive); the index is
     // masked; CQEs are 64-byte aligned.
     let p = unsafe { base.add(((ci & mask) as usize) << CQE_SHIFT) };
     // SAFETY: as above; the CQE's op_own byte.
@@ -1691,19 +1774,93 @@ impl<'r> CqCursor<'r> {
 
 type Leaf = [AtomicPtr<WrRing>; 4096];
 
-/// What keeps leaves and rings alive.
+/// One of the two number spaces of a [`QpTable`]: QPs (requester and responder completions
+/// name their QP) and SRQs (a responder completion of a QP on an SRQ names the SRQ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Space {
+    Qp,
+    Srq,
+}
+
+/// Two levels of 4096 pointers: 24-bit number → ring.
+struct Dir {
+    dir: Box<[AtomicPtr<Leaf>]>,
+}
+
+impl Dir {
+    fn new() -> Dir {
+        Dir { dir: (0..4096).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect() }
+    }
+
+    /// The slot of `num` (24 bits), if its leaf exists. Data path: one load.
+    #[inline(always)]
+    fn slot(&self, num: u32) -> Option<&AtomicPtr<WrRing>> {
+        let leaf = self.dir.get(((num >> 12) & 0xfff) as usize)?.load(Ordering::Acquire);
+        // SAFETY: a non-null leaf is owned by the table's `Keep::leaves` and freed only when
+        // the table drops; the reference is bounded by `&self`.
+        (!leaf.is_null()).then(|| unsafe { &(*leaf)[(num & 0xfff) as usize] })
+    }
+}
+
+/// A poller's announcement ([`QpCache`]): odd while it is inside a poll (a [`Pinned`] is
+/// alive), even outside. Written only by its poller.
+#[derive(Debug, Default)]
+struct PollerSlot {
+    seq: CachePadded<AtomicU64>,
+}
+
+/// Every poller of the process (the registry is process-wide, so a poll pinned once protects
+/// lookups in any table): a slot is dropped from the list once its [`QpCache`] is gone.
+static POLLERS: Mutex<Vec<Arc<PollerSlot>>> = Mutex::new(Vec::new());
+
+fn pollers() -> std::sync::MutexGuard<'static, Vec<Arc<PollerSlot>>> {
+    POLLERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the poller of `slot` is still there: its [`QpCache`] holds one reference and
+/// [`POLLERS`] the other.
+fn poller_alive(slot: &std::sync::Weak<PollerSlot>) -> bool {
+    slot.strong_count() > 1
+}
+
+/// A removed ring that a poller inside a poll may still be reading: freed once each poller in
+/// `waits` has moved on from the poll it was in (its counter is no longer the one recorded).
+struct Retired {
+    _ring: Arc<WrRing>,
+    waits: Vec<(std::sync::Weak<PollerSlot>, u64)>,
+}
+
+/// What the table owns, changed on the control path under its lock.
 #[derive(Default)]
 struct Keep {
     leaves: Vec<Box<Leaf>>,
-    rings: Vec<Arc<WrRing>>,
+    live: std::collections::BTreeMap<(Space, u32), Arc<WrRing>>,
+    retired: Vec<Retired>,
+    /// Rings kept forever because the process-wide barrier was unavailable (see `retire`).
+    kept: Vec<Arc<WrRing>>,
 }
 
-/// The device-wide QPN → work-request ring table, read without locks by pollers.
+/// The device-wide table of work-request rings, by QP number and by SRQ number, read
+/// without locks by pollers.
 ///
-/// Two levels of 4096 pointers. Rings are kept alive by `keep` until the table itself is
-/// dropped, so a pointer read by a poller never dangles, even while a QP is being destroyed.
+/// # Reclaiming removed rings
+///
+/// Pollers read the table with no lock and no atomic read-modify-write: each poll is bracketed
+/// by a [`Pinned`] ([`QpCache::pin`]), which stores an odd counter in the poller's own slot
+/// before its first lookup and an even one (release) after its last use of a ring. Removing a
+/// ring (control path, under the table's lock) unlinks it, then issues a process-wide memory
+/// barrier (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which runs a full barrier on every
+/// CPU running one of the process's threads), then reads every poller's counter: a poller
+/// seen outside a poll cannot have the ring (a poll it starts later sees the unlinked slot and
+/// the new stamp), and one seen inside a poll is waited for until its counter moves. The ring
+/// is freed when nobody is waited for; pending rings are looked at again at every insertion,
+/// removal and [`QpTable::reclaim`]. The barrier is what spares the poll path a store-load
+/// fence (an asymmetric fence, as Linux's userspace RCU and folly do). Where the barrier is not
+/// available (kernels before 4.14, some seccomp profiles), removed rings are kept until the
+/// table drops, as before this scheme (see [`QpTable::reclaims`]).
 pub struct QpTable {
-    dir: Box<[AtomicPtr<Leaf>]>,
+    qps: Dir,
+    srqs: Dir,
     keep: Mutex<Keep>,
     /// A stamp taken from [`STAMPS`] at creation and at every removal, so no two tables and no
     /// two moments between removals share one: a [`QpCache`] with another stamp may come from
@@ -1711,7 +1868,7 @@ pub struct QpTable {
     stamp: AtomicU64,
 }
 
-/// The source of [`QpTable`] stamps: it only grows (by one per table created or QP removed;
+/// The source of [`QpTable`] stamps: it only grows (by one per table created or ring removed;
 /// 2^64 of those will not happen), and 0 is never handed out.
 static STAMPS: AtomicU64 = AtomicU64::new(1);
 
@@ -1722,7 +1879,8 @@ fn next_stamp() -> u64 {
 impl Default for QpTable {
     fn default() -> Self {
         QpTable {
-            dir: (0..4096).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            qps: Dir::new(),
+            srqs: Dir::new(),
             keep: Mutex::new(Keep::default()),
             stamp: AtomicU64::new(next_stamp()),
         }
@@ -1735,141 +1893,281 @@ impl std::fmt::Debug for QpTable {
     }
 }
 
+/// A memory barrier on every CPU running a thread of this process (and on this one), through
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`; false if the kernel refuses it (the process
+/// registers for it once, at the first call).
+fn process_barrier() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // (linux/membarrier.h: MEMBARRIER_CMD_PRIVATE_EXPEDITED and its registration.)
+    const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    let registered = *REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes no pointers; registration only changes this process's state.
+        unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    });
+    // SAFETY: as above; the command only orders memory.
+    registered && unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0, 0) } == 0
+}
+
 impl QpTable {
-    /// Inserts (control path).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Keep> {
+        self.keep.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dir(&self, space: Space) -> &Dir {
+        match space {
+            Space::Qp => &self.qps,
+            Space::Srq => &self.srqs,
+        }
+    }
+
+    /// Inserts a QP's rings (control path). A ring already there under the same number is
+    /// removed first.
     pub fn insert(&self, ring: Arc<WrRing>) {
-        let qpn = ring.qpn & NUM_MASK_24;
-        let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
-        let hi = (qpn >> 12) as usize;
-        let mut leaf = self.dir[hi].load(Ordering::Acquire);
-        if leaf.is_null() {
-            let mut b: Box<Leaf> = Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())));
-            leaf = &mut *b as *mut _;
-            keep.leaves.push(b);
-            self.dir[hi].store(leaf, Ordering::Release);
-        }
-        let ptr = Arc::as_ptr(&ring) as *mut WrRing;
-        keep.rings.push(ring);
-        // SAFETY: `leaf` points into a box owned by `keep.leaves`, alive as long as the table.
-        unsafe { (*leaf)[(qpn & 0xfff) as usize].store(ptr, Ordering::Release) };
+        self.put(Space::Qp, ring);
     }
 
-    /// Removes (control path); the ring stays alive until the table drops.
+    /// Inserts an SRQ's rings (control path), as [`QpTable::insert`].
+    pub fn insert_srq(&self, ring: Arc<WrRing>) {
+        self.put(Space::Srq, ring);
+    }
+
+    /// Removes a QP's rings (control path); they are freed once no poller can be reading them.
     pub fn remove(&self, qpn: u32) {
-        let _keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
-        let leaf = self.dir[((qpn >> 12) & 0xfff) as usize].load(Ordering::Acquire);
-        if !leaf.is_null() {
-            // SAFETY: as in `insert`.
-            unsafe { (*leaf)[(qpn & 0xfff) as usize].store(std::ptr::null_mut(), Ordering::Release) };
+        self.take(Space::Qp, qpn);
+    }
+
+    /// Removes an SRQ's rings (control path), as [`QpTable::remove`].
+    pub fn remove_srq(&self, srqn: u32) {
+        self.take(Space::Srq, srqn);
+    }
+
+    fn put(&self, space: Space, ring: Arc<WrRing>) {
+        let num = ring.qpn & NUM_MASK_24;
+        let mut keep = self.lock();
+        let dir = self.dir(space);
+        let hi = (num >> 12) as usize;
+        if dir.dir[hi].load(Ordering::Acquire).is_null() {
+            let mut b: Box<Leaf> = Box::new(std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())));
+            let leaf = &mut *b as *mut Leaf;
+            keep.leaves.push(b);
+            dir.dir[hi].store(leaf, Ordering::Release);
         }
+        let ptr = Arc::as_ptr(&ring).cast_mut();
+        let old = keep.live.insert((space, num), ring);
+        if let Some(slot) = dir.slot(num) {
+            slot.store(ptr, Ordering::Release);
+        }
+        match old {
+            Some(old) => self.retire(&mut keep, old),
+            None => Self::sweep(&mut keep),
+        }
+    }
+
+    fn take(&self, space: Space, num: u32) {
+        let num = num & NUM_MASK_24;
+        let mut keep = self.lock();
+        let Some(old) = keep.live.remove(&(space, num)) else { return };
+        if let Some(slot) = self.dir(space).slot(num) {
+            slot.store(std::ptr::null_mut(), Ordering::Release);
+        }
+        self.retire(&mut keep, old);
+    }
+
+    /// `ring` has just been unlinked: a new stamp (the pollers' caches forget it), the
+    /// process-wide barrier, and the pollers inside a poll to wait for (see the type's docs).
+    fn retire(&self, keep: &mut Keep, ring: Arc<WrRing>) {
         self.stamp.store(next_stamp(), Ordering::Release);
-    }
-
-    /// Looks a QP's rings up (data path: two loads, no lock).
-    #[inline]
-    pub fn get(&self, qpn: u32) -> Option<&WrRing> {
-        let leaf = self.dir.get(((qpn >> 12) & 0xfff) as usize)?.load(Ordering::Acquire);
-        if leaf.is_null() {
-            return None;
+        if !process_barrier() {
+            keep.kept.push(ring);
+            return;
         }
-        // SAFETY: leaves and rings are owned by `keep` until the table drops; the returned
-        // reference is bounded by `&self`.
-        let p = unsafe { (*leaf)[(qpn & 0xfff) as usize].load(Ordering::Acquire) };
-        // SAFETY: as above.
-        if p.is_null() { None } else { Some(unsafe { &*p }) }
+        let mut all = pollers();
+        all.retain(|p| Arc::strong_count(p) > 1); // a dropped QpCache polls no more
+        let waits = all
+            .iter()
+            .filter_map(|p| {
+                let seq = p.seq.load(Ordering::Acquire);
+                (seq & 1 == 1).then(|| (Arc::downgrade(p), seq))
+            })
+            .collect();
+        drop(all);
+        keep.retired.push(Retired { _ring: ring, waits });
+        Self::sweep(keep);
     }
 
-    /// Looks up the QP of `word` for a poll whose cache missed, and makes `cache` remember
-    /// it (off the fast path).
-    #[cold]
-    #[inline(never)]
-    pub fn learn<'t>(&'t self, cache: &mut BoundQpCache<'t>, word: SopDropQpn) -> Option<&'t WrRing> {
-        let ring = self.get(word.qpn())?;
-        cache.word = word.key();
-        cache.ring = ring;
-        cache.changed = true;
-        Some(ring)
+    /// Frees the retired rings no poller can be reading any more.
+    fn sweep(keep: &mut Keep) {
+        keep.retired.retain_mut(|r| {
+            // A poller whose counter moved has ended the poll it was in (the acquire load pairs
+            // with the release store that ended it, so its reads of the ring came first).
+            r.waits.retain(|(p, seq)| {
+                poller_alive(p) && p.upgrade().is_some_and(|p| p.seq.load(Ordering::Acquire) == *seq)
+            });
+            !r.waits.is_empty()
+        });
+    }
+
+    /// Frees the removed rings no poller can be reading any more (also done at every insertion
+    /// and removal); returns how many removed rings are still held.
+    pub fn reclaim(&self) -> usize {
+        let mut keep = self.lock();
+        Self::sweep(&mut keep);
+        keep.retired.len() + keep.kept.len()
+    }
+
+    /// Rings the table holds: those inserted and not removed, and those removed but not yet
+    /// freed (see [`QpTable::reclaim`]).
+    pub fn retained(&self) -> usize {
+        let keep = self.lock();
+        keep.live.len() + keep.retired.len() + keep.kept.len()
+    }
+
+    /// Whether removed rings are freed (the process-wide barrier is available), or kept until
+    /// the table drops.
+    pub fn reclaims(&self) -> bool {
+        process_barrier()
     }
 }
 
-/// The last requester CQE's QP and send opcode a poller found (kept by a CQ between polls,
-/// as rdma-core's `cur_rsc` is within one): valid for the table it came from while no QP has
-/// been removed from it since, which the table's stamp tells.
+/// A poller's state between polls (kept by a CQ, as rdma-core's `cur_rsc` is within one): its
+/// registration as a poller (see [`QpTable`]'s reclaiming), and the last requester CQE's QP and
+/// send opcode it found, valid for the table it came from while no ring has been removed from
+/// it since, which the table's stamp tells.
 pub struct QpCache {
     stamp: u64,
     /// A [`SopDropQpn`] key, or [`NO_SOP_DROP_QPN`].
     word: u64,
     ring: *const WrRing,
+    slot: Arc<PollerSlot>,
 }
 
-// SAFETY: the pointer is only dereferenced after the stamp has been checked against the table
-// in hand (`hit`, `BoundQpCache::hit`); moving the cache between threads moves no access.
+// SAFETY: the pointer is only dereferenced inside a `Pinned` after the stamp has been checked
+// against the table in hand; moving the cache between threads moves no access (the slot is
+// only written by whoever holds the cache mutably).
 unsafe impl Send for QpCache {}
 
 impl Default for QpCache {
+    /// A new poller, registered (control path: takes the registry's lock).
     fn default() -> Self {
+        let slot = Arc::new(PollerSlot::default());
+        let mut all = pollers();
+        all.retain(|p| Arc::strong_count(p) > 1);
+        all.push(slot.clone());
         // Stamp 0 is never a table's.
-        QpCache { stamp: 0, word: NO_SOP_DROP_QPN, ring: std::ptr::null() }
+        QpCache { stamp: 0, word: NO_SOP_DROP_QPN, ring: std::ptr::null(), slot }
+    }
+}
+
+impl std::fmt::Debug for QpCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpCache").field("stamp", &self.stamp).finish_non_exhaustive()
     }
 }
 
 impl QpCache {
-    /// The cached QP's rings if `word` is the one cached and the cache is valid for `table`
-    /// (no QP removed since): one compare of the word and one of the stamp, no lookup.
+    /// Starts a poll of `table`: announces it (see [`QpTable`]'s reclaiming). Lookups go
+    /// through the returned [`Pinned`], whose references end with it. Two stores in all (here
+    /// and when it drops), no fence.
     #[inline(always)]
-    pub fn hit<'t>(&self, table: &'t QpTable, word: SopDropQpn) -> Option<&'t WrRing> {
-        if word.key() != self.word || self.stamp != table.stamp.load(Ordering::Acquire) {
-            return None;
-        }
-        // SAFETY: `ring` was set with `word` by a lookup in the table whose stamp is `stamp`
-        // (`QpTable::learn`, then `store`); the stamp is unique to that table and changes at every removal,
-        // so the QP is still in this table, and rings live as long as the table.
-        Some(unsafe { &*self.ring })
-    }
-
-    /// The cache, usable with `table` if it came from it and no QP has been removed since;
-    /// empty otherwise.
-    #[inline(always)]
-    pub fn bind<'t>(&self, table: &'t QpTable) -> BoundQpCache<'t> {
+    pub fn pin<'p>(&'p mut self, table: &'p QpTable) -> Pinned<'p> {
+        let seq = self.slot.seq.load(Ordering::Relaxed).wrapping_add(1);
+        self.slot.seq.store(seq, Ordering::Relaxed);
+        // The store above comes before every load of the table in program order; the remover's
+        // process-wide barrier makes it visible to the remover if any of these loads could see
+        // a ring it unlinks.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
         let stamp = table.stamp.load(Ordering::Acquire);
         let valid = self.stamp == stamp;
-        BoundQpCache {
-            changed: !valid,
-            stamp,
+        Pinned {
             word: if valid { self.word } else { NO_SOP_DROP_QPN },
             ring: self.ring,
-            _table: std::marker::PhantomData,
-        }
-    }
-
-    /// Keeps what `bound` learned.
-    #[inline(always)]
-    pub fn store(&mut self, bound: BoundQpCache<'_>) {
-        if bound.changed {
-            *self = QpCache { stamp: bound.stamp, word: bound.word, ring: bound.ring };
+            stamp,
+            changed: !valid,
+            cache: self,
+            table,
+            seq,
         }
     }
 }
 
-/// A [`QpCache`] checked against one table, for one poll.
-pub struct BoundQpCache<'t> {
+/// A poll in progress ([`QpCache::pin`]): lookups in the table, whose rings stay allocated until
+/// it ends (drop).
+pub struct Pinned<'p> {
+    cache: &'p mut QpCache,
+    table: &'p QpTable,
+    /// The poller's counter during the poll (odd).
+    seq: u64,
+    /// The cache as checked against the table's stamp at the start of the poll (the word is
+    /// [`NO_SOP_DROP_QPN`] if it was not valid), and what the poll learns.
     stamp: u64,
     word: u64,
     ring: *const WrRing,
-    /// Whether it differs from the cache it was bound from.
+    /// Whether `stamp`, `word` or `ring` differ from the cache's.
     changed: bool,
-    _table: std::marker::PhantomData<&'t QpTable>,
 }
 
-impl<'t> BoundQpCache<'t> {
-    /// The cached QP's rings if `word` is the one cached (the stamp was checked by `bind`).
+impl<'p> Pinned<'p> {
+    /// The cached QP's rings if `word` is the one cached (the stamp was checked by
+    /// [`QpCache::pin`]): one compare, no lookup.
     #[inline(always)]
-    pub fn hit(&self, word: SopDropQpn) -> Option<&'t WrRing> {
+    pub fn hit(&self, word: SopDropQpn) -> Option<&WrRing> {
         if word.key() != self.word {
             return None;
         }
-        // SAFETY: `word` is cached only with the ring a lookup in this table found (`learn`,
-        // or `bind` after checking the stamp), and rings live as long as the table.
+        // SAFETY: `ring` was set with `word` by a lookup in the table whose stamp is `stamp`
+        // (`learn`), and `pin` found the table's stamp unchanged (or this poll learnt it); the
+        // stamp is unique to that table and changes at every removal, so the ring was in this
+        // table when this poll started, and removed rings are freed only after the polls under
+        // way end (see `QpTable`).
         Some(unsafe { &*self.ring })
+    }
+
+    /// Looks up the QP of `word` after a [`Pinned::hit`] missed, and makes the cache remember
+    /// it (off the fast path).
+    #[cold]
+    #[inline(never)]
+    pub fn learn(&mut self, word: SopDropQpn) -> Option<&WrRing> {
+        // The stamp first: a removal after it leaves the cache with a stamp that is too old.
+        let stamp = self.table.stamp.load(Ordering::Acquire);
+        let p = self.table.qps.slot(word.qpn())?.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        (self.stamp, self.word, self.ring, self.changed) = (stamp, word.key(), p, true);
+        // SAFETY: a ring found in the table during this poll stays allocated until the poll
+        // ends (see `QpTable`); the reference is bounded by `&self`.
+        Some(unsafe { &*p })
+    }
+
+    /// A QP's rings (data path: two loads).
+    #[inline]
+    pub fn qp(&self, qpn: u32) -> Option<&WrRing> {
+        self.find(Space::Qp, qpn)
+    }
+
+    /// An SRQ's rings (data path: two loads).
+    #[inline]
+    pub fn srq(&self, srqn: u32) -> Option<&WrRing> {
+        self.find(Space::Srq, srqn)
+    }
+
+    #[inline(always)]
+    fn find(&self, space: Space, num: u32) -> Option<&WrRing> {
+        let p = self.table.dir(space).slot(num)?.load(Ordering::Acquire);
+        // SAFETY: as in `learn`.
+        if p.is_null() { None } else { Some(unsafe { &*p }) }
+    }
+}
+
+impl Drop for Pinned<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let c = &mut *self.cache;
+        if self.changed {
+            (c.stamp, c.word, c.ring) = (self.stamp, self.word, self.ring);
+        }
+        // Release: every read of a ring in this poll comes before a remover sees the poll end.
+        c.slot.seq.store(self.seq.wrapping_add(1), Ordering::Release);
     }
 }

@@ -1,22 +1,24 @@
 //! Waiting on interrupt eventfds. One of the driver's `unsafe` modules (a `poll(2)` call).
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 /// Waits until `fd` is readable or `timeout` passes; returns whether it is readable.
-pub fn wait_readable(fd: RawFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
+    let mut pfd = libc::pollfd { fd: fd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
+    // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1; the descriptor
+    // is open (borrowed for the call).
     let r = unsafe { libc::poll(&mut pfd, 1, ms) };
     r > 0 && pfd.revents & libc::POLLIN != 0
 }
 
 /// Reads (resets) an eventfd's counter; returns the count, 0 if it was not signalled.
-pub fn drain(fd: RawFd) -> u64 {
+pub fn drain(fd: impl AsFd) -> u64 {
     let mut v = [0u8; 8];
-    // SAFETY: `v` is 8 writable bytes, the size an eventfd read needs.
-    let r = unsafe { libc::read(fd, v.as_mut_ptr().cast(), 8) };
+    // SAFETY: `v` is 8 writable bytes, the size an eventfd read needs; the descriptor is open
+    // (borrowed for the call).
+    let r = unsafe { libc::read(fd.as_fd().as_raw_fd(), v.as_mut_ptr().cast(), 8) };
     if r == 8 { u64::from_ne_bytes(v) } else { 0 }
 }
 
@@ -40,21 +42,14 @@ impl std::fmt::Debug for AsyncEventFd {
 impl AsyncEventFd {
     /// Registers a duplicate of `fd` for readability with the current tokio runtime (which
     /// must have its IO driver enabled).
-    pub fn new(fd: RawFd) -> std::io::Result<AsyncEventFd> {
-        use std::os::fd::FromRawFd;
+    pub fn new(fd: impl std::os::fd::AsFd) -> std::io::Result<AsyncEventFd> {
         if tokio::runtime::Handle::try_current().is_err() {
             // AsyncFd would panic: refuse with an error instead.
             return Err(std::io::Error::other(
                 "no tokio runtime on this thread (an async CQ needs one, with IO enabled)",
             ));
         }
-        // SAFETY: fcntl with F_DUPFD_CLOEXEC reads no memory; on a bad fd it fails with EBADF.
-        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `dup` is a new descriptor this process just received and nothing else owns.
-        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) };
+        let owned = fd.as_fd().try_clone_to_owned()?;
         // SAFETY: the AsyncFd owns `owned`: the descriptor stays open while it is registered
         // and is closed only when the AsyncFd drops, after it has deregistered it.
         let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) }

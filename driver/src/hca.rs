@@ -764,7 +764,7 @@ impl<B: Backend> Hca<B> {
     }
 
     /// The eventfd of the async EQ's vector (readable when events are pending).
-    pub fn async_event_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub fn async_event_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.backend.irq_eventfd(ASYNC_VECTOR)
     }
 
@@ -882,7 +882,7 @@ impl<B: Backend> Hca<B> {
                 let out = self.queue.finish(slot);
                 // The completion EQE (and anything else pending) is consumed now, so the EQ
                 // never fills up with completions of commands that finished before we waited.
-                if let Some(fd) = fd
+                if let Some(fd) = &fd
                     && crate::event::wait_readable(fd, Duration::ZERO)
                 {
                     crate::event::drain(fd);
@@ -890,7 +890,7 @@ impl<B: Backend> Hca<B> {
                 }
                 return out;
             }
-            if let Some(fd) = fd {
+            if let Some(fd) = &fd {
                 if crate::event::wait_readable(fd, Duration::from_millis(2)) {
                     crate::event::drain(fd);
                     self.process_events()?;

@@ -211,7 +211,7 @@ impl<B: Backend> CompEq<B> {
     }
 
     /// The eventfd signalled when the EQ fires.
-    pub fn event_fd(&self) -> Option<std::os::fd::RawFd> {
+    pub fn event_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.hca.backend().irq_eventfd(self.vector)
     }
 
@@ -446,7 +446,10 @@ impl<B: Backend> MemoryRegion<B> {
     }
 }
 
-/// Buffer and doorbell record of a hardware queue.
+/// Buffer and doorbell record of a hardware queue, shared (`Arc`) by the queue object and the
+/// queue's writer or reader, which keeps it alive (see [`crate::datapath::QueueMemory`]): the
+/// memory goes back to the system when both are gone, so neither the device (the object
+/// destroys its queue first) nor the data path can reach freed memory.
 pub struct QueueMem<B: Backend> {
     /// The queue buffer.
     pub buf: DmaBuffer<B>,
@@ -455,12 +458,21 @@ pub struct QueueMem<B: Backend> {
 }
 
 impl<B: Backend> QueueMem<B> {
-    fn new(hca: &Arc<Hca<B>>, bytes: usize) -> Result<QueueMem<B>> {
-        Ok(QueueMem {
+    fn new(hca: &Arc<Hca<B>>, bytes: usize) -> Result<Arc<QueueMem<B>>> {
+        Ok(Arc::new(QueueMem {
             buf: DmaBuffer::new(hca.dma_space(), bytes.max(4096).next_multiple_of(4096), false)?,
             dbr: DmaBuffer::new(hca.dma_space(), 4096, false)?,
-        })
+        }))
     }
+}
+
+/// A CQ's ring after MODIFY_CQ moved it ([`Cq::resize`]): the new buffer, and the CQ's
+/// memory, whose doorbell record the CQ keeps using.
+pub struct ResizedCqMem<B: Backend> {
+    /// The new ring.
+    pub buf: DmaBuffer<B>,
+    /// The CQ's original memory (its doorbell record).
+    pub orig: Arc<QueueMem<B>>,
 }
 
 /// A completion queue: 64-byte CQEs in a ring, a doorbell record, bound to an EQ.
@@ -468,12 +480,17 @@ pub struct Cq<B: Backend> {
     hca: Arc<Hca<B>>,
     cqn: u32,
     log_size: u32,
-    /// Buffer and doorbell record.
-    pub mem: QueueMem<B>,
+    mem: Arc<QueueMem<B>>,
     _eq: Option<Arc<CompEq<B>>>,
 }
 
 impl<B: Backend> Cq<B> {
+    /// The CQ's buffer and doorbell record, for its reader ([`crate::datapath::CqRing`]) to
+    /// keep alive.
+    pub fn mem(&self) -> &Arc<QueueMem<B>> {
+        &self.mem
+    }
+
     /// CREATE_CQ with 2^`log_size` CQEs; completion events go to `eq` (or to the async EQ).
     pub fn new(hca: &Arc<Hca<B>>, log_size: u32, eq: Option<Arc<CompEq<B>>>) -> Result<Cq<B>> {
         let max = hca.caps().general_cap(cmd_hca_cap::log_max_cq_sz) as u32;
@@ -524,8 +541,9 @@ impl<B: Backend> Cq<B> {
     /// MODIFY_CQ (resize) to a new ring of 2^`log_size` CQEs, returned. The device writes a
     /// RESIZE_CQ CQE (opcode 5) in the current ring at the switch point and goes on in the new
     /// ring; the caller copies the CQEs before the marker (see `umlx_verbs::Cq::resize`). The
-    /// original ring stays allocated until the CQ is destroyed.
-    pub fn resize(&self, log_size: u32) -> Result<DmaBuffer<B>> {
+    /// original ring stays allocated until the CQ is destroyed and the new one until its
+    /// reader is gone (the returned memory holds the CQ's, whose doorbell record it shares).
+    pub fn resize(&self, log_size: u32) -> Result<Arc<ResizedCqMem<B>>> {
         let max = self.hca.caps().general_cap(cmd_hca_cap::log_max_cq_sz) as u32;
         if log_size > max {
             return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
@@ -551,7 +569,7 @@ impl<B: Backend> Cq<B> {
                 pas_bytes(b, modify_cq_in::SIZE_BYTES, pages_of(&buf));
             },
         )?;
-        Ok(buf)
+        Ok(Arc::new(ResizedCqMem { buf, orig: self.mem.clone() }))
     }
 
     /// QUERY_CQ: the device's producer counter (CQEs written, 24 bits).
@@ -577,8 +595,7 @@ impl<B: Backend> Drop for Cq<B> {
 pub struct Srq<B: Backend> {
     hca: Arc<Hca<B>>,
     srqn: u32,
-    /// Buffer and doorbell record.
-    pub mem: QueueMem<B>,
+    mem: Arc<QueueMem<B>>,
     /// log2 entries.
     pub log_size: u32,
     /// log2 WQE stride in bytes.
@@ -587,6 +604,12 @@ pub struct Srq<B: Backend> {
 }
 
 impl<B: Backend> Srq<B> {
+    /// The SRQ's buffer and doorbell record, for its writer ([`crate::datapath::RecvQueue`])
+    /// to keep alive.
+    pub fn mem(&self) -> &Arc<QueueMem<B>> {
+        &self.mem
+    }
+
     /// CREATE_SRQ with 2^`log_size` WQEs of 2^`stride_shift` bytes (16-byte next segment + SGEs).
     pub fn new(pd: &Arc<Pd<B>>, log_size: u32, stride_shift: u32, limit: u32) -> Result<Srq<B>> {
         let hca = pd.hca().clone();
@@ -710,7 +733,7 @@ pub struct Qp<B: Backend> {
     hca: Arc<Hca<B>>,
     qpn: u32,
     /// Buffer (RQ at 0, SQ after it) and doorbell record.
-    pub mem: QueueMem<B>,
+    mem: Arc<QueueMem<B>>,
     /// The configuration it was created with.
     pub config: QpConfig,
     /// Byte offset of the SQ in the buffer.
@@ -724,6 +747,12 @@ pub struct Qp<B: Backend> {
 }
 
 impl<B: Backend> Qp<B> {
+    /// The QP's buffer (RQ at 0, SQ at [`Qp::sq_offset`]) and doorbell record, for its writers
+    /// ([`crate::datapath::SendQueue`], [`crate::datapath::RecvQueue`]) to keep alive.
+    pub fn mem(&self) -> &Arc<QueueMem<B>> {
+        &self.mem
+    }
+
     /// CREATE_QP.
     pub fn new(
         pd: &Arc<Pd<B>>,

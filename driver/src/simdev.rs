@@ -7,7 +7,7 @@
 
 use crate::backend::{Backend, IovaRange};
 use crate::{Error, Result};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use umlx_hwdesc::plain::uar;
@@ -21,7 +21,7 @@ struct DoorbellSink([AtomicU64; uar::UAR_PAGE_SIZE / 8]);
 pub struct SimBackend {
     name: String,
     dev: SimDevice,
-    irqs: Vec<OwnedFd>,
+    irqs: Vec<Arc<OwnedFd>>,
     /// With plain doorbells: where data-path doorbell writes land instead of the device.
     doorbell_sink: Option<Box<DoorbellSink>>,
 }
@@ -46,7 +46,7 @@ impl SimBackend {
             let fd = crate::vfio::sys::eventfd().map_err(|e| Error::Os { op: "eventfd".into(), source: e })?;
             dev.set_irq_eventfd(v, Some(fd.as_fd()))
                 .map_err(|e| Error::Os { op: format!("connecting MSI-X vector {v}"), source: e })?;
-            irqs.push(fd);
+            irqs.push(Arc::new(fd));
         }
         Ok(Arc::new(SimBackend { name: format!("sim:{name}"), dev, irqs, doorbell_sink: None }))
     }
@@ -153,8 +153,8 @@ unsafe impl Backend for SimBackend {
         self.irqs.len() as u32
     }
 
-    fn irq_eventfd(&self, vector: u32) -> Option<RawFd> {
-        self.irqs.get(vector as usize).map(|f| f.as_raw_fd())
+    fn irq_eventfd(&self, vector: u32) -> Option<Arc<OwnedFd>> {
+        self.irqs.get(vector as usize).cloned()
     }
 
     fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use umlx_driver::SimBackend;
 use umlx_driver::datapath::{
-    CqRing, HeadTaken, PostError, QpCache, QpTable, RecvQueue, Remote, SendQueue, Sge, SopDropQpn, SqGeometry, WrRing,
-    opcode, send_flags,
+    CqRing, HeadTaken, PlainQueueMemory, PostError, QpCache, QpTable, QueueMemory, RecvQueue, Remote, SendQueue,
+    SendWqe, Sge, SopDropQpn, SqGeometry, WrRing, opcode, send_flags,
 };
 use umlx_driver::dma::DmaMemory;
 use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
@@ -55,6 +55,11 @@ fn be32(m: &DmaMemory, off: usize) -> u32 {
     u32::from_be_bytes(bytes(m, off, 4).try_into().unwrap())
 }
 
+/// One page of queue buffer and a doorbell record, owned together (what the queues keep alive).
+fn plain_memory() -> Arc<PlainQueueMemory> {
+    PlainQueueMemory::new(DmaMemory::new(4096).unwrap(), DmaMemory::new(64).unwrap())
+}
+
 #[test]
 fn sge_is_held_as_the_data_segment() {
     let s = Sge::new(0x1122_3344_5566_7788, 0x0a0b_0c0d, 0x0102_0304);
@@ -69,8 +74,7 @@ fn sge_is_held_as_the_data_segment() {
 
 struct Sq {
     backend: Arc<SimBackend>,
-    buf: DmaMemory,
-    dbr: DmaMemory,
+    mem: Arc<PlainQueueMemory>,
     ring: Arc<WrRing>,
     sq: SendQueue<SimBackend>,
 }
@@ -86,12 +90,11 @@ fn geometry(qpn: u32, bf_buf_size: usize) -> SqGeometry {
 /// A four-WQEBB SQ of QP 0x1234 with its doorbell going to plain memory.
 fn sq() -> Sq {
     let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
-    let buf = DmaMemory::new(4096).unwrap();
-    let dbr = DmaMemory::new(64).unwrap();
+    let mem = plain_memory();
     let ring = Arc::new(WrRing::new(0x1234, 4, 1));
     let geo = geometry(0x1234, BF_BUF_SIZE);
-    let sq = SendQueue::new(backend.clone(), &buf, &dbr, geo, ring.clone()).unwrap();
-    Sq { backend, buf, dbr, ring, sq }
+    let sq = SendQueue::new(backend.clone(), mem.clone(), geo, ring.clone()).unwrap();
+    Sq { backend, mem, ring, sq }
 }
 
 #[test]
@@ -108,22 +111,22 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
 
     let cq_update = FmCeSe::new().with_ce(2);
     // WQE 0: control (index 0, RDMA_WRITE, QPN, DS 3, CQ_UPDATE), remote address, data.
-    let c0: wqe_ctrl_seg = read(&q.buf, 0);
+    let c0: wqe_ctrl_seg = read(q.mem.buf(), 0);
     assert_eq!(ctrl_fields(&c0), (0, WqeOpcode::RDMA_WRITE, 0x1234, 3, cq_update, 0));
-    let r0: wqe_raddr_seg = read(&q.buf, wqe_ctrl_seg::SIZE);
+    let r0: wqe_raddr_seg = read(q.mem.buf(), wqe_ctrl_seg::SIZE);
     assert_eq!((r0.raddr.get(), r0.rkey.get()), (0xbbbb_0000_1111, 0x77));
-    let d0: wqe_data_seg = read(&q.buf, wqe_ctrl_seg::SIZE + wqe_raddr_seg::SIZE);
+    let d0: wqe_data_seg = read(q.mem.buf(), wqe_ctrl_seg::SIZE + wqe_raddr_seg::SIZE);
     assert_eq!(data_fields(&d0), (0xaaaa_0000, 64, 0x55));
     // WQE 1: index 1, SEND_IMM, DS 2, fence and solicited, the immediate, then data.
-    let c1: wqe_ctrl_seg = read(&q.buf, w::SEND_WQE_BB);
+    let c1: wqe_ctrl_seg = read(q.mem.buf(), w::SEND_WQE_BB);
     let fence_se = FmCeSe::new().with_fm(4).with_se(true);
     assert_eq!(ctrl_fields(&c1), (1, WqeOpcode::SEND_IMM, 0x1234, 2, fence_se, 0xdead_beef));
     assert_eq!(c1.fm_ce_se, w::WQE_CTRL_FENCE | w::WQE_CTRL_SOLICITED);
-    let d1: wqe_data_seg = read(&q.buf, w::SEND_WQE_BB + wqe_ctrl_seg::SIZE);
+    let d1: wqe_data_seg = read(q.mem.buf(), w::SEND_WQE_BB + wqe_ctrl_seg::SIZE);
     assert_eq!(data_fields(&d1), (0xaaaa_0000, 64, 0x55));
     // One doorbell: the record holds the producer counter, the BlueFlame register the first
     // 8 bytes of the last WQE.
-    assert_eq!(be32(&q.dbr, qp_dbr::send_counter), 2);
+    assert_eq!(be32(q.mem.dbr(), qp_dbr::send_counter), 2);
     let db = q.backend.plain_doorbell(uar::BF_OFFSET).unwrap();
     assert_eq!(&db.to_ne_bytes()[..], &c1.as_bytes()[..8]);
     let other = uar::BF_OFFSET + BF_BUF_SIZE;
@@ -135,7 +138,7 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     chain.write_simple(10, opcode::SEND, 0, 0, None, &sge).unwrap();
     assert_eq!(chain.write_simple(11, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
     chain.finish();
-    assert_eq!(be32(&q.dbr, qp_dbr::send_counter), 4);
+    assert_eq!(be32(q.mem.dbr(), qp_dbr::send_counter), 4);
     assert_ne!(q.backend.plain_doorbell(other), Some(0), "the second doorbell uses the other register");
 
     // A completion of WQE 0 frees its WQEBB: the next WQE wraps to slot 0 with index 4, and a
@@ -145,9 +148,72 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     chain.write_simple(12, opcode::SEND, 0, 0, None, &Sge::new(0, 0, 0x55)).unwrap();
     assert_eq!(chain.write_simple(13, opcode::SEND, 0, 0, None, &sge), Err(PostError::QueueFull));
     chain.finish();
-    let c4: wqe_ctrl_seg = read(&q.buf, 0);
+    let c4: wqe_ctrl_seg = read(q.mem.buf(), 0);
     assert_eq!(ctrl_fields(&c4), (4, WqeOpcode::SEND, 0x1234, 1, FmCeSe::new(), 0));
     assert_eq!(q.ring.complete_send(4), 12);
+}
+
+#[test]
+fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
+    // An SQ of four WQEBBs at 0x400 of its buffer (an RQ before it), three SGEs per WQE.
+    let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
+    let mem = plain_memory();
+    let ring = Arc::new(WrRing::new(0x42, 4, 1));
+    let geo = SqGeometry { sq_offset: 0x400, max_sge: 3, ..geometry(0x42, BF_BUF_SIZE) };
+    let mut sq = SendQueue::new(backend, mem.clone(), geo, ring.clone()).unwrap();
+    let sge = Sge::new(0x1000, 8, 1);
+    let mut chain = sq.begin();
+    for id in 0..3 {
+        chain.write_simple(id, opcode::SEND, 0, 0, None, &sge).unwrap();
+    }
+    chain.finish();
+    assert_eq!(ring.complete_send(2), 2, "WQEBBs 0 to 2 retired");
+    // RDMA WRITE with three SGEs: DS 5, two WQEBBs from WQEBB 3, so its last data segment
+    // wraps to the ring's first.
+    let sges = [Sge::new(0xa000, 16, 0x11), Sge::new(0xb000, 32, 0x22), Sge::new(0xc000, 48, 0x33)];
+    let wqe = SendWqe {
+        wr_id: 99,
+        opcode: opcode::RDMA_WRITE,
+        send_flags: send_flags::SIGNALED,
+        imm: 0,
+        remote: Remote { addr: 0xdd00_0000, rkey: 0x44 },
+        atomic: (0, 0),
+        sges: &sges,
+        inline: None,
+        av: None,
+    };
+    let mut chain = sq.begin();
+    chain.with_queue(|sq| sq.write_wqe(&wqe)).unwrap();
+    chain.finish();
+    let buf = mem.buf();
+    let at = 0x400 + 3 * w::SEND_WQE_BB;
+    let c: wqe_ctrl_seg = read(buf, at);
+    assert_eq!(ctrl_fields(&c), (3, WqeOpcode::RDMA_WRITE, 0x42, 5, FmCeSe::new().with_ce(2), 0));
+    let r: wqe_raddr_seg = read(buf, at + wqe_ctrl_seg::SIZE);
+    assert_eq!((r.raddr.get(), r.rkey.get()), (0xdd00_0000, 0x44));
+    let d = at + wqe_ctrl_seg::SIZE + wqe_raddr_seg::SIZE;
+    assert_eq!(data_fields(&read(buf, d)), (0xa000, 16, 0x11));
+    assert_eq!(data_fields(&read(buf, d + wqe_data_seg::SIZE)), (0xb000, 32, 0x22));
+    assert_eq!(data_fields(&read(buf, 0x400)), (0xc000, 48, 0x33), "wrapped to the SQ's start");
+    assert!(bytes(buf, 0x3f0, 16).iter().all(|&b| b == 0), "nothing written before the SQ");
+    assert!(bytes(buf, 0x500, 16).iter().all(|&b| b == 0), "nothing written past the SQ");
+    assert_eq!(be32(mem.dbr(), qp_dbr::send_counter), 5);
+    assert_eq!(ring.complete_send(3), 99);
+    assert_eq!(sq.free_bbs(), 4);
+}
+
+#[test]
+fn queues_keep_their_memory_alive() {
+    let mem = plain_memory();
+    let ring = CqRing::new(mem.clone(), 2).unwrap();
+    let rq = RecvQueue::new(mem.clone(), 0, 2, 5, Arc::new(WrRing::new(1, 1, 4)), false).unwrap();
+    let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
+    let sq = SendQueue::new(backend, mem.clone(), geometry(1, BF_BUF_SIZE), Arc::new(WrRing::new(1, 4, 1))).unwrap();
+    assert_eq!(Arc::strong_count(&mem), 4, "the CQ reader and both writers each hold the memory");
+    drop((ring, rq, sq));
+    assert_eq!(Arc::strong_count(&mem), 1);
+    assert!(CqRing::new(mem.clone(), 7).is_none(), "a ring larger than its buffer is refused");
+    assert_eq!(Arc::strong_count(&mem), 1, "and not kept");
 }
 
 #[test]
@@ -160,37 +226,37 @@ fn the_doorbell_alternates_by_the_devices_blueflame_buffer_size() {
         let mut chain = q.sq.begin();
         chain.write_simple(i, opcode::SEND, 0, 0, None, &sge).unwrap();
         chain.finish();
-        let c: wqe_ctrl_seg = read(&q.buf, i as usize * w::SEND_WQE_BB);
+        let c: wqe_ctrl_seg = read(q.mem.buf(), i as usize * w::SEND_WQE_BB);
         assert_eq!(q.backend.plain_doorbell(at), Some(u64::from_ne_bytes(c.as_bytes()[..8].try_into().unwrap())));
     }
     // Sizes the doorbell cannot alternate by are refused at creation.
     for bad in [0, 0x180, 0x800] {
         let geo = geometry(1, bad);
         let ring = Arc::new(WrRing::new(1, 4, 1));
-        assert!(SendQueue::new(q.backend.clone(), &q.buf, &q.dbr, geo, ring).is_err(), "{bad:#x}");
+        assert!(SendQueue::new(q.backend.clone(), q.mem.clone(), geo, ring).is_err(), "{bad:#x}");
     }
 }
 
 #[test]
 fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
-    let buf = DmaMemory::new(4096).unwrap();
-    let dbr = DmaMemory::new(64).unwrap();
+    let mem = plain_memory();
+    let (buf, dbr) = (mem.buf(), mem.dbr());
     let ring = Arc::new(WrRing::new(1, 1, 4));
     // Four WQEs of 32 bytes: room for two SGEs, so one SGE is followed by a terminator.
-    let mut rq = RecvQueue::new(&buf, &dbr, 0, 2, 5, ring.clone(), false).unwrap();
+    let mut rq = RecvQueue::new(mem.clone(), 0, 2, 5, ring.clone(), false).unwrap();
     assert_eq!(rq.max_sge, 2);
     let sge = Sge::new(0xcafe_0000, 256, 0x99);
     assert!(rq.try_write_one(5, &sge));
     rq.ring_doorbell();
     let terminator = (0, 0, w::INVALID_LKEY);
-    assert_eq!(data_fields(&read(&buf, 0)), (0xcafe_0000, 256, 0x99));
-    assert_eq!(data_fields(&read(&buf, wqe_data_seg::SIZE)), terminator);
-    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 1);
+    assert_eq!(data_fields(&read(buf, 0)), (0xcafe_0000, 256, 0x99));
+    assert_eq!(data_fields(&read(buf, wqe_data_seg::SIZE)), terminator);
+    assert_eq!(be32(dbr, qp_dbr::recv_counter), 1);
 
     // A zero-length SGE is not the short path; written in full it leaves only the terminator.
     assert!(!rq.try_write_one(6, &Sge::new(0x1000, 0, 0x99)));
     rq.write_wqe(6, &[Sge::new(0x1000, 0, 0x99)]).unwrap();
-    assert_eq!(data_fields(&read(&buf, 32)), terminator);
+    assert_eq!(data_fields(&read(buf, 32)), terminator);
 
     // Closed (its QP in RESET): refused on both paths, nothing written.
     rq.close();
@@ -205,7 +271,7 @@ fn receive_wqes_carry_their_terminator_and_a_closed_queue_refuses() {
     assert_eq!(ring.complete_recv(0), 5);
     rq.write_wqe(9, &[sge]).unwrap();
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 5);
+    assert_eq!(be32(dbr, qp_dbr::recv_counter), 5);
 }
 
 /// The SGE address in the scatter list of SRQ WQE `i` (32-byte WQEs: next segment, one SGE).
@@ -222,14 +288,14 @@ fn srq_next(buf: &DmaMemory, i: usize) -> u16 {
 fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
     // Four SRQ WQEs linked 0 -> 1 -> 2 -> 3, as CREATE_SRQ leaves them; WQE 3 is the list's
     // tail, which is never posted while it is the tail (rdma-core's SRQ keeps the same rule).
-    let buf = DmaMemory::new(4096).unwrap();
-    let dbr = DmaMemory::new(64).unwrap();
+    let mem = plain_memory();
+    let (buf, dbr) = (mem.buf(), mem.dbr());
     for i in 0..4usize {
         let next = wqe_srq_next_seg { next_wqe_index: U16::new(((i + 1) % 4) as u16), ..Default::default() };
         buf.write_bytes(i * 32, next.as_bytes()).unwrap();
     }
     let ring = Arc::new(WrRing::new_srq(9, 4));
-    let mut rq = RecvQueue::new(&buf, &dbr, 0, 2, 5, ring.clone(), true).unwrap();
+    let mut rq = RecvQueue::new(mem.clone(), 0, 2, 5, ring.clone(), true).unwrap();
     let sge = |n: u64| Sge::new(0x1000 * n, 64, 0x99);
     for id in 0..3 {
         assert!(!rq.try_write_one(id, &sge(id + 1)), "an SRQ post takes the general path");
@@ -237,26 +303,26 @@ fn an_srq_reuses_only_completed_wqes_through_its_free_list() {
     }
     assert_eq!(rq.write_wqe(3, &[sge(4)]), Err(PostError::QueueFull));
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 3);
+    assert_eq!(be32(dbr, qp_dbr::recv_counter), 3);
 
     // Two QPs share the SRQ: WQE 1 completes while WQE 0 is still being filled. WQE 0 must
     // not be reused (a ring would have counted one free WQE and written the oldest, WQE 0).
     assert_eq!(ring.complete_recv(1), 1);
     rq.write_wqe(10, &[sge(10)]).unwrap(); // into the old tail, WQE 3
     assert_eq!(rq.write_wqe(11, &[sge(11)]), Err(PostError::QueueFull));
-    assert_eq!(srq_sge_addr(&buf, 0), 0x1000, "WQE 0 is untouched");
-    assert_eq!(srq_sge_addr(&buf, 3), 0xa000);
+    assert_eq!(srq_sge_addr(buf, 0), 0x1000, "WQE 0 is untouched");
+    assert_eq!(srq_sge_addr(buf, 3), 0xa000);
     // The device's list now runs 3 -> 1 (WQE 1 became the tail).
-    assert_eq!(srq_next(&buf, 3), 1);
+    assert_eq!(srq_next(buf, 3), 1);
 
     // WQE 0 completes: it is linked after WQE 1, and the next post goes into WQE 1.
     assert_eq!(ring.complete_recv(0), 0);
     rq.write_wqe(11, &[sge(11)]).unwrap();
-    assert_eq!(srq_sge_addr(&buf, 1), 0xb000);
-    assert_eq!(srq_next(&buf, 1), 0);
+    assert_eq!(srq_sge_addr(buf, 1), 0xb000);
+    assert_eq!(srq_next(buf, 1), 0);
     assert_eq!(rq.write_wqe(12, &[sge(12)]), Err(PostError::QueueFull));
     rq.ring_doorbell();
-    assert_eq!(be32(&dbr, qp_dbr::recv_counter), 5);
+    assert_eq!(be32(dbr, qp_dbr::recv_counter), 5);
     // The completions name the WQEs the posts went into.
     assert_eq!(ring.complete_recv(3), 10);
     assert_eq!(ring.complete_recv(1), 11);
@@ -281,13 +347,13 @@ fn cq_ci(dbr: &DmaMemory) -> u32 {
 
 #[test]
 fn cqe_ownership_follows_the_pass_over_the_ring() {
-    let buf = DmaMemory::new(4096).unwrap();
-    let dbr = DmaMemory::new(64).unwrap();
+    let mem = plain_memory();
+    let (buf, dbr) = (mem.buf(), mem.dbr());
     for i in 0..4 {
         // INVALID, owner 0: as the driver initialises a CQ.
         buf.write_u8(i * cqe64::SIZE + cqe64::op_own, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID).unwrap();
     }
-    let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
+    let mut ring = CqRing::new(mem.clone(), 2).unwrap();
     // What `take_requesters` hands over: (QPN, WQE counter, send opcode) of each CQE taken.
     let take = |ring: &mut CqRing, max: usize| {
         let mut out = vec![(0u32, 0u16, 0u8); max];
@@ -303,26 +369,26 @@ fn cqe_ownership_follows_the_pass_over_the_ring() {
         (out, next)
     };
     assert_eq!(take(&mut ring, 4), (vec![], None), "an INVALID CQE is not handed over");
-    put_cqe(&buf, 0, 0x1234, 7, CqeOpcode::REQ, false); // requester, first pass (owner 0)
-    put_cqe(&buf, 1, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND: only the general peek takes it
+    put_cqe(buf, 0, 0x1234, 7, CqeOpcode::REQ, false); // requester, first pass (owner 0)
+    put_cqe(buf, 1, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND: only the general peek takes it
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 7, 0x08)], Some(2)));
-    assert_eq!(cq_ci(&dbr), 1, "the consumer index reaches the doorbell record");
+    assert_eq!(cq_ci(dbr), 1, "the consumer index reaches the doorbell record");
     {
         let mut c = ring.cursor();
         c.advance(); // the responder CQE, consumed by a general poll
         c.finish();
     }
-    put_cqe(&buf, 2, 0x1234, 8, CqeOpcode::REQ, true); // owner 1 in the first pass: not yet the device's
+    put_cqe(buf, 2, 0x1234, 8, CqeOpcode::REQ, true); // owner 1 in the first pass: not yet the device's
     assert_eq!(take(&mut ring, 4), (vec![], None));
-    put_cqe(&buf, 2, 0x1234, 8, CqeOpcode::REQ, false);
-    put_cqe(&buf, 3, 0xdead, 9, CqeOpcode::REQ, false);
+    put_cqe(buf, 2, 0x1234, 8, CqeOpcode::REQ, false);
+    put_cqe(buf, 3, 0xdead, 9, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 8, 0x08)], Some(0)), "refused by the caller: left");
-    put_cqe(&buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
+    put_cqe(buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
     // A run stops at the ring's end: CQE 0 of the second pass is owner 1, and still owner 0.
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 9, 0x08)], None));
-    put_cqe(&buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
+    put_cqe(buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
     assert_eq!(take(&mut ring, 4), (vec![(0x1234, 10, 0x08)], None));
-    assert_eq!(cq_ci(&dbr), 5);
+    assert_eq!(cq_ci(dbr), 5);
 }
 
 #[test]
@@ -332,43 +398,45 @@ fn the_pollers_qp_cache_forgets_removed_qps() {
     let first = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(first.clone());
     let mut cache = QpCache::default();
-    assert!(cache.hit(&table, write(0x10)).is_none(), "an empty cache hits nothing");
-    let mut bound = cache.bind(&table);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*first));
-    assert!(std::ptr::eq(bound.hit(write(0x10)).unwrap(), &*first));
-    assert!(bound.hit(SopDropQpn::new(opcode::SEND, 0x10)).is_none(), "the opcode is part of the key");
-    assert!(table.learn(&mut bound, write(0x11)).is_none(), "an unknown QP is not learnt");
-    cache.store(bound);
-    assert!(std::ptr::eq(cache.hit(&table, write(0x10)).unwrap(), &*first), "kept between polls");
+    {
+        let mut pinned = cache.pin(&table);
+        assert!(pinned.hit(write(0x10)).is_none(), "an empty cache hits nothing");
+        assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*first));
+        assert!(std::ptr::eq(pinned.hit(write(0x10)).unwrap(), &*first));
+        assert!(pinned.hit(SopDropQpn::new(opcode::SEND, 0x10)).is_none(), "the opcode is part of the key");
+        assert!(pinned.learn(write(0x11)).is_none(), "an unknown QP is not learnt");
+        assert!(std::ptr::eq(pinned.qp(0x10).unwrap(), &*first));
+        assert!(pinned.srq(0x10).is_none(), "QPs and SRQs are two number spaces");
+    }
+    assert!(std::ptr::eq(cache.pin(&table).hit(write(0x10)).unwrap(), &*first), "kept between polls");
     // QP 0x10 destroyed, its number reused: the cache must not hand out the old rings.
     table.remove(0x10);
-    assert!(cache.hit(&table, write(0x10)).is_none(), "a removal invalidates the cache");
+    assert!(cache.pin(&table).hit(write(0x10)).is_none(), "a removal invalidates the cache");
     let second = Arc::new(WrRing::new(0x10, 1, 1));
     table.insert(second.clone());
-    let mut bound = cache.bind(&table);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(table.learn(&mut bound, write(0x10)).unwrap(), &*second));
-    cache.store(bound);
-    assert!(std::ptr::eq(cache.hit(&table, write(0x10)).unwrap(), &*second), "the new QP, learnt");
+    {
+        let mut pinned = cache.pin(&table);
+        assert!(pinned.hit(write(0x10)).is_none());
+        assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*second));
+    }
+    assert!(std::ptr::eq(cache.pin(&table).hit(write(0x10)).unwrap(), &*second), "the new QP, learnt");
     // A cache from another table is not trusted either.
     let other = QpTable::default();
     let third = Arc::new(WrRing::new(0x10, 1, 1));
     other.insert(third.clone());
-    assert!(cache.hit(&other, write(0x10)).is_none());
-    let mut bound = cache.bind(&other);
-    assert!(bound.hit(write(0x10)).is_none());
-    assert!(std::ptr::eq(other.learn(&mut bound, write(0x10)).unwrap(), &*third));
+    let mut pinned = cache.pin(&other);
+    assert!(pinned.hit(write(0x10)).is_none());
+    assert!(std::ptr::eq(pinned.learn(write(0x10)).unwrap(), &*third));
 }
 
 #[test]
 fn the_poll_fast_path_takes_one_requester_cqe_and_publishes_it() {
-    let buf = DmaMemory::new(4096).unwrap();
-    let dbr = DmaMemory::new(64).unwrap();
+    let mem = plain_memory();
+    let (buf, dbr) = (mem.buf(), mem.dbr());
     for i in 0..4 {
         buf.write_u8(i * cqe64::SIZE + cqe64::op_own, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID).unwrap();
     }
-    let mut ring = CqRing::new(&buf, &dbr, 2).unwrap();
+    let mut ring = CqRing::new(mem.clone(), 2).unwrap();
     // (what the closure saw: QPN, counter, whether the next CQE is empty), and what happened.
     let take = |ring: &mut CqRing, accept: bool| {
         let mut seen = None;
@@ -379,27 +447,27 @@ fn the_poll_fast_path_takes_one_requester_cqe_and_publishes_it() {
         (r, seen)
     };
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
-    put_cqe(&buf, 0, 0x1234, 7, CqeOpcode::REQ, false);
+    put_cqe(buf, 0, 0x1234, 7, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, false), (HeadTaken::Declined, Some((0x1234, 7, true))));
-    assert_eq!((ring.ci(), cq_ci(&dbr)), (0, 0), "declined: not consumed, not published");
-    put_cqe(&buf, 1, 0x1234, 8, CqeOpcode::REQ, false);
+    assert_eq!((ring.ci(), cq_ci(dbr)), (0, 0), "declined: not consumed, not published");
+    put_cqe(buf, 1, 0x1234, 8, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 7, false))), "the next one is there");
-    assert_eq!((ring.ci(), cq_ci(&dbr)), (1, 1), "taken: consumed and published");
+    assert_eq!((ring.ci(), cq_ci(dbr)), (1, 1), "taken: consumed and published");
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 8, true))));
-    put_cqe(&buf, 2, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND
+    put_cqe(buf, 2, 0x1234, 0, CqeOpcode::RESP_SEND, false); // responder SEND
     assert_eq!(take(&mut ring, true), (HeadTaken::Other, None), "not a requester success: not shown");
     {
         let mut c = ring.cursor();
         c.advance();
         c.finish();
     }
-    put_cqe(&buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
+    put_cqe(buf, 3, 0x1234, 9, CqeOpcode::REQ, false);
     // The next CQE is slot 0 again, on the second pass: its owner bit must be 1.
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 9, true))), "slot 0 is still pass 0's");
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None));
-    put_cqe(&buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
+    put_cqe(buf, 0, 0x1234, 10, CqeOpcode::REQ, true);
     assert_eq!(take(&mut ring, true), (HeadTaken::Taken, Some((0x1234, 10, true))), "wrapped: owner 1");
-    assert_eq!((ring.ci(), cq_ci(&dbr)), (5, 5));
-    put_cqe(&buf, 1, 0x1234, 11, CqeOpcode::REQ, false);
+    assert_eq!((ring.ci(), cq_ci(dbr)), (5, 5));
+    put_cqe(buf, 1, 0x1234, 11, CqeOpcode::REQ, false);
     assert_eq!(take(&mut ring, true), (HeadTaken::Empty, None), "owner 0 on the second pass is stale");
 }

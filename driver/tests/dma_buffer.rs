@@ -1,7 +1,7 @@
 //! DmaSpace and DmaBuffer against a recording fake backend: mapping, IOVA choice, unmapping on
 //! drop, failures.
 
-use std::os::fd::RawFd;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use umlx_driver::backend::{Backend, IovaRange};
@@ -58,7 +58,7 @@ unsafe impl Backend for Fake {
     fn irq_count(&self) -> u32 {
         0
     }
-    fn irq_eventfd(&self, _vector: u32) -> Option<RawFd> {
+    fn irq_eventfd(&self, _vector: u32) -> Option<Arc<OwnedFd>> {
         None
     }
     fn config_read(&self, _offset: u64, _buf: &mut [u8]) -> Result<()> {

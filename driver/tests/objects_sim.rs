@@ -251,3 +251,20 @@ fn the_blueflame_half_size_comes_from_log_bf_reg_size() {
     assert_eq!(caps.general_cap(umlx_hwdesc::ifc::cmd_hca_cap::log_bf_reg_size), 9);
     assert_eq!(caps.bf_buf_size(), 0x100);
 }
+
+#[test]
+fn an_interrupt_eventfd_stays_open_while_held_after_its_backend_is_gone() {
+    use std::io::Write;
+    let (b, h) = open();
+    let fd = h.async_event_fd().expect("the async vector has an eventfd");
+    let again = umlx_driver::backend::Backend::irq_eventfd(&*b, 0).expect("vector 0");
+    assert!(Arc::ptr_eq(&fd, &again), "one eventfd per vector, shared with the caller");
+    h.teardown().unwrap();
+    drop((h, b, again));
+    // The backend closed nothing under us: the descriptor is still the eventfd, and works.
+    umlx_driver::event::drain(&fd);
+    std::fs::File::from(fd.try_clone().unwrap()).write_all(&3u64.to_ne_bytes()).unwrap();
+    assert!(umlx_driver::event::wait_readable(&fd, std::time::Duration::ZERO));
+    assert_eq!(umlx_driver::event::drain(&fd), 3);
+    assert!(!umlx_driver::event::wait_readable(&fd, std::time::Duration::ZERO));
+}

@@ -4,7 +4,7 @@
 //! * [`HostBuffer`]: owned, zeroed, page-aligned host memory mapped into the device's IOMMU at a
 //!   chosen IOVA (unmapped and freed on drop), with bounds-checked accessors. The device may
 //!   read and write it at any time, so it is never seen through a Rust reference: every access
-//!   copies through a raw pointer.
+//!   goes through [`crate::hostmem`] (atomic loads and stores).
 //! * [`CmdHost`]: an IOVA bump allocator and a command issuer. It enables bus mastering, waits
 //!   for the firmware, programs the command queue, builds entries and mailbox chains (576-byte
 //!   blocks at 1 KiB-aligned IOVAs), optionally signs them, rings the doorbell, polls the
@@ -18,17 +18,18 @@
 //!
 //! This module is one of the sim's `unsafe` modules (with [`crate::iommu`] and the
 //! `dma_map` entry of [`crate::device`]): it allocates raw memory, hands it to the device
-//! through the `unsafe` [`SimDevice::dma_map`], reads and writes it through raw pointers, and
+//! through the `unsafe` [`SimDevice::dma_map`], reads and writes it through [`crate::hostmem`], and
 //! creates an eventfd through libc. Every `unsafe` block carries a `// SAFETY:` comment.
 
 use crate::device::SimDevice;
+use crate::hostmem;
 use crate::iommu::MapError;
 use std::alloc::{self, Layout};
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{
@@ -169,30 +170,31 @@ impl HostBuffer {
         );
     }
 
-    /// Copies `out.len()` bytes at `off` into `out`.
+    /// Copies `out.len()` bytes at `off` into `out`, then an acquire fence.
     pub fn read(&self, off: usize, out: &mut [u8]) {
         self.check(off, out.len());
-        // SAFETY: `off..off+out.len()` lies inside the allocation (checked above); `out` is a
-        // Rust buffer distinct from the allocation (no reference into it is ever handed out).
-        unsafe { ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), out.as_mut_ptr(), out.len()) };
+        // SAFETY: `off..off+out.len()` lies inside the allocation (checked above), which lives
+        // as long as `self`; `out` is a Rust buffer distinct from the allocation (no reference
+        // into it is ever handed out).
+        unsafe { hostmem::read(self.ptr.as_ptr().add(off), out) };
         fence(Ordering::Acquire);
     }
 
-    /// Copies `data` to `off`.
+    /// A release fence, then copies `data` to `off`.
     pub fn write(&self, off: usize, data: &[u8]) {
         self.check(off, data.len());
         fence(Ordering::Release);
         // SAFETY: `off..off+data.len()` lies inside the allocation (checked above); `data` is a
         // Rust buffer distinct from the allocation.
-        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len()) };
+        unsafe { hostmem::write(self.ptr.as_ptr().add(off), data) };
     }
 
-    /// Sets `n` bytes at `off` to `byte`.
+    /// A release fence, then sets `n` bytes at `off` to `byte`.
     pub fn fill(&self, off: usize, n: usize, byte: u8) {
         self.check(off, n);
         fence(Ordering::Release);
         // SAFETY: `off..off+n` lies inside the allocation (checked above).
-        unsafe { ptr::write_bytes(self.ptr.as_ptr().add(off), byte, n) };
+        unsafe { hostmem::fill(self.ptr.as_ptr().add(off), byte, n) };
     }
 
     /// `n` bytes at `off`, copied out.
@@ -202,67 +204,51 @@ impl HostBuffer {
         v
     }
 
-    /// Reads `N` bytes with volatile loads (suitable for polling an ownership byte).
-    fn read_volatile<const N: usize>(&self, off: usize) -> [u8; N] {
-        self.check(off, N);
+    /// Reads `N` bytes, then an acquire fence (suitable for polling an ownership byte).
+    fn read_array<const N: usize>(&self, off: usize) -> [u8; N] {
         let mut b = [0u8; N];
-        for (i, x) in b.iter_mut().enumerate() {
-            // SAFETY: `off + i` lies inside the allocation (checked above); a byte load has no
-            // alignment requirement.
-            *x = unsafe { ptr::read_volatile(self.ptr.as_ptr().add(off + i)) };
-        }
-        fence(Ordering::Acquire);
+        self.read(off, &mut b);
         b
     }
 
-    /// Writes bytes with volatile stores after a release fence.
-    fn write_volatile(&self, off: usize, data: &[u8]) {
-        self.check(off, data.len());
-        fence(Ordering::Release);
-        for (i, &x) in data.iter().enumerate() {
-            // SAFETY: `off + i` lies inside the allocation (checked above).
-            unsafe { ptr::write_volatile(self.ptr.as_ptr().add(off + i), x) };
-        }
-    }
-
-    /// Reads one byte (volatile).
+    /// Reads one byte.
     pub fn read_u8(&self, off: usize) -> u8 {
-        self.read_volatile::<1>(off)[0]
+        self.read_array::<1>(off)[0]
     }
 
-    /// Writes one byte (volatile).
+    /// Writes one byte.
     pub fn write_u8(&self, off: usize, v: u8) {
-        self.write_volatile(off, &[v]);
+        self.write(off, &[v]);
     }
 
     /// Reads a big-endian u16.
     pub fn read_u16_be(&self, off: usize) -> u16 {
-        u16::from_be_bytes(self.read_volatile(off))
+        u16::from_be_bytes(self.read_array(off))
     }
 
     /// Writes a big-endian u16.
     pub fn write_u16_be(&self, off: usize, v: u16) {
-        self.write_volatile(off, &v.to_be_bytes());
+        self.write(off, &v.to_be_bytes());
     }
 
     /// Reads a big-endian u32.
     pub fn read_u32_be(&self, off: usize) -> u32 {
-        u32::from_be_bytes(self.read_volatile(off))
+        u32::from_be_bytes(self.read_array(off))
     }
 
     /// Writes a big-endian u32.
     pub fn write_u32_be(&self, off: usize, v: u32) {
-        self.write_volatile(off, &v.to_be_bytes());
+        self.write(off, &v.to_be_bytes());
     }
 
     /// Reads a big-endian u64.
     pub fn read_u64_be(&self, off: usize) -> u64 {
-        u64::from_be_bytes(self.read_volatile(off))
+        u64::from_be_bytes(self.read_array(off))
     }
 
     /// Writes a big-endian u64.
     pub fn write_u64_be(&self, off: usize, v: u64) {
-        self.write_volatile(off, &v.to_be_bytes());
+        self.write(off, &v.to_be_bytes());
     }
 }
 

@@ -9,9 +9,11 @@
 //! hardware's failure (delivery error, error CQE, catastrophic event). There is never a wild
 //! memory access.
 //!
-//! This module is one of the sim's three `unsafe` modules (with [`crate::host`] and the
-//! `dma_map` entry of [`crate::device`]): it dereferences the host addresses given at map time, whose validity the mapper
-//! promised when calling the `unsafe` [`Iommu::map`].
+//! This module is one of the sim's `unsafe` modules (with [`crate::hostmem`], [`crate::host`]
+//! and the `dma_map` entry of [`crate::device`]): it hands the host addresses given at map
+//! time, whose validity the mapper promised when calling the `unsafe` [`Iommu::map`], to
+//! [`crate::hostmem`], which makes every access an atomic load or store (host memory is
+//! shared with the host's threads, so a plain copy would be a data race).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{Ordering, fence};
@@ -121,7 +123,7 @@ impl Iommu {
         {
             return Err(MapError::Exists);
         }
-        self.maps.insert(iova, Mapping { len, host: host as usize, read, write });
+        self.maps.insert(iova, Mapping { len, host: host.expose_provenance(), read, write });
         self.mapped_bytes += len;
         Ok(())
     }
@@ -206,12 +208,11 @@ impl Iommu {
     /// DMA read: copies device-visible host memory at `iova` into `out`.
     pub fn read(&mut self, iova: u64, out: &mut [u8]) -> Result<(), IommuFault> {
         let len = out.len();
-        let dst = out.as_mut_ptr() as usize;
         let res = self.resolve(iova, len, false, |host, off, n| {
             // SAFETY: `host..host+n` lies inside a mapping whose validity for reads the mapper
-            // guaranteed (see `map`); `dst+off..dst+off+n` lies inside `out`. The regions do not
-            // overlap: `out` is the device's own buffer, not mapped host memory.
-            unsafe { core::ptr::copy_nonoverlapping(host as *const u8, (dst + off) as *mut u8, n) }
+            // guaranteed (see `map`); `out` is the device's own buffer, not mapped host memory,
+            // so they do not overlap. `off + n <= len` (see `resolve`).
+            unsafe { crate::hostmem::read(std::ptr::with_exposed_provenance(host), &mut out[off..off + n]) }
         });
         fence(Ordering::Acquire);
         res.map_err(|_| self.fault(iova, len, false))
@@ -220,12 +221,11 @@ impl Iommu {
     /// DMA write: copies `data` into device-visible host memory at `iova`.
     pub fn write(&mut self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
         let len = data.len();
-        let src = data.as_ptr() as usize;
         fence(Ordering::Release);
         let res = self.resolve(iova, len, true, |host, off, n| {
             // SAFETY: `host..host+n` lies inside a mapping whose validity for writes the mapper
-            // guaranteed (see `map`); the source lies inside `data`, which is not mapped memory.
-            unsafe { core::ptr::copy_nonoverlapping((src + off) as *const u8, host as *mut u8, n) }
+            // guaranteed (see `map`); `data` is not mapped memory. `off + n <= len`.
+            unsafe { crate::hostmem::write(std::ptr::with_exposed_provenance_mut(host), &data[off..off + n]) }
         });
         res.map_err(|_| self.fault(iova, len, true))
     }
@@ -233,11 +233,9 @@ impl Iommu {
     /// Writes one byte with release ordering after everything written before: how the device
     /// publishes an ownership bit (CQE `op_own`, EQE `owner`) after the entry's body.
     pub fn write_u8_release(&mut self, iova: u64, value: u8) -> Result<(), IommuFault> {
-        fence(Ordering::Release);
         let res = self.resolve(iova, 1, true, |host, _, _| {
-            // SAFETY: one byte inside a mapping valid for writes (see `map`); volatile so the
-            // store is not merged with or reordered against the body writes.
-            unsafe { core::ptr::write_volatile(host as *mut u8, value) }
+            // SAFETY: one byte inside a mapping valid for writes (see `map`).
+            unsafe { crate::hostmem::store_u8_release(std::ptr::with_exposed_provenance_mut(host), value) }
         });
         res.map_err(|_| self.fault(iova, 1, true))
     }

@@ -8,7 +8,7 @@
 //!
 //! Modules: [`device`] (the public device: BAR0, PCI config, IOMMU map/unmap, interrupts, the
 //! engine thread), [`firmware`] (command processor and objects), [`iommu`] (the only path to
-//! host memory), [`config`] (identity and hostile knobs), [`port`] (the wire side of the port),
+//! host memory) and [`hostmem`] (its loads and stores: atomic, never plain copies), [`config`] (identity and hostile knobs), [`port`] (the wire side of the port),
 //! [`host`] (a minimal software host that drives the device directly: tests and benchmarks).
 //! Frames are parsed and built by the `umlx-wire` crate.
 
@@ -17,6 +17,7 @@ pub mod device;
 pub mod fabric;
 pub mod firmware;
 pub mod host;
+pub mod hostmem;
 pub mod iommu;
 pub mod port;
 pub mod transport;

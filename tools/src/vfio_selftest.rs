@@ -30,6 +30,7 @@
 
 use std::fmt::Display;
 use std::fs;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::result::Result;
 use std::sync::Arc;
@@ -252,8 +253,8 @@ fn fmt_opt(v: Option<u32>) -> String {
 }
 
 /// Waits for `fd` to become readable and drains it: `Some((latency, count))`.
-fn wait_irq(fd: i32, timeout: Duration) -> Option<(Duration, u64)> {
-    let t = Instant::now();
+fn wait_irq(fd: impl AsFd, timeout: Duration) -> Option<(Duration, u64)> {
+    let (t, fd) = (Instant::now(), fd.as_fd());
     if event::wait_readable(fd, timeout) { Some((t.elapsed(), event::drain(fd))) } else { None }
 }
 
@@ -607,12 +608,15 @@ fn edu_msi(r: &mut Report, b: &Arc<VfioBackend>, a: &DmaBuffer<VfioBackend>, p1:
         return r.fail("msi-enable", e);
     }
     let Some(fd) = b.irq_eventfd(0) else { return r.fail("msi-enable", "no eventfd for vector 0") };
-    r.pass("msi-enable", format!("VFIO_DEVICE_SET_IRQS: 1 of {} MSI vector(s) -> eventfd {fd}", b.msi_count()));
-    event::drain(fd);
-    let quiet = !event::wait_readable(fd, Duration::from_millis(20));
+    r.pass(
+        "msi-enable",
+        format!("VFIO_DEVICE_SET_IRQS: 1 of {} MSI vector(s) -> eventfd {}", b.msi_count(), fd.as_raw_fd()),
+    );
+    event::drain(&fd);
+    let quiet = !event::wait_readable(&fd, Duration::from_millis(20));
     for (name, bit) in [("msi-raise", 0x1u32), ("msi-raise-again", 0x2)] {
         bar.write32_le(edu::IRQ_RAISE, bit);
-        let got = wait_irq(fd, Duration::from_secs(2));
+        let got = wait_irq(&fd, Duration::from_secs(2));
         let st = bar.read32_le(edu::IRQ_STATUS);
         bar.write32_le(edu::IRQ_ACK, st);
         match got {
@@ -625,15 +629,15 @@ fn edu_msi(r: &mut Report, b: &Arc<VfioBackend>, a: &DmaBuffer<VfioBackend>, p1:
                     if quiet { "" } else { " (but the eventfd was readable before the raise)" }
                 ),
             ),
-            None => r.fail(name, format!("no interrupt on eventfd {fd} within 2 s (IRQ status {st:#x})")),
+            None => r.fail(name, format!("no interrupt on eventfd {} within 2 s (IRQ status {st:#x})", fd.as_raw_fd())),
         };
     }
     // DMA completion interrupt: reload the device buffer, then device -> RAM with CMD_IRQ.
     let reload = edu_dma(bar, a.iova(), edu::BUF, 0);
     a.fill(PAGE_4K, PAGE_4K, 0).expect("in bounds");
-    event::drain(fd);
+    event::drain(&fd);
     edu_start(bar, edu::BUF, a.iova_at(PAGE_4K), edu::CMD_TO_RAM | edu::CMD_IRQ);
-    let got = wait_irq(fd, Duration::from_secs(3));
+    let got = wait_irq(&fd, Duration::from_secs(3));
     let st = bar.read32_le(edu::IRQ_STATUS);
     bar.write32_le(edu::IRQ_ACK, st);
     let data = read_mem(a, PAGE_4K, edu::LEN);
@@ -650,6 +654,8 @@ fn edu_msi(r: &mut Report, b: &Arc<VfioBackend>, a: &DmaBuffer<VfioBackend>, p1:
         (Err(e), _) => r.fail("msi-dma-completion", e),
         (_, None) => r.fail("msi-dma-completion", format!("no interrupt within 3 s (IRQ status {st:#x})")),
     };
+    // The eventfd is shared with the backend: let go of it, so disabling closes it.
+    drop(fd);
     match b.disable_irqs() {
         Ok(()) => {
             let fds = Snapshot::take().fds;
@@ -847,13 +853,14 @@ fn e1000e_checks(r: &mut Report, b: &Arc<VfioBackend>) {
         r.fail("msix-enable", e);
     } else {
         // First 1 vector, then n: MSI-X is NORESIZE, the backend must disable it in between.
-        let fds: Vec<i32> = (0..n).filter_map(|v| b.irq_eventfd(v)).collect();
+        let fds: Vec<Arc<OwnedFd>> = (0..n).filter_map(|v| b.irq_eventfd(v)).collect();
         let fds_now = Snapshot::take().fds;
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         r.check(
             "msix-enable",
             fds.len() == n as usize && fds_now == fds_before + n as usize,
             format!(
-                "VFIO_DEVICE_SET_IRQS: 1 vector, then {n} of {count} MSI-X vectors -> eventfds {fds:?} ({fds_now} fds, {fds_before} before)"
+                "VFIO_DEVICE_SET_IRQS: 1 vector, then {n} of {count} MSI-X vectors -> eventfds {raw:?} ({fds_now} fds, {fds_before} before)"
             ),
         );
         r.expect_err("msix-too-many", b.enable_msix(count + 1), "the device offers");
@@ -862,26 +869,27 @@ fn e1000e_checks(r: &mut Report, b: &Arc<VfioBackend>) {
         bar.write32_le(e1k::IVAR, ivar);
         bar.write32_le(e1k::ICR, 0xffff_ffff);
         bar.write32_le(e1k::IMS, e1k::ICR_RXQ0 | e1k::ICR_TXQ0 | e1k::ICR_OTHER);
-        for &f in &fds {
+        for f in &fds {
             event::drain(f);
         }
 
-        e1000e_tx(r, b, &space, fds.get(vec_of(1) as usize).copied());
+        e1000e_tx(r, b, &space, fds.get(vec_of(1) as usize).cloned());
 
         for (vector, cause, label) in
             [(vec_of(0), e1k::ICR_RXQ0, "RXQ0"), (vec_of(1), e1k::ICR_TXQ0, "TXQ0"), (vec_of(2), e1k::ICR_LSC, "LSC")]
         {
             let name = format!("msix-vector-{vector}");
-            let Some(&fd) = fds.get(vector as usize) else { continue };
-            for &f in &fds {
+            let Some(fd) = fds.get(vector as usize) else { continue };
+            let fd = fd.as_raw_fd();
+            for f in &fds {
                 event::drain(f);
             }
             bar.write32_le(e1k::ICS, cause);
-            let got = wait_irq(fd, Duration::from_secs(2));
+            let got = wait_irq(&fds[vector as usize], Duration::from_secs(2));
             let others: Vec<usize> = fds
                 .iter()
                 .enumerate()
-                .filter(|&(i, &f)| i != vector as usize && event::wait_readable(f, Duration::ZERO))
+                .filter(|&(i, f)| i != vector as usize && event::wait_readable(f, Duration::ZERO))
                 .map(|(i, _)| i)
                 .collect();
             let icr = bar.read32_le(e1k::ICR);
@@ -901,6 +909,8 @@ fn e1000e_checks(r: &mut Report, b: &Arc<VfioBackend>) {
         }
         bar.write32_le(e1k::IMC, 0xffff_ffff);
         e1000e_settle();
+        // Shared with the backend: let go of them, so disabling closes them.
+        drop(fds);
         match b.disable_irqs() {
             Ok(()) => {
                 let fds_now = Snapshot::take().fds;
@@ -924,9 +934,9 @@ fn e1000e_checks(r: &mut Report, b: &Arc<VfioBackend>) {
         let fds_now = Snapshot::take().fds;
         bar.write32_le(e1k::ICR, 0xffff_ffff);
         bar.write32_le(e1k::IMS, e1k::ICR_LSC);
-        event::drain(fd);
+        event::drain(&fd);
         bar.write32_le(e1k::ICS, e1k::ICR_LSC);
-        let got = wait_irq(fd, Duration::from_secs(2));
+        let got = wait_irq(&fd, Duration::from_secs(2));
         let icr = bar.read32_le(e1k::ICR);
         bar.write32_le(e1k::ICR, 0xffff_ffff);
         bar.write32_le(e1k::IMC, 0xffff_ffff);
@@ -935,7 +945,8 @@ fn e1000e_checks(r: &mut Report, b: &Arc<VfioBackend>) {
                 "msi-ics",
                 fds_now == fds_before + 1,
                 format!(
-                    "MSI-X -> MSI switch ({fds_now} fds, {fds_before} with no interrupts); ICS <- LSC: MSI on eventfd {fd} after {}, count {c}, ICR {icr:#x}; left enabled for close",
+                    "MSI-X -> MSI switch ({fds_now} fds, {fds_before} with no interrupts); ICS <- LSC: MSI on eventfd {} after {}, count {c}, ICR {icr:#x}; left enabled for close",
+                    fd.as_raw_fd(),
                     ms(t)
                 ),
             ),
@@ -971,7 +982,7 @@ fn enable_interrupts_check(r: &mut Report, b: &Arc<VfioBackend>) {
     let before = Snapshot::take().fds;
     match b.enable_interrupts() {
         Ok(()) => {
-            let fds: Vec<i32> = (0..n).filter_map(|v| b.irq_eventfd(v)).collect();
+            let fds: Vec<Arc<OwnedFd>> = (0..n).filter_map(|v| b.irq_eventfd(v)).collect();
             let after = Snapshot::take().fds;
             r.check(
                 "enable-interrupts",
@@ -988,7 +999,7 @@ fn enable_interrupts_check(r: &mut Report, b: &Arc<VfioBackend>) {
 
 /// One real transmit: the NIC fetches a descriptor and a frame from DMA memory and writes the
 /// descriptor's status back; the TXQ0 cause goes to MSI-X vector `irq` (when given).
-fn e1000e_tx(r: &mut Report, b: &Arc<VfioBackend>, space: &Arc<DmaSpace<VfioBackend>>, irq: Option<i32>) {
+fn e1000e_tx(r: &mut Report, b: &Arc<VfioBackend>, space: &Arc<DmaSpace<VfioBackend>>, irq: Option<Arc<OwnedFd>>) {
     let bar = b.bar0();
     let avail0 = dma_avail(b);
     // Page 0: a ring of 8 legacy descriptors (TDLEN must be a multiple of 128); page 1: the frame.
@@ -1023,7 +1034,7 @@ fn e1000e_tx(r: &mut Report, b: &Arc<VfioBackend>, space: &Arc<DmaSpace<VfioBack
     bar.write32_le(e1k::TDH, 0);
     bar.write32_le(e1k::TDT, 0);
     bar.write32_le(e1k::TCTL, e1k::TCTL_EN | e1k::TCTL_PSP);
-    if let Some(fd) = irq {
+    if let Some(fd) = &irq {
         event::drain(fd);
     }
     let t = Instant::now();
@@ -1044,8 +1055,9 @@ fn e1000e_tx(r: &mut Report, b: &Arc<VfioBackend>, space: &Arc<DmaSpace<VfioBack
             }
         ),
     );
-    if let Some(fd) = irq {
-        match wait_irq(fd, Duration::from_secs(2)) {
+    if let Some(irq) = irq {
+        let fd = irq.as_raw_fd();
+        match wait_irq(&irq, Duration::from_secs(2)) {
             Some((t, c)) => r.pass(
                 "msix-tx-completion",
                 format!("transmit completion (TXQ0) on MSI-X eventfd {fd} after {}, count {c}", ms(t)),
@@ -1177,8 +1189,8 @@ fn device_checks(r: &mut Report, pci: &str, kind: Kind, ids: (u16, u16)) {
         "open",
         format!(
             "VfioBackend::open_any: container fd {}, device fd {}, IOMMU group {}, BAR0 {:#x} bytes, {} MSI / {} MSI-X vectors, reset {}",
-            b.container_fd(),
-            b.device_fd(),
+            b.container_fd().as_raw_fd(),
+            b.device_fd().as_raw_fd(),
             b.iommu_group(),
             b.bar0_len(),
             irq(IRQ_MSI),

@@ -72,7 +72,7 @@ impl Context {
                 format!("{}: the completion channel has no file descriptor", self.name()),
             )
         })?;
-        let fd = AsyncEventFd::new(raw).map_err(|e| {
+        let fd = AsyncEventFd::new(&*raw).map_err(|e| {
             Error::new(
                 ErrorKind::Os,
                 format!("registering the completion channel's fd with tokio (inside a runtime with IO enabled?): {e}"),

@@ -80,7 +80,6 @@ pub(crate) struct Shared {
     pub hca: Arc<Hca<Dev>>,
     pub uar: Arc<Uar<Dev>>,
     pub qps: QpTable,
-    pub srqs: QpTable,
     pub port: PortInfo,
     pub neighbors: Mutex<Vec<(IpAddr, [u8; 6])>>,
     pub resolver: Mutex<Option<Resolver>>,
@@ -162,7 +161,6 @@ impl Context {
                 hca,
                 uar,
                 qps: QpTable::default(),
-                srqs: QpTable::default(),
                 port,
                 neighbors: Mutex::new(Vec::new()),
                 resolver: Mutex::new(None),
@@ -344,8 +342,8 @@ impl Context {
         }))
     }
 
-    /// The async event file descriptor (readable when events may be pending).
-    pub fn async_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The async event file descriptor (readable when events may be pending), open while held.
+    pub fn async_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.shared.hca.async_event_fd()
     }
 }

@@ -3,7 +3,7 @@
 //! `ibv_resize_cq`.
 
 use crate::Dev;
-use crate::context::{Context, Shared};
+use crate::context::Context;
 use crate::types::*;
 use crate::{Error, Result};
 use std::collections::VecDeque;
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use umlx_driver::backend::Backend;
-use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, HeadTaken, QpCache, SopDropQpn, WrRing, opcode};
+use umlx_driver::datapath::{CqCursor, CqRing, Cqe, CqeRef, HeadTaken, Pinned, QpCache, SopDropQpn, WrRing, opcode};
 use umlx_driver::objects::{CompEq, Cq as DrvCq};
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome};
 
@@ -123,8 +123,8 @@ impl Context {
             let bound = BoundCq { cqn: cq.cqn(), sn: sn.clone(), context: event_context.clone() };
             c.cqs.lock().unwrap_or_else(|e| e.into_inner()).push(bound);
         }
-        let ring = CqRing::new(&cq.mem.buf, &cq.mem.dbr, log)
-            .ok_or_else(|| Error::invalid("CQ buffer smaller than its ring"))?;
+        let ring =
+            CqRing::new(cq.mem().clone(), log).ok_or_else(|| Error::invalid("CQ buffer smaller than its ring"))?;
         Ok(Cq {
             ctx: self.clone(),
             ring,
@@ -149,8 +149,8 @@ impl Drop for CompChannel {
 }
 
 impl CompChannel {
-    /// The file descriptor to poll/epoll for readability.
-    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The file descriptor to poll/epoll for readability, open while held.
+    pub fn fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.eq.event_fd()
     }
 
@@ -164,8 +164,8 @@ impl CompChannel {
         loop {
             if let Some(fd) = self.fd() {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if umlx_driver::event::wait_readable(fd, left.min(Duration::from_millis(10))) {
-                    umlx_driver::event::drain(fd);
+                if umlx_driver::event::wait_readable(&fd, left.min(Duration::from_millis(10))) {
+                    umlx_driver::event::drain(&fd);
                 }
             }
             let mut got = Vec::new();
@@ -196,7 +196,7 @@ pub struct Cq {
     pub(crate) cq: Arc<DrvCq<Dev>>,
     ring: CqRing,
     /// The ring after a resize (the original stays with the driver's CQ).
-    resized: Option<umlx_driver::dma::DmaBuffer<Dev>>,
+    resized: Option<Arc<umlx_driver::objects::ResizedCqMem<Dev>>>,
     sn: Arc<AtomicU32>,
     /// What this CQ's completion events carry.
     event_context: Arc<AtomicU64>,
@@ -312,7 +312,7 @@ impl Cq {
     /// }
     /// # Ok(()) }
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         // Straight-line for the common calls: latency-bound programs poll for one completion,
         // and a batch poll often finds none or one. One look at the head CQE and, for a
@@ -320,9 +320,10 @@ impl Cq {
         // Batches and anything else go to `poll_batch`.
         let one = wc.len() == 1;
         let Some(first) = wc.first_mut() else { return 0 };
-        let (qps, cache, info) = (&self.ctx.shared.qps, &self.qp_cache, &self.send_info);
+        let (qps, cache, info) = (&self.ctx.shared.qps, &mut self.qp_cache, &self.send_info);
         let taken = self.ring.take_requester(|cqe, next| {
-            let Some(ring) = cache.hit(qps, cqe.sop_drop_qpn()) else { return false };
+            let pinned = cache.pin(qps);
+            let Some(ring) = pinned.hit(cqe.sop_drop_qpn()) else { return false };
             if !one && !next.is_empty() {
                 return false; // a batch: the general loop takes it
             }
@@ -340,39 +341,40 @@ impl Cq {
     #[inline(never)]
     fn poll_batch(&mut self, wc: &mut [Wc]) -> usize {
         let shared = &*self.ctx.shared;
-        // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls.
-        let mut last = self.qp_cache.bind(&shared.qps);
+        // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls; the rings
+        // found stay allocated until `last` ends the poll.
+        let mut last = self.qp_cache.pin(&shared.qps);
         let mut info = self.send_info;
         let mut ring_cursor = self.ring.cursor();
         // Requester successes go through a loop that calls nothing, so its state stays in
         // registers; any other CQE goes through `translate_other`, one at a time.
-        let mut take = |cursor: &mut CqCursor<'_>, out: &mut [Wc]| {
+        let take = |cursor: &mut CqCursor<'_>, out: &mut [Wc], last: &mut Pinned<'_>, info: &mut SendInfo| {
             cursor.take_requesters(out, |cqe, w| {
                 let word = cqe.sop_drop_qpn();
                 let ring = match last.hit(word) {
                     Some(ring) => ring,
                     None => {
-                        let Some(ring) = shared.qps.learn(&mut last, word) else { return false };
-                        info = SendInfo::of(word);
+                        let Some(ring) = last.learn(word) else { return false };
+                        *info = SendInfo::of(word);
                         ring
                     }
                 };
-                fill_send(w, ring, cqe, &info);
+                fill_send(w, ring, cqe, info);
                 true
             })
         };
-        let mut n = take(&mut ring_cursor, wc);
+        let mut n = take(&mut ring_cursor, wc, &mut last, &mut info);
         while n < wc.len() {
             // A CQE the loop does not take: another kind, or one of a QP no longer known
             // (consumed and skipped), or the first of the next pass over the ring; or none.
             let Some(cqe) = ring_cursor.peek() else { break };
-            let filled = Self::translate_other(shared, cqe, &mut wc[n]);
+            let filled = Self::translate_other(&last, cqe, &mut wc[n]);
             ring_cursor.advance();
             n += filled as usize;
-            n += take(&mut ring_cursor, &mut wc[n..]);
+            n += take(&mut ring_cursor, &mut wc[n..], &mut last, &mut info);
         }
         ring_cursor.finish();
-        self.qp_cache.store(last);
+        drop(last);
         self.send_info = info;
         n
     }
@@ -380,9 +382,9 @@ impl Cq {
     /// Any CQE but a requester success: responder successes (RESP_WR_IMM, RESP_SEND,
     /// RESP_SEND_IMM) and errors (REQ_ERR, RESP_ERR); others are not work completions.
     #[inline(never)]
-    fn translate_other(shared: &Shared, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_other(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         match CqeOpcode(cqe.opcode()) {
-            CqeOpcode::REQ => match shared.qps.get(cqe.qpn()) {
+            CqeOpcode::REQ => match rings.qp(cqe.qpn()) {
                 Some(ring) => {
                     fill_send(w, ring, cqe, &SendInfo::of(cqe.sop_drop_qpn()));
                     true
@@ -390,20 +392,20 @@ impl Cq {
                 None => false,
             },
             CqeOpcode::RESP_WR_IMM | CqeOpcode::RESP_SEND | CqeOpcode::RESP_SEND_IMM => {
-                Self::translate_recv(shared, cqe, w)
+                Self::translate_recv(rings, cqe, w)
             }
-            CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => Self::translate_error(shared, &cqe.copy(), w),
+            CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR => Self::translate_error(rings, &cqe.copy(), w),
             _ => false,
         }
     }
 
     /// A responder success CQE.
     #[inline(always)]
-    fn translate_recv(shared: &Shared, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_recv(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
         let qpn = cqe.qpn();
         let srqn = cqe.srqn();
-        let srq = if srqn != 0 { shared.srqs.get(srqn) } else { None };
-        let Some(ring) = srq.or_else(|| shared.qps.get(qpn)) else { return false };
+        let srq = if srqn != 0 { rings.srq(srqn) } else { None };
+        let Some(ring) = srq.or_else(|| rings.qp(qpn)) else { return false };
         let with_imm = cqe.with_imm();
         w.wr_id = ring.complete_recv(cqe.wqe_counter());
         w.status = WcStatus::Success;
@@ -425,13 +427,13 @@ impl Cq {
     /// Error CQEs (REQ_ERR, RESP_ERR): off the fast path.
     #[cold]
     #[inline(never)]
-    fn translate_error(shared: &Shared, cqe: &Cqe, w: &mut Wc) -> bool {
+    fn translate_error(rings: &Pinned<'_>, cqe: &Cqe, w: &mut Wc) -> bool {
         let (wr_id, opcode) = if CqeOpcode(cqe.opcode()) == CqeOpcode::REQ_ERR {
-            let Some(ring) = shared.qps.get(cqe.qpn()) else { return false };
+            let Some(ring) = rings.qp(cqe.qpn()) else { return false };
             (ring.complete_send(cqe.wqe_counter()), SEND_WC[cqe.wqe_opcode() as usize])
         } else {
-            let srq = if cqe.srqn() != 0 { shared.srqs.get(cqe.srqn()) } else { None };
-            let Some(ring) = srq.or_else(|| shared.qps.get(cqe.qpn())) else { return false };
+            let srq = if cqe.srqn() != 0 { rings.srq(cqe.srqn()) } else { None };
+            let Some(ring) = srq.or_else(|| rings.qp(cqe.qpn())) else { return false };
             (ring.complete_recv(cqe.wqe_counter()), WcOpcode::Recv)
         };
         *w = Wc {
@@ -475,8 +477,8 @@ impl Cq {
 
     fn ring_buf(&self) -> &umlx_driver::dma::DmaMemory {
         match &self.resized {
-            Some(b) => b,
-            None => &self.cq.mem.buf,
+            Some(r) => &r.buf,
+            None => &self.cq.mem().buf,
         }
     }
 
@@ -493,13 +495,13 @@ impl Cq {
             )));
         }
         let new = self.cq.resize(log)?;
-        let Some(ci) = self.ring.carry_over(self.ring_buf(), &new, log) else {
+        let Some(ci) = self.ring.carry_over(self.ring_buf(), &new.buf, log) else {
             return Err(Error::from(umlx_driver::Error::Firmware {
                 device: self.ctx.name().into(),
                 problem: format!("CQ {:#x}: no RESIZE_CQ CQE in the old ring after MODIFY_CQ", self.cqn()),
             }));
         };
-        let ring = CqRing::resume(&new, &self.cq.mem.dbr, log, ci).ok_or_else(|| Error::invalid("CQ ring"))?;
+        let ring = CqRing::resume(new.clone(), log, ci).ok_or_else(|| Error::invalid("CQ ring"))?;
         self.ring = ring;
         self.resized = Some(new);
         self.ring.update_ci();

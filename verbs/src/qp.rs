@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::av::{Av, AvParams};
 use umlx_driver::datapath::{PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode};
-use umlx_driver::dma::DmaMemory;
 use umlx_driver::dma::UserMemory;
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
 use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
@@ -142,21 +141,13 @@ impl Pd {
             sig_all: init.sq_sig_all,
             bf_buf_size: shared.hca.caps().bf_buf_size(),
         };
-        let sq = SendQueue::new(shared.hca.backend().clone(), &qp.mem.buf, &qp.mem.dbr, geo, ring.clone())
+        let sq = SendQueue::new(shared.hca.backend().clone(), qp.mem().clone(), geo, ring.clone())
             .map_err(|e| Error::invalid(format!("SQ does not fit its buffer: {e:?}")))?;
         let rq = match srq {
             Some(_) => None,
             None => Some(
-                RecvQueue::new(
-                    &qp.mem.buf,
-                    &qp.mem.dbr,
-                    0,
-                    config.log_rq_size,
-                    config.rq_stride_shift,
-                    ring.clone(),
-                    false,
-                )
-                .map_err(|e| Error::invalid(format!("RQ does not fit its buffer: {e:?}")))?,
+                RecvQueue::new(qp.mem().clone(), 0, config.log_rq_size, config.rq_stride_shift, ring.clone(), false)
+                    .map_err(|e| Error::invalid(format!("RQ does not fit its buffer: {e:?}")))?,
             ),
         };
         let mut rq = rq;
@@ -196,10 +187,9 @@ impl Pd {
         }
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
-        self.ctx.shared.srqs.insert(ring.clone());
-        let rq =
-            RecvQueue::new(&srq.mem.buf, &srq.mem.dbr, 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
-                .map_err(|e| Error::invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+        self.ctx.shared.qps.insert_srq(ring.clone());
+        let rq = RecvQueue::new(srq.mem().clone(), 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
+            .map_err(|e| Error::invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 
@@ -505,8 +495,8 @@ impl Qp {
             if let Some(rq) = &mut self.rq {
                 rq.reset();
             }
-            self.qp.mem.dbr.write_u32_be(0, 0)?;
-            self.qp.mem.dbr.write_u32_be(4, 0)?;
+            self.qp.mem().dbr.write_u32_be(0, 0)?;
+            self.qp.mem().dbr.write_u32_be(4, 0)?;
         }
         self.state = target;
         self.send_ok = matches!(target, QpState::Rts | QpState::Err | QpState::Sqd);
@@ -721,7 +711,6 @@ impl Qp {
         if self.qp_type != QpType::Rc {
             return Err(Error::post(0, PostWhy::WrongQpType, self.state));
         }
-        let buf = &self.qp.mem.buf;
         let mut chain = self.sq.begin();
         // RC requests with one SGE, while the ring has room known without reading the tail: a
         // run of one opcode goes through one loop specialised for it (one compare per request,
@@ -766,7 +755,7 @@ impl Qp {
             }
         }
         if !rest.is_empty() {
-            return post_send_rest(chain, buf, wrs.len() - rest.len(), rest);
+            return post_send_rest(chain, wrs.len() - rest.len(), rest);
         }
         chain.finish();
         Ok(())
@@ -781,7 +770,6 @@ impl Qp {
         if self.qp_type != QpType::Ud {
             return Err(Error::post(0, PostWhy::WrongQpType, self.state));
         }
-        let buf = &self.qp.mem.buf;
         let mut chain = self.sq.begin();
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
@@ -805,7 +793,7 @@ impl Qp {
                 inline,
                 av: Some(&av),
             };
-            if let Err(e) = chain.with_queue(|sq| sq.write_wqe(buf, &w)) {
+            if let Err(e) = chain.with_queue(|sq| sq.write_wqe(&w)) {
                 result = Err(post_error(i, e));
                 break;
             }
@@ -950,13 +938,13 @@ fn short_run<'a>(
 /// [`write_send_general`]. Ends the chain (doorbell). Out of line, so the caller's loop stays
 /// free of calls.
 #[inline(never)]
-fn post_send_rest(mut chain: SqChain<'_, Dev>, buf: &DmaMemory, first: usize, rest: &[SendWr<'_>]) -> Result<()> {
+fn post_send_rest(mut chain: SqChain<'_, Dev>, first: usize, rest: &[SendWr<'_>]) -> Result<()> {
     let mut result = Ok(());
     for (i, wr) in rest.iter().enumerate() {
         let (id, flags) = (wr.wr_id, wr.flags.0);
         let r = match short_form(&wr.op) {
             Some((op, imm, remote, sge)) => chain.write_simple(id, op, flags, imm, remote, sge),
-            None => match chain.with_queue(|sq| write_send_general(sq, buf, wr)) {
+            None => match chain.with_queue(|sq| write_send_general(sq, wr)) {
                 Ok(()) => Ok(()),
                 Err(why) => {
                     result = Err(Error::post(first + i, why, QpState::Rts));
@@ -975,7 +963,7 @@ fn post_send_rest(mut chain: SqChain<'_, Dev>, buf: &DmaMemory, first: usize, re
 
 /// Any RC send WR the short path does not take: inline data, SGE lists, atomics.
 #[inline(never)]
-fn write_send_general(sq: &mut SendQueue<Dev>, buf: &DmaMemory, wr: &SendWr<'_>) -> std::result::Result<(), PostWhy> {
+fn write_send_general(sq: &mut SendQueue<Dev>, wr: &SendWr<'_>) -> std::result::Result<(), PostWhy> {
     let (op, imm, remote, atomic, data) = match &wr.op {
         SendOp::Send { data, imm: None } => (opcode::SEND, 0, Remote::default(), (0, 0), *data),
         SendOp::Send { data, imm: Some(imm) } => (opcode::SEND_IMM, *imm, Remote::default(), (0, 0), *data),
@@ -1007,5 +995,5 @@ fn write_send_general(sq: &mut SendQueue<Dev>, buf: &DmaMemory, wr: &SendWr<'_>)
         inline,
         av: None,
     };
-    sq.write_wqe(buf, &w).map_err(post_why)
+    sq.write_wqe(&w).map_err(post_why)
 }

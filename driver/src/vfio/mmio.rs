@@ -20,7 +20,7 @@
 
 use super::sys::SparseArea;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// A device BAR mapped into the process.
@@ -56,7 +56,7 @@ impl Drop for Bar {
 
 impl Bar {
     /// Maps `len` bytes of the device fd at `offset` (a VFIO region offset) read/write shared.
-    pub(crate) fn map(device: RawFd, index: u32, offset: u64, len: usize) -> io::Result<Bar> {
+    pub(crate) fn map(device: BorrowedFd<'_>, index: u32, offset: u64, len: usize) -> io::Result<Bar> {
         Bar::map_areas(device, index, offset, len, &[SparseArea { offset: 0, size: len as u64 }])
     }
 
@@ -64,7 +64,7 @@ impl Bar {
     /// aligned, inside the region: what the sparse-mmap capability lists); the rest of the BAR
     /// is reached through `pread`/`pwrite` (see [`Bar::is_mapped`]).
     pub(crate) fn map_areas(
-        device: RawFd,
+        device: BorrowedFd<'_>,
         index: u32,
         offset: u64,
         len: usize,
@@ -97,13 +97,8 @@ impl Bar {
         if at < len as u64 {
             holes.push((at as usize, len));
         }
-        // SAFETY: F_DUPFD_CLOEXEC only reads the descriptor number.
-        let dup = unsafe { libc::fcntl(device, libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `dup` is a fresh descriptor owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(dup) };
+        // The BAR keeps its own descriptor (F_DUPFD_CLOEXEC), for pread/pwrite of the holes.
+        let fd = device.try_clone_to_owned()?;
         // Reserve the BAR's address range, then put the device's areas over it.
         // SAFETY: a new anonymous inaccessible mapping; no existing memory is touched.
         let base = unsafe {
@@ -131,7 +126,7 @@ impl Bar {
                     a.size as usize,
                     libc::PROT_READ | libc::PROT_WRITE,
                     libc::MAP_SHARED | libc::MAP_FIXED,
-                    device,
+                    device.as_raw_fd(),
                     (offset + a.offset) as libc::off_t,
                 )
             };
@@ -317,6 +312,7 @@ fn bar_violation(index: u32, offset: usize, size: usize, len: usize) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::{AsFd, FromRawFd};
 
     /// A 16 KiB memfd standing in for a device fd, its region at fd offset 0x4000.
     fn device() -> OwnedFd {
@@ -342,7 +338,7 @@ mod tests {
         let fd = device();
         // The page at 0x2000 (an MSI-X table, say) is not mappable.
         let areas = [SparseArea { offset: 0, size: 0x2000 }, SparseArea { offset: 0x3000, size: 0x1000 }];
-        let bar = Bar::map_areas(fd.as_raw_fd(), 0, 0x4000, 0x4000, &areas).unwrap();
+        let bar = Bar::map_areas(fd.as_fd(), 0, 0x4000, 0x4000, &areas).unwrap();
         assert!(bar.is_mapped(0x1ffc, 4) && !bar.is_mapped(0x1ffc, 8) && !bar.is_mapped(0x2000, 4));
         assert!(bar.page(0x1000).is_some() && bar.page(0x2000).is_none() && bar.page(0x3000).is_some());
         // Through the mapping and through the hole alike, the bytes land in the region.
@@ -357,16 +353,14 @@ mod tests {
         assert_eq!((bar.read32(0x10), bar.read32(0x2010), bar.read32(0x3000)), (0x1122_3344, 0x5566_7788, 0x99aa_bbcc));
         // Overlapping or unaligned areas are refused.
         let bad = [SparseArea { offset: 0, size: 0x2000 }, SparseArea { offset: 0x1000, size: 0x1000 }];
-        assert!(Bar::map_areas(fd.as_raw_fd(), 0, 0x4000, 0x4000, &bad).is_err());
-        assert!(
-            Bar::map_areas(fd.as_raw_fd(), 0, 0x4000, 0x4000, &[SparseArea { offset: 0x800, size: 0x1000 }]).is_err()
-        );
+        assert!(Bar::map_areas(fd.as_fd(), 0, 0x4000, 0x4000, &bad).is_err());
+        assert!(Bar::map_areas(fd.as_fd(), 0, 0x4000, 0x4000, &[SparseArea { offset: 0x800, size: 0x1000 }]).is_err());
     }
 
     #[test]
     fn a_whole_bar_has_no_holes() {
         let fd = device();
-        let bar = Bar::map(fd.as_raw_fd(), 0, 0, 0x8000).unwrap();
+        let bar = Bar::map(fd.as_fd(), 0, 0, 0x8000).unwrap();
         assert!(bar.is_mapped(0, 0x8000));
         bar.write32(0x7ffc, 0xdead_beef);
         assert_eq!(file_u32(&fd, 0x7ffc), 0xdead_beef);

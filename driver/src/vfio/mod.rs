@@ -22,9 +22,10 @@
 //! Drop disables interrupts, unmaps BAR0, closes the device fd, the group and the container.
 //! DMA mappings are undone by their [`crate::dma::DmaBuffer`]s, which keep the backend alive.
 //!
-//! Unsafe code lives in [`sys`] and [`mmio`] (and [`crate::dma`]). This file has exactly one
-//! unsafe block: `Backend::dma_map` is an `unsafe fn`, and its body forwards the caller's
-//! contract to [`sys::map_dma`].
+//! Unsafe code lives in [`sys`] and [`mmio`] (and [`crate::dma`]). This file has two unsafe
+//! blocks: `Backend::dma_map` is an `unsafe fn`, and its body forwards the caller's contract to
+//! [`sys::map_dma`]; [`borrow_fd`] lends the descriptor a vfio-ioctls object owns (the crate
+//! implements `AsRawFd` only) as a `BorrowedFd` tied to that object's lifetime.
 
 pub mod mmio;
 pub mod sys;
@@ -32,7 +33,7 @@ pub mod sysfs;
 
 use crate::backend::{Backend, IovaRange};
 use crate::{Error, Result};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use vfio_ioctls::{VfioContainer, VfioDevice, VfioError, VfioOps};
@@ -61,11 +62,27 @@ pub const PCI_COMMAND_MEMORY: u16 = 1 << 1;
 /// COMMAND bit 2: bus-master enable (the device may do DMA).
 pub const PCI_COMMAND_MASTER: u16 = 1 << 2;
 
-/// Which interrupts are enabled, and their eventfds (index = vector).
+/// The vfio-ioctls objects that own the descriptor `as_raw_fd` returns: a `File` field,
+/// opened at creation, never replaced, closed only when the object drops.
+trait OwnsFd: AsRawFd {}
+impl OwnsFd for VfioDevice {}
+impl OwnsFd for VfioContainer {}
+
+/// The descriptor `owner` owns, borrowed for as long as `owner` is.
+fn borrow_fd<T: OwnsFd>(owner: &T) -> BorrowedFd<'_> {
+    // SAFETY: the descriptor is open for as long as `owner` lives (see `OwnsFd`), and the
+    // returned borrow cannot outlive `owner`.
+    unsafe { BorrowedFd::borrow_raw(owner.as_raw_fd()) }
+}
+
+/// Which interrupts are enabled, and their eventfds (index = vector). An eventfd is shared
+/// (`Arc`) with whoever asked for it ([`Backend::irq_eventfd`]): enabling interrupts again, or
+/// disabling them, drops the backend's reference, and the descriptor closes when the last
+/// holder lets go, so a holder never reads or polls a closed or reused descriptor number.
 #[derive(Default)]
 struct IrqState {
     index: Option<u32>,
-    fds: Vec<OwnedFd>,
+    fds: Vec<Arc<OwnedFd>>,
 }
 
 /// A PCI device bound to vfio-pci, opened through VFIO: the [`Backend`] for real hardware.
@@ -152,7 +169,7 @@ pub fn kernel_group_status(group: u32) -> Result<GroupStatus> {
         .write(true)
         .open(&node)
         .map_err(|source| Error::Os { op: format!("opening {node}"), source })?;
-    let flags = sys::group_status(file.as_raw_fd())
+    let flags = sys::group_status(file.as_fd())
         .map_err(|source| Error::Os { op: format!("{node}: VFIO_GROUP_GET_STATUS"), source })?;
     Ok(GroupStatus {
         flags,
@@ -184,7 +201,7 @@ impl VfioBackend {
         let ops: Arc<dyn VfioOps> = container.clone();
         let device = VfioDevice::new(&sysfs::device_dir(Path::new("/sys"), &pci), ops, false)
             .map_err(|e| map_vfio_error(&pci, group, e))?;
-        let dev_fd = device.as_raw_fd();
+        let dev_fd = borrow_fd(&device);
 
         let os = |op: &str| {
             let pci = pci.clone();
@@ -192,7 +209,7 @@ impl VfioBackend {
             move |source| Error::Os { op: format!("pci:{pci}: {op}"), source }
         };
         let dinfo = sys::device_info(dev_fd).map_err(os("VFIO_DEVICE_GET_INFO"))?;
-        let iommu = sys::iommu_info(container.as_raw_fd()).map_err(os("VFIO_IOMMU_GET_INFO"))?;
+        let iommu = sys::iommu_info(borrow_fd(&*container)).map_err(os("VFIO_IOMMU_GET_INFO"))?;
         let config = sys::region_info(dev_fd, REGION_CONFIG).map_err(os("VFIO_DEVICE_GET_REGION_INFO config"))?;
         let bar = sys::region_info(dev_fd, REGION_BAR0).map_err(os("VFIO_DEVICE_GET_REGION_INFO BAR0"))?;
         if bar.size == 0 {
@@ -262,18 +279,18 @@ impl VfioBackend {
     /// [`VfioBackend::iommu_info`], which is what it said at open, `dma_avail` here counts the
     /// mappings made since (each `VFIO_IOMMU_MAP_DMA` takes one, each unmap gives it back).
     pub fn query_iommu_info(&self) -> Result<IommuInfo> {
-        sys::iommu_info(self.container.as_raw_fd())
+        sys::iommu_info(self.container_fd())
             .map_err(|source| Error::Os { op: format!("{}: VFIO_IOMMU_GET_INFO", self.name), source })
     }
 
-    /// The VFIO device fd (for diagnostics).
-    pub fn device_fd(&self) -> RawFd {
-        self.device.as_raw_fd()
+    /// The VFIO device fd, open as long as the backend is.
+    pub fn device_fd(&self) -> BorrowedFd<'_> {
+        borrow_fd(&self.device)
     }
 
-    /// The VFIO container fd (for diagnostics).
-    pub fn container_fd(&self) -> RawFd {
-        self.container.as_raw_fd()
+    /// The VFIO container fd, open as long as the backend is.
+    pub fn container_fd(&self) -> BorrowedFd<'_> {
+        borrow_fd(&*self.container)
     }
 
     /// `VFIO_DEVICE_GET_REGION_INFO` for region `index` (0..=5 BARs, 6 ROM, 7 config).
@@ -307,8 +324,9 @@ impl VfioBackend {
     }
 
     /// Enables `n` MSI-X vectors, each signalling its own non-blocking eventfd
-    /// ([`Backend::irq_eventfd`]). Replaces interrupts enabled before. The eventfds stay open
-    /// until interrupts are disabled or enabled again, or the backend is dropped.
+    /// ([`Backend::irq_eventfd`]). Replaces interrupts enabled before. The backend holds the
+    /// eventfds until interrupts are disabled or enabled again, or it is dropped; whoever took
+    /// one keeps it open until they drop it.
     pub fn enable_msix(&self, n: u32) -> Result<()> {
         self.enable_irqs(IRQ_MSIX, "MSI-X", n)
     }
@@ -337,10 +355,11 @@ impl VfioBackend {
         self.disable_locked(&mut st)?;
         let fds = (0..n)
             .map(|_| sys::eventfd())
-            .collect::<std::io::Result<Vec<OwnedFd>>>()
+            .map(|fd| fd.map(Arc::new))
+            .collect::<std::io::Result<Vec<Arc<OwnedFd>>>>()
             .map_err(|source| Error::Os { op: format!("{}: eventfd", self.name), source })?;
-        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-        sys::set_irq_eventfds(self.device_fd(), index, 0, &raw).map_err(|source| Error::Os {
+        let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+        sys::set_irq_eventfds(self.device_fd(), index, 0, &borrowed).map_err(|source| Error::Os {
             op: format!("{}: VFIO_DEVICE_SET_IRQS {what} {n} vectors", self.name),
             source,
         })?;
@@ -362,7 +381,8 @@ impl VfioBackend {
     }
 
     /// Disables the interrupts enabled by [`VfioBackend::enable_msix`] or
-    /// [`VfioBackend::enable_msi`] and closes their eventfds.
+    /// [`VfioBackend::enable_msi`] and lets go of their eventfds (closed unless someone still
+    /// holds one).
     pub fn disable_irqs(&self) -> Result<()> {
         let mut st = self.irq_state();
         self.disable_locked(&mut st)
@@ -464,7 +484,7 @@ unsafe impl Backend for VfioBackend {
 
     unsafe fn dma_map(&self, vaddr: *mut u8, len: usize, iova: u64) -> Result<()> {
         // SAFETY: the caller upholds Backend::dma_map's contract, which is sys::map_dma's.
-        let r = unsafe { sys::map_dma(self.container.as_raw_fd(), vaddr, iova, len as u64) };
+        let r = unsafe { sys::map_dma(self.container_fd(), vaddr, iova, len as u64) };
         r.map_err(|source| {
             let what = format!("{}: VFIO_IOMMU_MAP_DMA iova {iova:#x} len {len:#x}", self.name);
             match source.raw_os_error() {
@@ -487,7 +507,7 @@ unsafe impl Backend for VfioBackend {
 
     fn dma_unmap(&self, iova: u64, len: usize) -> Result<()> {
         let what = format!("{}: VFIO_IOMMU_UNMAP_DMA iova {iova:#x} len {len:#x}", self.name);
-        let done = sys::unmap_dma(self.container.as_raw_fd(), iova, len as u64)
+        let done = sys::unmap_dma(self.container_fd(), iova, len as u64)
             .map_err(|source| Error::Os { op: what.clone(), source })?;
         if done != len as u64 {
             return Err(Error::Os {
@@ -512,8 +532,8 @@ unsafe impl Backend for VfioBackend {
         self.msix_count
     }
 
-    fn irq_eventfd(&self, vector: u32) -> Option<RawFd> {
-        self.irq_state().fds.get(vector as usize).map(|f| f.as_raw_fd())
+    fn irq_eventfd(&self, vector: u32) -> Option<Arc<OwnedFd>> {
+        self.irq_state().fds.get(vector as usize).cloned()
     }
 
     fn config_read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

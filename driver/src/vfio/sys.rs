@@ -21,7 +21,7 @@
 
 use crate::backend::IovaRange;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use zerocopy::IntoBytes;
 
 const VFIO_TYPE: u32 = b';' as u32;
@@ -202,9 +202,9 @@ pub struct IommuInfo {
 /// kernel reads or writes for request `req` (for the VFIO requests, the `argsz` the buffer
 /// starts with, which must not exceed the buffer), and nothing else may access the buffer
 /// during the call.
-unsafe fn ioctl_ptr<T>(fd: RawFd, req: libc::Ioctl, arg: *mut T) -> io::Result<libc::c_int> {
+unsafe fn ioctl_ptr<T>(fd: BorrowedFd<'_>, req: libc::Ioctl, arg: *mut T) -> io::Result<libc::c_int> {
     // SAFETY: the caller upholds the contract above.
-    let rc = unsafe { libc::ioctl(fd, req, arg) };
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), req, arg) };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
 }
 
@@ -214,7 +214,7 @@ pub const GROUP_FLAGS_VIABLE: u32 = 1 << 0;
 pub const GROUP_FLAGS_CONTAINER_SET: u32 = 1 << 1;
 
 /// `VFIO_GROUP_GET_STATUS` on an open group fd: the `VFIO_GROUP_FLAGS_*` bits.
-pub fn group_status(group: RawFd) -> io::Result<u32> {
+pub fn group_status(group: BorrowedFd<'_>) -> io::Result<u32> {
     // struct vfio_group_status: argsz u32, flags u32.
     let mut buf: [u32; 2] = [8, 0];
     // SAFETY: `buf` is a whole vfio_group_status (8 bytes, argsz 8), owned here.
@@ -223,7 +223,7 @@ pub fn group_status(group: RawFd) -> io::Result<u32> {
 }
 
 /// `VFIO_DEVICE_GET_INFO`.
-pub fn device_info(device: RawFd) -> io::Result<DeviceInfo> {
+pub fn device_info(device: BorrowedFd<'_>) -> io::Result<DeviceInfo> {
     let mut info = RawDeviceInfo { argsz: size_of::<RawDeviceInfo>() as u32, ..Default::default() };
     // SAFETY: `info` is a whole vfio_device_info with argsz its size, owned here.
     unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_INFO, &mut info) }?;
@@ -231,7 +231,7 @@ pub fn device_info(device: RawFd) -> io::Result<DeviceInfo> {
 }
 
 /// `VFIO_DEVICE_GET_REGION_INFO` for region `index`, with its capabilities.
-pub fn region_info(device: RawFd, index: u32) -> io::Result<RegionInfo> {
+pub fn region_info(device: BorrowedFd<'_>, index: u32) -> io::Result<RegionInfo> {
     // struct vfio_region_info: argsz, flags, index, cap_offset (u32), size, offset (u64).
     let b = info_with_caps(device, VFIO_DEVICE_GET_REGION_INFO, &[0, index], size_of::<RawRegionInfo>())?;
     Ok(parse_region_info(index, &b))
@@ -276,16 +276,17 @@ pub fn parse_region_info(index: u32, b: &[u8]) -> RegionInfo {
 }
 
 /// `VFIO_DEVICE_GET_IRQ_INFO` for IRQ index `index`.
-pub fn irq_info(device: RawFd, index: u32) -> io::Result<IrqInfo> {
+pub fn irq_info(device: BorrowedFd<'_>, index: u32) -> io::Result<IrqInfo> {
     let mut info = RawIrqInfo { argsz: size_of::<RawIrqInfo>() as u32, index, ..Default::default() };
     // SAFETY: `info` is a whole vfio_irq_info with argsz its size, owned here.
     unsafe { ioctl_ptr(device, VFIO_DEVICE_GET_IRQ_INFO, &mut info) }?;
     Ok(IrqInfo { index, flags: info.flags, count: info.count })
 }
 
-/// `VFIO_DEVICE_SET_IRQS` (DATA_EVENTFD | ACTION_TRIGGER): vector `start + i` signals `fds[i]`
-/// (-1 leaves a vector unassigned). Enables the index if it was off.
-pub fn set_irq_eventfds(device: RawFd, index: u32, start: u32, fds: &[RawFd]) -> io::Result<()> {
+/// `VFIO_DEVICE_SET_IRQS` (DATA_EVENTFD | ACTION_TRIGGER): vector `start + i` signals `fds[i]`.
+/// Enables the index if it was off. The kernel takes its own reference to each eventfd, so
+/// closing one later only stops it from being signalled.
+pub fn set_irq_eventfds(device: BorrowedFd<'_>, index: u32, start: u32, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     // struct vfio_irq_set: argsz, flags, index, start, count, then `count` s32 fds.
     let mut buf: Vec<u32> = Vec::with_capacity(5 + fds.len());
     let argsz = (4 * (5 + fds.len())) as u32;
@@ -296,7 +297,7 @@ pub fn set_irq_eventfds(device: RawFd, index: u32, start: u32, fds: &[RawFd]) ->
         start,
         fds.len() as u32,
     ]);
-    buf.extend(fds.iter().map(|&fd| fd as u32));
+    buf.extend(fds.iter().map(|fd| fd.as_raw_fd() as u32));
     // SAFETY: `buf` is a whole vfio_irq_set (header and its data) with argsz its length in
     // bytes, owned here.
     unsafe { ioctl_ptr(device, VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr()) }?;
@@ -304,7 +305,7 @@ pub fn set_irq_eventfds(device: RawFd, index: u32, start: u32, fds: &[RawFd]) ->
 }
 
 /// `VFIO_DEVICE_SET_IRQS` (DATA_NONE | ACTION_TRIGGER, count 0): disables IRQ index `index`.
-pub fn disable_irqs(device: RawFd, index: u32) -> io::Result<()> {
+pub fn disable_irqs(device: BorrowedFd<'_>, index: u32) -> io::Result<()> {
     let mut buf: [u32; 5] = [20, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, index, 0, 0];
     // SAFETY: `buf` is a whole vfio_irq_set (header and its data) with argsz its length in
     // bytes, owned here.
@@ -313,14 +314,14 @@ pub fn disable_irqs(device: RawFd, index: u32) -> io::Result<()> {
 }
 
 /// `VFIO_DEVICE_RESET`.
-pub fn device_reset(device: RawFd) -> io::Result<()> {
+pub fn device_reset(device: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: VFIO_DEVICE_RESET takes no argument.
-    let rc = unsafe { libc::ioctl(device, VFIO_DEVICE_RESET) };
+    let rc = unsafe { libc::ioctl(device.as_raw_fd(), VFIO_DEVICE_RESET) };
     if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// `VFIO_IOMMU_GET_INFO` on the container, following the capability chain.
-pub fn iommu_info(container: RawFd) -> io::Result<IommuInfo> {
+pub fn iommu_info(container: BorrowedFd<'_>) -> io::Result<IommuInfo> {
     // struct vfio_iommu_type1_info: argsz u32, flags u32, iova_pgsizes u64, cap_offset u32,
     // pad u32 (24 bytes), then the capability chain.
     info_with_caps(container, VFIO_IOMMU_GET_INFO, &[], 24).map(|b| parse_iommu_info(&b))
@@ -330,7 +331,7 @@ pub fn iommu_info(container: RawFd) -> io::Result<IommuInfo> {
 /// capability chain: first with `len` bytes (after `argsz`, the words in `head` are written:
 /// e.g. flags and an index), again with the larger `argsz` the kernel answers when the chain
 /// does not fit. Returns the bytes the kernel filled. The buffer is u64 words for alignment.
-fn info_with_caps(fd: RawFd, request: libc::Ioctl, head: &[u32], len: usize) -> io::Result<Vec<u8>> {
+fn info_with_caps(fd: BorrowedFd<'_>, request: libc::Ioctl, head: &[u32], len: usize) -> io::Result<Vec<u8>> {
     let mut len = len;
     let mut rounds = 0;
     loop {
@@ -419,7 +420,7 @@ pub fn parse_iommu_info(b: &[u8]) -> IommuInfo {
 /// The memory `[vaddr, vaddr+size)` must stay allocated and in place until it is unmapped from
 /// the IOMMU, and no Rust references into it may exist while it is mapped: the device can
 /// read and write it at any time.
-pub unsafe fn map_dma(container: RawFd, vaddr: *mut u8, iova: u64, size: u64) -> io::Result<()> {
+pub unsafe fn map_dma(container: BorrowedFd<'_>, vaddr: *mut u8, iova: u64, size: u64) -> io::Result<()> {
     let mut map = RawDmaMap {
         argsz: size_of::<RawDmaMap>() as u32,
         flags: VFIO_DMA_MAP_FLAG_READ | VFIO_DMA_MAP_FLAG_WRITE,
@@ -434,7 +435,7 @@ pub unsafe fn map_dma(container: RawFd, vaddr: *mut u8, iova: u64, size: u64) ->
 }
 
 /// `VFIO_IOMMU_UNMAP_DMA` of `[iova, iova+size)`; returns the number of bytes unmapped.
-pub fn unmap_dma(container: RawFd, iova: u64, size: u64) -> io::Result<u64> {
+pub fn unmap_dma(container: BorrowedFd<'_>, iova: u64, size: u64) -> io::Result<u64> {
     let mut unmap = RawDmaUnmap { argsz: size_of::<RawDmaUnmap>() as u32, flags: 0, iova, size };
     // SAFETY: `unmap` is a whole vfio_iommu_type1_dma_unmap with argsz its size, owned here.
     unsafe { ioctl_ptr(container, VFIO_IOMMU_UNMAP_DMA, &mut unmap) }?;
@@ -442,11 +443,11 @@ pub fn unmap_dma(container: RawFd, iova: u64, size: u64) -> io::Result<u64> {
 }
 
 /// Reads exactly `buf.len()` bytes at file offset `offset`; a short read is an error.
-pub fn pread_exact(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<()> {
+pub fn pread_exact(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<()> {
     let off =
         libc::off_t::try_from(offset).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
     // SAFETY: buf is a valid, writable buffer of buf.len() bytes.
-    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
+    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -457,11 +458,11 @@ pub fn pread_exact(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<()> {
 }
 
 /// Writes exactly `data` at file offset `offset`; a short write is an error.
-pub fn pwrite_exact(fd: RawFd, data: &[u8], offset: u64) -> io::Result<()> {
+pub fn pwrite_exact(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> io::Result<()> {
     let off =
         libc::off_t::try_from(offset).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
     // SAFETY: data is a valid buffer of data.len() bytes.
-    let n = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), off) };
+    let n = unsafe { libc::pwrite(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), off) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
