@@ -53,6 +53,7 @@
 //! | [`Pd::create_ah`] | `ibv_create_ah` |
 //! | [`Pd::create_srq`], [`Srq::post_recv`], [`Srq::arm`] | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` (limit) |
 //! | [`Context::get_async_event`] | `ibv_get_async_event` |
+//! | `Context::open_sim_on_wire` (`simwire`) | a software ConnectX on the loopback wire the tools and `libibverbs.so.1` share |
 //! | [`Error::errno`], [`Error::work_request`] | the returned errno, `bad_wr` |
 
 #![forbid(unsafe_code)]
@@ -70,6 +71,8 @@ mod error;
 mod modify;
 mod mr;
 mod qp;
+#[cfg(feature = "sim")]
+pub mod simwire;
 pub mod types;
 mod wr;
 
