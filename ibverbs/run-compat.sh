@@ -101,10 +101,9 @@ has devinfo 'GID\[  1\]:[[:space:]]+::ffff:10\.77\.0\.[12], RoCE v2' "GID 1 is t
 # Waits until TCP port $1 listens (IPv4 or IPv6), at most 20 s.
 wait_listen() {
     local hex
-    hex=$(printf ':%04X ' "$1")
+    hex=$(printf ':%04X' "$1")
     for _ in $(seq 200); do
-        if grep -q "$hex" /proc/net/tcp /proc/net/tcp6 2>/dev/null &&
-            awk -v p="$hex" '$2 ~ p && $4 == "0A"' /proc/net/tcp /proc/net/tcp6 | grep -q .; then
+        if awk -v p="$hex\$" '$2 ~ p && $4 == "0A" { found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
             return 0
         fi
         sleep 0.1
