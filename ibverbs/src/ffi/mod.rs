@@ -326,6 +326,14 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         if let Ok(a) = ctx.query_device() {
             d.guid.store(a.node_guid, Ordering::Relaxed);
         }
+        new_context(ctx, d)
+    })
+}
+
+/// The C context over an open verbs context.
+fn new_context(ctx: Context, d: &'static UDevice) -> *mut ibv_context {
+    let dev = std::ptr::from_ref(&d.ibv).cast_mut();
+    {
         let vectors = ctx.hca().backend().irq_count().saturating_sub(1);
         let async_fd = ctx.async_fd().unwrap_or(-1);
         let u = Box::new(UContext {
@@ -388,7 +396,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         // SAFETY: a field projection of the new allocation through its raw pointer, so the
         // handle keeps the provenance `ibv_close_device` frees it with.
         unsafe { &raw mut (*UnsafeCell::raw_get(&raw const (*raw).vctx)).context }
-    })
+    }
 }
 
 /// `ibv_close_device`. The device is torn down once the objects still open on it are gone.
@@ -665,4 +673,172 @@ pub extern "C" fn ibv_fork_init() -> c_int {
 /// Why a feature is refused, for the calls that answer EOPNOTSUPP outright.
 pub(crate) fn unsupported(call: &str, what: &str) -> c_int {
     refuse(call, EOPNOTSUPP, &format!("{what} is not supported by umlx"))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The C entry points driven as a C program would, on a software ConnectX in this process
+    //! (no wire: an RC QP connected to itself).
+    use super::objects::*;
+    use super::*;
+    use crate::abi::wr_opcode;
+
+    fn cstr(p: *const c_char) -> String {
+        // SAFETY: the library's strings are static and NUL-terminated.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn strings_and_the_default_device_list() {
+        assert_eq!(cstr(ibv_wc_status_str(0)), "success");
+        assert_eq!(cstr(ibv_wc_status_str(5)), "Work Request Flushed Error");
+        assert_eq!(cstr(ibv_wc_status_str(99)), "unknown");
+        assert_eq!(cstr(ibv_port_state_str(4)), "PORT_ACTIVE");
+        let mut n = -1;
+        // SAFETY: a valid int out-pointer; the list is freed below.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        assert!(!list.is_null() && n >= 1);
+        // SAFETY: the list has n entries and a NULL after them.
+        unsafe {
+            assert!((*list.add(n as usize)).is_null());
+            let names: Vec<String> = (0..n as usize).map(|i| cstr(ibv_get_device_name(*list.add(i)))).collect();
+            assert!(names.iter().all(|x| x.starts_with("umlx_sim") || x.starts_with("mlx5_")), "{names:?}");
+            ibv_free_device_list(list);
+        }
+    }
+
+    #[test]
+    fn a_c_program_sends_to_itself_through_the_ops_table() {
+        let d = &devices()[0];
+        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let mut buf = vec![0u8; 8192];
+        // SAFETY: every pointer below is a handle this test got from the library, or a local
+        // it owns for the duration of the call.
+        unsafe {
+            let mut port = ibv_port_attr::default();
+            let vctx = ctx.cast::<u8>().sub(std::mem::offset_of!(verbs_context, context)).cast::<verbs_context>();
+            let query_port = (*vctx).query_port.expect("extended query_port");
+            assert_eq!(query_port(ctx, 1, &mut port, std::mem::size_of::<ibv_port_attr>()), 0);
+            assert_eq!((port.state, port.link_layer), (4, IBV_LINK_LAYER_ETHERNET));
+            let mut gid = ibv_gid::default();
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+
+            let pd = ibv_alloc_pd(ctx);
+            buf[..5].copy_from_slice(b"hello");
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+            assert!(!mr.is_null());
+            assert_eq!((*mr).addr, buf.as_mut_ptr().cast(), "registered in place");
+            assert_eq!(ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 16, 1 << 6), null_mut(), "ODP");
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut init = ibv_qp_init_attr {
+                qp_context: null_mut(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq: null_mut(),
+                cap: ibv_qp_cap {
+                    max_send_wr: 4,
+                    max_recv_wr: 4,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: qpt::RC,
+                sq_sig_all: 0,
+            };
+            let qp = ibv_create_qp(pd, &mut init);
+            assert!(!qp.is_null() && init.cap.max_send_wr >= 4);
+            init.qp_type = qpt::UC;
+            assert!(ibv_create_qp(pd, &mut init).is_null());
+            assert_eq!(*libc::__errno_location(), EOPNOTSUPP);
+            assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
+
+            let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, ..Default::default() };
+            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 3) | (1 << 4) | (1 << 5)), 0);
+            let mut a = ibv_qp_attr {
+                qp_state: 2,
+                path_mtu: 3,
+                dest_qp_num: (*qp).qp_num,
+                rq_psn: 7,
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 12,
+                ah_attr: ibv_ah_attr {
+                    grh: ibv_global_route { dgid: gid, sgid_index: 1, hop_limit: 1, ..Default::default() },
+                    is_global: 1,
+                    port_num: 1,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            assert_eq!(
+                ibv_modify_qp(qp, &mut a, 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15)),
+                0
+            );
+            a.qp_state = 3;
+            a.sq_psn = 7;
+            a.timeout = 14;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.max_rd_atomic = 1;
+            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13)), 0);
+            assert_eq!((*qp).state, 3);
+
+            let ops = &(*ctx).ops;
+            let lkey = (*mr).lkey;
+            let base = buf.as_mut_ptr() as u64;
+            let mut rsge = ibv_sge { addr: base + 4096, length: 64, lkey };
+            let mut rwr = ibv_recv_wr { wr_id: 1, next: null_mut(), sg_list: &mut rsge, num_sge: 1 };
+            let mut bad_r = null_mut();
+            assert_eq!(ops.post_recv.unwrap()(qp, &mut rwr, &mut bad_r), 0);
+            let mut ssge = ibv_sge { addr: base, length: 5, lkey };
+            let mut swr = ibv_send_wr {
+                wr_id: 2,
+                next: null_mut(),
+                sg_list: &mut ssge,
+                num_sge: 1,
+                opcode: wr_opcode::SEND_WITH_IMM,
+                send_flags: send_flags::SIGNALED,
+                imm_data: 0x1234_5678u32.to_be(),
+                wr: send_wr_wr { rdma: wr_rdma { remote_addr: 0, rkey: 0 } },
+                xrc_remote_srqn: 0,
+                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
+            };
+            let mut bad = null_mut();
+            // More SGEs than the QP has: refused, naming the request.
+            swr.num_sge = 2;
+            assert_eq!(ops.post_send.unwrap()(qp, &mut swr, &mut bad), EINVAL);
+            assert_eq!(bad, &raw mut swr);
+            swr.num_sge = 1;
+            assert_eq!(ops.post_send.unwrap()(qp, &mut swr, &mut bad), 0);
+
+            let mut wc = [ibv_wc::default(); 4];
+            let mut got = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while got.len() < 2 && std::time::Instant::now() < deadline {
+                let n = ops.poll_cq.unwrap()(cq, 4, wc.as_mut_ptr());
+                assert!(n >= 0);
+                got.extend_from_slice(&wc[..n as usize]);
+            }
+            assert_eq!(got.len(), 2, "{got:?}");
+            let recv = got.iter().find(|w| w.wr_id == 1).expect("the receive");
+            assert_eq!((recv.status, recv.opcode, recv.byte_len), (0, 128, 5));
+            assert_eq!(u32::from_be(recv.imm_data), 0x1234_5678);
+            assert_eq!(recv.wc_flags & 2, 2, "IBV_WC_WITH_IMM");
+            let send = got.iter().find(|w| w.wr_id == 2).expect("the send");
+            assert_eq!((send.status, send.opcode), (0, 0));
+            assert_eq!(&buf[4096..4101], b"hello", "landed in the program's own buffer");
+            assert_eq!(ops.poll_cq.unwrap()(cq, -1, wc.as_mut_ptr()), -EINVAL);
+
+            let (mut qa, mut qi) = (ibv_qp_attr::default(), std::mem::zeroed::<ibv_qp_init_attr>());
+            assert_eq!(ibv_query_qp(qp, &mut qa, qp_attr_mask::CAP, &mut qi), 0);
+            assert_eq!((qa.qp_state, qa.dest_qp_num, qi.send_cq), (3, (*qp).qp_num, cq));
+
+            assert_eq!(ibv_destroy_cq(cq), libc::EBUSY);
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
+        assert_eq!(&buf[..5], b"hello", "the buffer is still the program's");
+    }
 }
