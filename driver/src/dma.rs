@@ -955,16 +955,61 @@ impl<B: Backend> Drop for DmaBuffer<B> {
 // Tests
 // ---------------------------------------------------------------------------------------------
 
-/// User memory (a heap buffer the caller hands over) pinned and mapped for device access: the
-/// pages covering it are locked and mapped at an IOVA whose offset within the page matches the
-/// buffer's. While registered, the buffer is reachable only through copies (no references), so
-/// the device's concurrent writes are never observed through a Rust reference; `into_inner`
-/// gives it back after unmapping.
+/// Memory that belongs to someone else (a C program's buffer handed to `ibv_reg_mr`), named by
+/// address and length, to be registered in place by [`UserMemory::external`].
+///
+/// The promise that makes registering it sound is made once, by whoever builds it
+/// ([`ExternalBuffer::new`] is `unsafe`); registration itself is then safe.
+#[derive(Debug)]
+pub struct ExternalBuffer {
+    addr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl ExternalBuffer {
+    /// Names `len` bytes at `addr`.
+    ///
+    /// # Safety
+    ///
+    /// `[addr, addr + len)` is memory of this process that stays allocated and mapped
+    /// (readable, and writable when the registration allows the device to write) until the
+    /// [`UserMemory`] built from it is dropped, and no Rust reference into it exists meanwhile:
+    /// the device and the registration's copies may read and write it at any time. This is the
+    /// contract `ibv_reg_mr` puts on its caller (the buffer outlives `ibv_dereg_mr`).
+    pub unsafe fn new(addr: std::ptr::NonNull<u8>, len: usize) -> ExternalBuffer {
+        ExternalBuffer { addr, len }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> u64 {
+        self.addr.as_ptr() as u64
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// User memory pinned and mapped for device access in place: the pages covering it are locked
+/// and mapped at an IOVA whose offset within the page matches the buffer's. Either a heap buffer
+/// the caller hands over ([`UserMemory::new`], given back by `into_inner` after unmapping) or
+/// memory that stays the caller's ([`UserMemory::external`], never freed here). While
+/// registered, the buffer is reachable only through copies (no references), so the device's
+/// concurrent writes are never observed through a Rust reference.
 pub struct UserMemory<B: Backend> {
-    /// The registered buffer, taken out of its `Box` at registration (`Box::into_raw`) so that
-    /// no `Box` or reference asserts exclusive access while the device may write it; put back
-    /// into a `Box` only after a successful unmap (`into_inner`, `drop`). Null once returned.
+    /// The registered buffer. Owned: taken out of its `Box` at registration (`Box::into_raw`) so
+    /// that no `Box` or reference asserts exclusive access while the device may write it; put
+    /// back into a `Box` only after a successful unmap (`into_inner`, `drop`). Null once
+    /// returned. External: the caller's memory, never freed here.
     data: *mut u8,
+    /// Whether `data` came from a `Box` this value owns.
+    owned: bool,
     len: usize,
     mapped: bool,
     page_base: usize,
@@ -974,8 +1019,9 @@ pub struct UserMemory<B: Backend> {
 }
 
 // SAFETY: UserMemory owns its buffer (a heap block with no thread affinity, held as a raw
-// pointer) and reaches it only by copies through raw pointers (`read`, `write`), never by
-// references, as DmaMemory does; the backend handle is Send + Sync.
+// pointer) or registers external memory whose creator promised it stays valid for any thread
+// (`ExternalBuffer::new`), and reaches it only by copies through raw pointers (`read`, `write`),
+// never by references, as DmaMemory does; the backend handle is Send + Sync.
 unsafe impl<B: Backend> Send for UserMemory<B> {}
 // SAFETY: as for Send; `&self` methods only copy within bounds.
 unsafe impl<B: Backend> Sync for UserMemory<B> {}
@@ -992,14 +1038,40 @@ impl<B: Backend> UserMemory<B> {
         if data.is_empty() {
             return Err(Error::InvalidArgument("cannot register an empty buffer".into()));
         }
+        let mut mem = Self::map(space, data.as_ptr() as usize, data.len())?;
+        mem.data = Box::into_raw(data).cast::<u8>();
+        mem.owned = true;
+        Ok(mem)
+    }
+
+    /// Pins and maps memory that stays its owner's (at least one byte): nothing is freed when
+    /// the registration ends, and `into_inner` gives nothing back.
+    pub fn external(space: &Arc<DmaSpace<B>>, buf: ExternalBuffer) -> Result<UserMemory<B>> {
+        if buf.is_empty() {
+            return Err(Error::InvalidArgument("cannot register an empty buffer".into()));
+        }
+        let start = buf.addr.as_ptr() as usize;
+        if start.checked_add(buf.len).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "buffer at {start:#x} of {:#x} bytes wraps the address space",
+                buf.len
+            )));
+        }
+        let mut mem = Self::map(space, start, buf.len)?;
+        mem.data = buf.addr.as_ptr();
+        Ok(mem)
+    }
+
+    /// Locks and maps the pages under `[start, start + len)`; the result has no buffer yet.
+    fn map(space: &Arc<DmaSpace<B>>, start: usize, len: usize) -> Result<UserMemory<B>> {
         let page = (space.iommu_page as usize).max(PAGE_4K);
-        let start = data.as_ptr() as usize;
         let page_base = start & !(page - 1);
-        let end = start + data.len();
+        let end = start + len;
         let map_len = (end - page_base).next_multiple_of(page);
         MemlockState::current().check(map_len as u64)?;
-        // SAFETY: the range covers pages of our own heap allocation (and, at its edges, of
-        // neighbouring heap data in the same pages: mlock only pins them).
+        // SAFETY: the range covers the pages of the buffer being registered (an owned heap block
+        // or external memory its creator vouched for) and, at its edges, neighbouring data in
+        // the same pages: mlock only pins them.
         if unsafe { libc::mlock(page_base as *const libc::c_void, map_len) } != 0 {
             return Err(Error::last_os(format!("mlock {map_len:#x} bytes of user memory")));
         }
@@ -1011,18 +1083,31 @@ impl<B: Backend> UserMemory<B> {
                 return Err(e);
             }
         };
-        // SAFETY: `data` is owned by the UserMemory built below (as a raw pointer) and is neither
-        // freed nor moved (a boxed slice's heap block never moves) until drop/into_inner
-        // unmapped the range.
+        // SAFETY: the buffer is either owned by the UserMemory built from this one (as a raw
+        // pointer, a boxed slice's heap block that never moves) or external memory its creator
+        // promised stays valid (`ExternalBuffer::new`); either way it is neither freed nor moved
+        // until drop/into_inner unmapped the range.
         if let Err(e) = unsafe { space.backend.dma_map(page_base as *mut u8, map_len, iova_base) } {
             let _ = space.allocator().free(iova_base, map_len as u64);
-            // SAFETY: as above.
+            // SAFETY: undoing the mlock above on the same range.
             unsafe { libc::munlock(page_base as *const libc::c_void, map_len) };
             return Err(e);
         }
-        let len = data.len();
-        let data = Box::into_raw(data).cast::<u8>();
-        Ok(UserMemory { data, len, mapped: true, page_base, map_len, iova_base, space: space.clone() })
+        Ok(UserMemory {
+            data: std::ptr::null_mut(),
+            owned: false,
+            len,
+            mapped: true,
+            page_base,
+            map_len,
+            iova_base,
+            space: space.clone(),
+        })
+    }
+
+    /// Whether the memory is the caller's ([`UserMemory::external`]) rather than owned.
+    pub fn is_external(&self) -> bool {
+        !self.owned
     }
 
     /// Length of the buffer.
@@ -1036,7 +1121,7 @@ impl<B: Backend> UserMemory<B> {
 
     /// Gives the buffer back as a `Box` (only after the device can no longer reach it).
     fn take_box(&mut self) -> Option<Box<[u8]>> {
-        if self.data.is_null() {
+        if self.data.is_null() || !self.owned {
             return None;
         }
         let slice =
@@ -1095,7 +1180,8 @@ impl<B: Backend> UserMemory<B> {
                 size: self.len() as u64,
             });
         }
-        // SAFETY: in bounds (checked); the box is ours; writes go through a raw pointer.
+        // SAFETY: in bounds (checked); the buffer is ours or vouched for (`ExternalBuffer::new`);
+        // writes go through a raw pointer.
         unsafe { copy_to_device(self.ptr().add(offset).cast_mut(), data) };
         Ok(())
     }
@@ -1123,7 +1209,8 @@ impl<B: Backend> UserMemory<B> {
     }
 
     /// Unmaps and returns the buffer (None if the unmap failed: the memory is then leaked so
-    /// the device cannot reach reused memory).
+    /// the device cannot reach reused memory; None for external memory, which stays its
+    /// owner's).
     pub fn into_inner(mut self) -> Option<Box<[u8]>> {
         if self.unmap() { self.take_box() } else { None }
     }

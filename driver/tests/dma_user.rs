@@ -37,3 +37,25 @@ fn user_memory_is_mapped_in_place_and_given_back() {
     assert_eq!(&back[..4], &[0, 1, 2, 3]);
     assert_eq!(&back[9_990..], &[0xaa; 10]);
 }
+
+#[test]
+fn external_memory_is_registered_in_place_and_stays_its_owners() {
+    use umlx_driver::dma::ExternalBuffer;
+    let b = SimBackend::new("external", SimConfig::default()).unwrap();
+    let h = Hca::open(b, HcaOptions::default()).unwrap();
+    let mut owner = vec![7u8; 5_000];
+    let addr = owner.as_mut_ptr();
+    // SAFETY: `owner` outlives `m` (dropped below before `owner` is read) and no reference into
+    // it is used while `m` exists.
+    let buf = unsafe { ExternalBuffer::new(std::ptr::NonNull::new(addr).unwrap(), owner.len()) };
+    let m = UserMemory::external(h.dma_space(), buf).unwrap();
+    assert!(m.is_external());
+    assert_eq!((m.addr(), m.len()), (addr as u64, 5_000), "registered where it lies");
+    m.write(100, b"in place").unwrap();
+    let mut out = [0u8; 3];
+    m.read(99, &mut out).unwrap();
+    assert_eq!(out, [7, b'i', b'n']);
+    assert!(m.into_inner().is_none(), "external memory is not handed back: it never left its owner");
+    assert_eq!(&owner[100..108], b"in place");
+    owner[0] = 1; // still the owner's to use and free
+}

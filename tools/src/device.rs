@@ -14,7 +14,7 @@
 
 use clap::Args;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use umlx_sim::{SimConfig, SimDevice};
+use umlx_verbs::simwire::{SimWire, SimWireOptions};
 use umlx_verbs::{Context, Gid};
 
 /// The device a tool opens.
@@ -125,14 +125,7 @@ impl DeviceOpts {
 }
 
 /// Creates a sim device numbered `index` with `ips` (default 10.77.0.(index+1)).
-pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
-    let mut cfg = SimConfig::numbered(index);
-    if !ips.is_empty() {
-        cfg.ips = ips.to_vec();
-    }
-    let ips = cfg.ips.clone();
-    (SimDevice::new(cfg), ips)
-}
+pub use umlx_verbs::simwire::sim_device;
 
 /// Opens the device `o` names.
 pub fn open(o: &DeviceOpts) -> Result<Context, String> {
@@ -140,32 +133,12 @@ pub fn open(o: &DeviceOpts) -> Result<Context, String> {
     match &o.device() {
         DeviceArg::Pci(pci) => Context::open_pci(pci, o.ips.clone()).map_err(|e| e.to_string()),
         DeviceArg::Sim => {
-            let (dev, ips) = match &o.wire() {
-                WireArg::Udp(local, peer) => {
-                    let (dev, ips) = sim_device(o.sim_index.unwrap_or(0), &o.ips);
-                    dev.port().connect_udp(*local, *peer).map_err(|e| format!("--wire: binding {local}: {e}"))?;
-                    (dev, ips)
-                }
-                WireArg::Auto => {
-                    let mut found = None;
-                    for n in 1u16..=2 {
-                        let (dev, ips) = sim_device(o.sim_index.unwrap_or((n - 1) as u8), &o.ips);
-                        let local = SocketAddr::from(([127, 0, 0, 1], 47900 + n));
-                        let peer = SocketAddr::from(([127, 0, 0, 1], 47900 + (3 - n)));
-                        if dev.port().connect_udp(local, peer).is_ok() {
-                            found = Some((dev, ips));
-                            break;
-                        }
-                    }
-                    found.ok_or("both loopback wire ports (UDP 127.0.0.1:47901 and :47902) are taken: give --wire udp:LOCAL,PEER")?
-                }
+            let wire = match o.wire() {
+                WireArg::Auto => SimWire::Auto,
+                WireArg::Udp(local, peer) => SimWire::Udp(local, peer),
             };
-            if let Some(p) = &o.pcap {
-                dev.port().set_pcap(p).map_err(|e| format!("--pcap {p}: {e}"))?;
-            }
-            let ctx = Context::attach_sim(dev, "0", ips).map_err(|e| e.to_string())?;
-            ctx.use_sim_arp().map_err(|e| e.to_string())?;
-            Ok(ctx)
+            let opts = SimWireOptions { wire, index: o.sim_index, ips: o.ips.clone(), pcap: o.pcap.clone() };
+            Context::open_sim_on_wire(&opts).map_err(|e| e.to_string())
         }
     }
 }

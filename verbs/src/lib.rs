@@ -41,7 +41,7 @@
 //! | [`Context::open`], `Context::open_sim`, [`Context::open_pci`] / drop | `ibv_open_device` / `ibv_close_device` |
 //! | [`Context::query_device`], [`Context::query_port`], [`Context::query_gid`] | `ibv_query_device`, `ibv_query_port`, `ibv_query_gid` |
 //! | [`Context::alloc_pd`] / drop | `ibv_alloc_pd` / `ibv_dealloc_pd` |
-//! | [`Pd::reg_mr`], [`Pd::alloc_mr`] / drop | `ibv_reg_mr` / `ibv_dereg_mr` |
+//! | [`Pd::reg_mr`], [`Pd::reg_external`], [`Pd::alloc_mr`] / drop | `ibv_reg_mr` / `ibv_dereg_mr` |
 //! | [`Context::create_comp_channel`] | `ibv_create_comp_channel` |
 //! | [`Context::create_cq`] / drop, [`Cq::resize`] | `ibv_create_cq` / `ibv_destroy_cq`, `ibv_resize_cq` |
 //! | [`Cq::poll`], [`Cq::req_notify`], [`CompChannel::get_cq_event`] ([`CqEvent`]), [`Cq::ack_events`] | `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_get_cq_event`, `ibv_ack_cq_events` |
@@ -53,6 +53,7 @@
 //! | [`Pd::create_ah`] | `ibv_create_ah` |
 //! | [`Pd::create_srq`], [`Srq::post_recv`], [`Srq::arm`] | `ibv_create_srq`, `ibv_post_srq_recv`, `ibv_modify_srq` (limit) |
 //! | [`Context::get_async_event`] | `ibv_get_async_event` |
+//! | `Context::open_sim_on_wire` (`simwire`) | a software ConnectX on the loopback wire the tools and `libibverbs.so.1` share |
 //! | [`Error::errno`], [`Error::work_request`] | the returned errno, `bad_wr` |
 
 #![forbid(unsafe_code)]
@@ -70,6 +71,8 @@ mod error;
 mod modify;
 mod mr;
 mod qp;
+#[cfg(feature = "sim")]
+pub mod simwire;
 pub mod types;
 mod wr;
 
@@ -85,6 +88,7 @@ pub use umlx_driver::AnyBackend;
 #[cfg(feature = "sim")]
 pub use umlx_driver::SimBackend;
 pub use umlx_driver::backend::Backend;
+pub use umlx_driver::dma::ExternalBuffer;
 pub use umlx_driver::vfio::VfioBackend;
 pub use wr::{Payload, RecvWr, Remote, SendOp, SendWr, Sge, UdDest, UdSendWr};
 

@@ -144,7 +144,8 @@ impl Mr {
         Ok(v)
     }
 
-    /// `ibv_dereg_mr` for user memory: gives the buffer back (None for owned regions).
+    /// `ibv_dereg_mr` for user memory: gives the buffer back (None for owned regions and for
+    /// external memory, which never left its owner).
     pub fn dereg(self) -> Option<Box<[u8]>> {
         match self.mem {
             Memory::Owned(_) => None,

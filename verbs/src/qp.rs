@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::av::{Av, AvParams};
 use umlx_driver::datapath::{PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode};
-use umlx_driver::dma::UserMemory;
+use umlx_driver::dma::{ExternalBuffer, UserMemory};
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
 use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
 use umlx_driver::wqsize::{self, QpCaps};
@@ -38,6 +38,21 @@ impl Pd {
     pub fn reg_mr(&self, data: impl Into<Box<[u8]>>, flags: AccessFlags) -> Result<Mr> {
         let acc = access(flags)?;
         let mem = UserMemory::new(self.ctx.shared.hca.dma_space(), data.into())?;
+        self.register(mem, acc, flags)
+    }
+
+    /// `ibv_reg_mr` over memory that stays its owner's: a C program's buffer, registered where
+    /// it lies (the `libibverbs.so.1` shim's `ibv_reg_mr`). The promise that the memory outlives
+    /// the region was made when the [`ExternalBuffer`] was built; [`Mr::dereg`] gives nothing
+    /// back.
+    pub fn reg_external(&self, buf: ExternalBuffer, flags: AccessFlags) -> Result<Mr> {
+        let acc = access(flags)?;
+        let mem = UserMemory::external(self.ctx.shared.hca.dma_space(), buf)?;
+        self.register(mem, acc, flags)
+    }
+
+    /// The MKey over pinned and mapped user memory.
+    fn register(&self, mem: UserMemory<Dev>, acc: umlx_driver::objects::Access, flags: AccessFlags) -> Result<Mr> {
         let (iova_base, page, _) = mem.pages();
         let mkey = Mkey::create(&self.pd, mem.addr(), mem.len() as u64, page.trailing_zeros(), acc, |i| {
             iova_base + (i * page) as u64

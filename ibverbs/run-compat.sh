@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Runs rdma-core's unmodified ibverbs programs (Debian's ibverbs-utils) on umlx's
+# libibverbs.so.1, through LD_LIBRARY_PATH, and checks their exit status and result lines:
+#   ibv_devices; ibv_devinfo -v;
+#   ibv_rc_pingpong -g 1 -c, server and client, two processes on the default device (a sim on
+#   the automatic loopback wire), polling;
+#   the same with completion events (-e), on a named UDP wire (UMLX_DEVICES=sim:udp:...).
+#
+# Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, ITERS (pingpong
+# exchanges, default 1000). The rdma-core libibverbs1 that ibverbs-utils pulls in is installed
+# but never loaded: every program is checked to resolve libibverbs.so.1 to ours.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+profile=${PROFILE:-release}
+target=${CARGO_TARGET_DIR:-$root/target}
+iters=${ITERS:-1000}
+passed=0
+failed=0
+
+ok() { echo "ok:   $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ibv_devinfo >/dev/null; then
+    echo "== installing ibverbs-utils"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    if ! { $sudo apt-get install -y ibverbs-utils >/dev/null 2>&1 ||
+        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y ibverbs-utils >/dev/null 2>&1; }; }; then
+        echo "cannot install ibverbs-utils"
+        exit 1
+    fi
+fi
+
+echo "== building libibverbs.so.1 ($profile)"
+build_profile=(--profile "$profile")
+[ "$profile" = dev ] && profile_dir=debug || profile_dir=$profile
+if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs "${build_profile[@]}"); then
+    echo "build failed"
+    exit 1
+fi
+lib="$target/$profile_dir/libibverbs.so"
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+ln -s "$lib" "$work/libibverbs.so.1"
+export LD_LIBRARY_PATH="$work"
+export UMLX_DEBUG=1
+
+# Every program must load our library, with every symbol version it needs.
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong; do
+    if ldd "$(command -v $p)" | grep -q "libibverbs.so.1 => $work/libibverbs.so.1"; then
+        ok "$p resolves libibverbs.so.1 to umlx's"
+    else
+        bad "$p does not load umlx's libibverbs.so.1: $(ldd "$(command -v $p)" | grep libibverbs)"
+    fi
+done
+
+# Runs "$@" with a timeout, output in $work/$name.out; the exit status in $work/$name.rc.
+run() {
+    local name=$1
+    shift
+    timeout 120 "$@" >"$work/$name.out" 2>&1
+    echo $? >"$work/$name.rc"
+}
+
+# Checks that $work/$1.out has a line matching the extended regex $2.
+has() {
+    if grep -Eq -- "$2" "$work/$1.out"; then ok "$1: $3"; else bad "$1: no line matching /$2/ ($3)"; fi
+}
+
+exited0() {
+    local rc
+    rc=$(cat "$work/$1.rc")
+    if [ "$rc" = 0 ]; then ok "$1 exited 0"; else bad "$1 exited $rc"; fi
+}
+
+show() {
+    echo "---- $1"
+    sed 's/^/    /' "$work/$1.out"
+}
+
+echo "== ibv_devices"
+run devices ibv_devices
+show devices
+exited0 devices
+has devices '^[[:space:]]+umlx_sim0[[:space:]]+[0-9a-f]{16}$' "lists umlx_sim0 with its node GUID"
+
+echo "== ibv_devinfo -v"
+run devinfo ibv_devinfo -v
+head -12 "$work/devinfo.out" | sed 's/^/    /'
+echo "    ..."
+grep -E 'state:|active_mtu|link_layer|GID\[' "$work/devinfo.out" | sed 's/^/    /'
+exited0 devinfo
+has devinfo '^hca_id:[[:space:]]umlx_sim0$' "hca_id umlx_sim0"
+has devinfo 'vendor_id:[[:space:]]+0x02c9|vendor_id:[[:space:]]+0x15b3' "a Mellanox vendor id"
+has devinfo 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port 1 active"
+has devinfo 'link_layer:[[:space:]]+Ethernet' "Ethernet link layer"
+has devinfo 'GID\[  1\]:[[:space:]]+::ffff:10\.77\.0\.[12], RoCE v2' "GID 1 is the RoCEv2 GID of the port's IPv4 address"
+
+# Waits until TCP port $1 listens (IPv4 or IPv6), at most 20 s.
+wait_listen() {
+    local hex
+    hex=$(printf ':%04X' "$1")
+    for _ in $(seq 200); do
+        if awk -v p="$hex\$" '$2 ~ p && $4 == "0A" { found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# pingpong NAME SERVER_ENV CLIENT_ENV ARGS...: server and client, checked.
+pingpong() {
+    local name=$1 senv=$2 cenv=$3
+    shift 3
+    local port=$((20000 + RANDOM % 20000))
+    echo "== ibv_rc_pingpong $* ($name)"
+    (env $senv timeout 120 ibv_rc_pingpong -p $port "$@" >"$work/$name-server.out" 2>&1
+        echo $? >"$work/$name-server.rc") &
+    local spid=$!
+    if ! wait_listen $port; then
+        bad "$name: the server does not listen on TCP port $port"
+        show "$name-server"
+        kill $spid 2>/dev/null
+        return
+    fi
+    run "$name-client" env $cenv ibv_rc_pingpong -p $port "$@" localhost
+    wait $spid
+    for side in server client; do
+        local n="$name-$side"
+        show "$n"
+        exited0 "$n"
+        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.' "local address with a RoCEv2 GID"
+        has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.' "remote address"
+        has "$n" "^$((4096 * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$" "throughput line"
+        has "$n" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter$" "latency line"
+        if grep -q "invalid data" "$work/$n.out"; then bad "$n: -c found invalid data"; else ok "$n: -c data check clean"; fi
+    done
+}
+
+pingpong polled "" "" -g 1 -c -n "$iters"
+
+p1=$((40000 + RANDOM % 10000))
+p2=$((p1 + 1))
+pingpong events \
+    "UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0" \
+    "UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1" \
+    -g 1 -c -e -n "$iters"
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
