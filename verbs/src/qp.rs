@@ -235,6 +235,19 @@ pub struct QpBuilder<'a> {
     init: QpInitCap,
 }
 
+/// One setter per `struct ibv_qp_cap` field.
+macro_rules! cap_setters {
+    ($($(#[$doc:meta])* $field:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $field(mut self, n: u32) -> QpBuilder<'a> {
+                self.init.cap.$field = n;
+                self
+            }
+        )*
+    };
+}
+
 impl<'a> QpBuilder<'a> {
     /// Receives complete on `cq` instead of the send CQ.
     pub fn recv_cq(mut self, cq: &'a Cq) -> QpBuilder<'a> {
@@ -248,34 +261,17 @@ impl<'a> QpBuilder<'a> {
         self
     }
 
-    /// Send work requests outstanding at once.
-    pub fn max_send_wr(mut self, n: u32) -> QpBuilder<'a> {
-        self.init.cap.max_send_wr = n;
-        self
-    }
-
-    /// Receive work requests outstanding at once.
-    pub fn max_recv_wr(mut self, n: u32) -> QpBuilder<'a> {
-        self.init.cap.max_recv_wr = n;
-        self
-    }
-
-    /// SGEs per send work request.
-    pub fn max_send_sge(mut self, n: u32) -> QpBuilder<'a> {
-        self.init.cap.max_send_sge = n;
-        self
-    }
-
-    /// SGEs per receive work request.
-    pub fn max_recv_sge(mut self, n: u32) -> QpBuilder<'a> {
-        self.init.cap.max_recv_sge = n;
-        self
-    }
-
-    /// Inline bytes per send work request ([`crate::Payload::Inline`]).
-    pub fn max_inline_data(mut self, n: u32) -> QpBuilder<'a> {
-        self.init.cap.max_inline_data = n;
-        self
+    cap_setters! {
+        /// Send work requests outstanding at once.
+        max_send_wr;
+        /// Receive work requests outstanding at once.
+        max_recv_wr;
+        /// SGEs per send work request.
+        max_send_sge;
+        /// SGEs per receive work request.
+        max_recv_sge;
+        /// Inline bytes per send work request ([`crate::Payload::Inline`]).
+        max_inline_data;
     }
 
     /// All capabilities at once (`struct ibv_qp_cap`).
@@ -793,21 +789,7 @@ impl Qp {
                 Some(imm) => (opcode::SEND_IMM, imm),
                 None => (opcode::SEND, 0),
             };
-            let (sges, inline) = match wr.data {
-                Payload::Sges(s) => (s, None),
-                Payload::Inline(b) => (&[][..], Some(b)),
-            };
-            let w = SendWqe {
-                wr_id: wr.wr_id,
-                opcode: op,
-                send_flags: wr.flags.0 & 7,
-                imm,
-                remote: Remote::default(),
-                atomic: (0, 0),
-                sges,
-                inline,
-                av: Some(&av),
-            };
+            let w = send_wqe(wr.wr_id, wr.flags, (op, imm, Remote::default(), (0, 0)), wr.data, Some(&av));
             if let Err(e) = chain.with_queue(|sq| sq.write_wqe(&w)) {
                 result = Err(post_error(i, e));
                 break;
@@ -995,20 +977,22 @@ fn write_send_general(sq: &mut SendQueue<Dev>, wr: &SendWr<'_>) -> std::result::
     if matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA) && !matches!(data, Payload::Sges([r]) if r.length() == 8) {
         return Err(PostWhy::AtomicLength);
     }
+    let w = send_wqe(wr.wr_id, wr.flags, (op, imm, remote, atomic), data, None);
+    sq.write_wqe(&w).map_err(post_why)
+}
+
+/// The WQE of a request the general path writes: its id and flags, (opcode, immediate, remote
+/// side, atomic operands), the payload as a gather list or inline bytes, the UD address vector.
+fn send_wqe<'a>(
+    wr_id: u64,
+    flags: SendFlags,
+    (opcode, imm, remote, atomic): (u8, u32, Remote, (u64, u64)),
+    data: Payload<'a>,
+    av: Option<&'a [u8; umlx_hwdesc::plain::wqe_av::SIZE]>,
+) -> SendWqe<'a> {
     let (sges, inline) = match data {
         Payload::Sges(s) => (s, None),
         Payload::Inline(b) => (&[][..], Some(b)),
     };
-    let w = SendWqe {
-        wr_id: wr.wr_id,
-        opcode: op,
-        send_flags: wr.flags.0 & 7,
-        imm,
-        remote,
-        atomic,
-        sges,
-        inline,
-        av: None,
-    };
-    sq.write_wqe(&w).map_err(post_why)
+    SendWqe { wr_id, opcode, send_flags: flags.0 & 7, imm, remote, atomic, sges, inline, av }
 }
