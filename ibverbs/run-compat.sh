@@ -48,7 +48,7 @@ export LD_LIBRARY_PATH="$work"
 export UMLX_DEBUG=1
 
 # Every program must load our library, with every symbol version it needs.
-for p in ibv_devices ibv_devinfo ibv_rc_pingpong; do
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_uc_pingpong ibv_xsrq_pingpong; do
     if ldd "$(command -v $p)" | grep -q "libibverbs.so.1 => $work/libibverbs.so.1"; then
         ok "$p resolves libibverbs.so.1 to umlx's"
     else
@@ -111,13 +111,14 @@ wait_listen() {
     return 1
 }
 
-# pingpong NAME SERVER_ENV CLIENT_ENV ARGS...: server and client, checked.
+# pingpong PROGRAM NAME SIZE SERVER_ENV CLIENT_ENV ARGS...: server and client, checked (SIZE:
+# the message size the program's result line counts).
 pingpong() {
-    local name=$1 senv=$2 cenv=$3
-    shift 3
+    local prog=$1 name=$2 size=$3 senv=$4 cenv=$5
+    shift 5
     local port=$((20000 + RANDOM % 20000))
-    echo "== ibv_rc_pingpong $* ($name)"
-    (env $senv timeout 120 ibv_rc_pingpong -p $port "$@" >"$work/$name-server.out" 2>&1
+    echo "== $prog $* ($name)"
+    (env $senv timeout 120 "$prog" -p $port "$@" >"$work/$name-server.out" 2>&1
         echo $? >"$work/$name-server.rc") &
     local spid=$!
     if ! wait_listen $port; then
@@ -126,28 +127,47 @@ pingpong() {
         kill $spid 2>/dev/null
         return
     fi
-    run "$name-client" env $cenv ibv_rc_pingpong -p $port "$@" localhost
+    run "$name-client" env $cenv "$prog" -p $port "$@" localhost
     wait $spid
     for side in server client; do
         local n="$name-$side"
-        show "$n"
+        show "$n" | grep -v '^    .*address:' || true
         exited0 "$n"
-        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.' "local address with a RoCEv2 GID"
+        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:10\.' "local address with a RoCEv2 GID"
         has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.' "remote address"
-        has "$n" "^$((4096 * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec$" "throughput line"
-        has "$n" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter$" "latency line"
+        has "$n" "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\$" "throughput line"
+        has "$n" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter\$" "latency line"
         if grep -q "invalid data" "$work/$n.out"; then bad "$n: -c found invalid data"; else ok "$n: -c data check clean"; fi
     done
 }
 
-pingpong polled "" "" -g 1 -c -n "$iters"
-
 p1=$((40000 + RANDOM % 10000))
 p2=$((p1 + 1))
-pingpong events \
-    "UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0" \
-    "UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1" \
-    -g 1 -c -e -n "$iters"
+named_wire_server="UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0"
+named_wire_client="UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1"
+
+# rdma-core's three ping-pongs that umlx supports, each polled on the default device (the
+# automatic wire) and with completion events (-e) on a named UDP wire. UD's messages are 1024
+# bytes (its default), RC's and SRQ's 4096; ibv_srq_pingpong runs 16 QPs on one SRQ.
+pingpong ibv_rc_pingpong rc-polled 4096 "" "" -g 1 -c -n "$iters"
+pingpong ibv_rc_pingpong rc-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+pingpong ibv_ud_pingpong ud-polled 1024 "" "" -g 1 -c -n "$iters"
+pingpong ibv_ud_pingpong ud-events 1024 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+pingpong ibv_srq_pingpong srq-polled 4096 "" "" -g 1 -c -n "$iters"
+pingpong ibv_srq_pingpong srq-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+
+# What umlx does not implement fails cleanly, with the program's own message for it: UC QPs
+# (ibv_create_qp answers EOPNOTSUPP) and XRC domains (ibv_open_xrcd: EOPNOTSUPP).
+echo "== unsupported: ibv_uc_pingpong, ibv_xsrq_pingpong"
+run uc ibv_uc_pingpong -g 1
+show uc
+if [ "$(cat "$work/uc.rc")" = 1 ]; then ok "uc exited 1"; else bad "uc exited $(cat "$work/uc.rc"), not 1"; fi
+has uc '^Couldn.t create QP$' "ibv_uc_pingpong's message for a QP it cannot create"
+has uc 'ibv_create_qp: QP type 3 \(UC\) is not supported' "umlx's reason (UMLX_DEBUG)"
+run xsrq ibv_xsrq_pingpong -g 1
+show xsrq
+if [ "$(cat "$work/xsrq.rc")" = 1 ]; then ok "xsrq exited 1"; else bad "xsrq exited $(cat "$work/xsrq.rc"), not 1"; fi
+has xsrq "^Couldn.t Open the XRC Domain $(python3 -c 'import errno; print(errno.EOPNOTSUPP)')\$" "ibv_xsrq_pingpong's message with errno EOPNOTSUPP"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -497,6 +497,36 @@ pub struct ibv_srq {
     pub events_completed: u32,
 }
 
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_srq_attr {
+    /// `max_wr`.
+    pub max_wr: u32,
+    /// `max_sge`.
+    pub max_sge: u32,
+    /// `srq_limit`.
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_srq_init_attr {
+    /// `srq_context`.
+    pub srq_context: *mut c_void,
+    /// `attr`.
+    pub attr: ibv_srq_attr,
+}
+
+/// `enum ibv_srq_attr_mask`.
+pub mod srq_attr_mask {
+    /// `IBV_SRQ_MAX_WR` (resizing).
+    pub const MAX_WR: i32 = 1 << 0;
+    /// `IBV_SRQ_LIMIT`.
+    pub const LIMIT: i32 = 1 << 1;
+}
+
 /// `struct ibv_qp`.
 #[repr(C)]
 pub struct ibv_qp {
@@ -1064,6 +1094,50 @@ pub union async_element {
     pub port_num: c_int,
 }
 
+/// `enum ibv_event_type`.
+pub mod event_type {
+    /// `IBV_EVENT_CQ_ERR`.
+    pub const CQ_ERR: u32 = 0;
+    /// `IBV_EVENT_QP_FATAL`.
+    pub const QP_FATAL: u32 = 1;
+    /// `IBV_EVENT_QP_REQ_ERR`.
+    pub const QP_REQ_ERR: u32 = 2;
+    /// `IBV_EVENT_QP_ACCESS_ERR`.
+    pub const QP_ACCESS_ERR: u32 = 3;
+    /// `IBV_EVENT_COMM_EST`.
+    pub const COMM_EST: u32 = 4;
+    /// `IBV_EVENT_SQ_DRAINED`.
+    pub const SQ_DRAINED: u32 = 5;
+    /// `IBV_EVENT_PATH_MIG`.
+    pub const PATH_MIG: u32 = 6;
+    /// `IBV_EVENT_PATH_MIG_ERR`.
+    pub const PATH_MIG_ERR: u32 = 7;
+    /// `IBV_EVENT_DEVICE_FATAL`.
+    pub const DEVICE_FATAL: u32 = 8;
+    /// `IBV_EVENT_PORT_ACTIVE`.
+    pub const PORT_ACTIVE: u32 = 9;
+    /// `IBV_EVENT_PORT_ERR`.
+    pub const PORT_ERR: u32 = 10;
+    /// `IBV_EVENT_LID_CHANGE`.
+    pub const LID_CHANGE: u32 = 11;
+    /// `IBV_EVENT_PKEY_CHANGE`.
+    pub const PKEY_CHANGE: u32 = 12;
+    /// `IBV_EVENT_SM_CHANGE`.
+    pub const SM_CHANGE: u32 = 13;
+    /// `IBV_EVENT_SRQ_ERR`.
+    pub const SRQ_ERR: u32 = 14;
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    pub const SRQ_LIMIT_REACHED: u32 = 15;
+    /// `IBV_EVENT_QP_LAST_WQE_REACHED`.
+    pub const QP_LAST_WQE_REACHED: u32 = 16;
+    /// `IBV_EVENT_CLIENT_REREGISTER`.
+    pub const CLIENT_REREGISTER: u32 = 17;
+    /// `IBV_EVENT_GID_CHANGE`.
+    pub const GID_CHANGE: u32 = 18;
+    /// `IBV_EVENT_WQ_FATAL`.
+    pub const WQ_FATAL: u32 = 19;
+}
+
 /// `struct ibv_async_event`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -1102,6 +1176,8 @@ layout!(ibv_cq, size 128, channel @ 8, cq_context @ 16, handle @ 24, cqe @ 28, m
     comp_events_completed @ 120, async_events_completed @ 124);
 layout!(ibv_qp, size 160, qp_context @ 8, pd @ 16, send_cq @ 24, recv_cq @ 32, srq @ 40, handle @ 48, qp_num @ 52,
     state @ 56, qp_type @ 60, mutex @ 64, cond @ 104, events_completed @ 152);
+layout!(ibv_srq_attr, size 12, srq_limit @ 8);
+layout!(ibv_srq_init_attr, size 24, attr @ 8);
 layout!(ibv_srq, size 128, srq_context @ 8, pd @ 16, handle @ 24, mutex @ 32, cond @ 72, events_completed @ 120);
 layout!(ibv_ah, size 24, pd @ 8, handle @ 16);
 layout!(ibv_wc, size 48, status @ 8, opcode @ 12, vendor_err @ 16, byte_len @ 20, imm_data @ 24, qp_num @ 28,

@@ -5,8 +5,8 @@
 use crate::abi::*;
 use libc::{EINVAL, EOPNOTSUPP, c_char, c_int};
 use umlx_verbs::{
-    AccessFlags, AhAttr, DeviceAttr, Gid, GlobalRoute, ModifyQp, Mtu, PortAttr, QpAttr, QpAttrMask, QpCap, QpState,
-    QpType, Wc,
+    AccessFlags, AhAttr, DeviceAttr, EventType, Gid, GlobalRoute, ModifyQp, Mtu, PortAttr, PortChangeSubtype, QpAttr,
+    QpAttrMask, QpCap, QpState, QpType, Wc,
 };
 
 /// Copies `s` into a C string field, cut to fit with its terminating NUL.
@@ -86,6 +86,29 @@ pub fn qp_type(t: u32) -> Result<QpType, c_int> {
         qpt::UD => Ok(QpType::Ud),
         qpt::UC | qpt::RAW_PACKET | qpt::XRC_SEND | qpt::XRC_RECV | qpt::DRIVER => Err(EOPNOTSUPP),
         _ => Err(EINVAL),
+    }
+}
+
+/// The name of an `enum ibv_qp_type` value, for messages.
+pub fn qp_type_name(t: u32) -> &'static str {
+    match t {
+        qpt::RC => "RC",
+        qpt::UC => "UC",
+        qpt::UD => "UD",
+        qpt::RAW_PACKET => "raw packet",
+        qpt::XRC_SEND => "XRC send",
+        qpt::XRC_RECV => "XRC receive",
+        qpt::DRIVER => "driver-specific",
+        _ => "unknown",
+    }
+}
+
+/// Why a QP type is refused.
+pub fn qp_type_refusal(t: u32, errno: c_int) -> String {
+    if errno == EOPNOTSUPP {
+        format!("QP type {t} ({}) is not supported", qp_type_name(t))
+    } else {
+        format!("QP type {t} is not an ibv_qp_type")
     }
 }
 
@@ -309,5 +332,73 @@ mod tests {
     fn completions_carry_the_immediate_in_network_order() {
         let w = Wc { imm_data: 0x1234_5678, ..Default::default() };
         assert_eq!(c_wc(&w).imm_data.to_ne_bytes(), [0x12, 0x34, 0x56, 0x78]);
+    }
+}
+
+/// What an asynchronous event is about (`struct ibv_async_event`'s `element`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventElement {
+    /// A CQ, by CQN.
+    Cq,
+    /// A QP, by QPN.
+    Qp,
+    /// An SRQ, by SRQN.
+    Srq,
+    /// A port, by number.
+    Port,
+    /// The device (no element).
+    Device,
+}
+
+/// An mlx5 asynchronous event (type, sub-type) as `enum ibv_event_type` and what its number
+/// names; `None` for events ibverbs does not report (commands, pages, vendor events).
+pub fn async_event(ty: EventType, sub_type: u8) -> Option<(u32, EventElement)> {
+    use EventElement::*;
+    use event_type as ev;
+    Some(match ty {
+        EventType::CQ_ERROR => (ev::CQ_ERR, Cq),
+        EventType::WQ_CATAS_ERROR => (ev::QP_FATAL, Qp),
+        EventType::WQ_INVAL_REQ_ERROR => (ev::QP_REQ_ERR, Qp),
+        EventType::WQ_ACCESS_ERROR => (ev::QP_ACCESS_ERR, Qp),
+        EventType::COMM_EST => (ev::COMM_EST, Qp),
+        EventType::SQ_DRAINED => (ev::SQ_DRAINED, Qp),
+        EventType::PATH_MIG => (ev::PATH_MIG, Qp),
+        EventType::PATH_MIG_FAILED => (ev::PATH_MIG_ERR, Qp),
+        EventType::SRQ_LAST_WQE => (ev::QP_LAST_WQE_REACHED, Qp),
+        EventType::SRQ_CATAS_ERROR => (ev::SRQ_ERR, Srq),
+        EventType::SRQ_RQ_LIMIT => (ev::SRQ_LIMIT_REACHED, Srq),
+        EventType::INTERNAL_ERROR => (ev::DEVICE_FATAL, Device),
+        EventType::PORT_CHANGE => (
+            match PortChangeSubtype(sub_type) {
+                PortChangeSubtype::ACTIVE => ev::PORT_ACTIVE,
+                PortChangeSubtype::DOWN | PortChangeSubtype::INITIALIZED => ev::PORT_ERR,
+                PortChangeSubtype::LID => ev::LID_CHANGE,
+                PortChangeSubtype::PKEY => ev::PKEY_CHANGE,
+                PortChangeSubtype::GUID => ev::GID_CHANGE,
+                PortChangeSubtype::CLIENT_REREG => ev::CLIENT_REREGISTER,
+                _ => return None,
+            },
+            Port,
+        ),
+        _ => return None,
+    })
+}
+
+/// What an `enum ibv_event_type` value is about (`ibv_ack_async_event` counts it there).
+pub fn event_element(ibv_type: u32) -> EventElement {
+    use event_type as ev;
+    match ibv_type {
+        ev::CQ_ERR => EventElement::Cq,
+        ev::QP_FATAL
+        | ev::QP_REQ_ERR
+        | ev::QP_ACCESS_ERR
+        | ev::COMM_EST
+        | ev::SQ_DRAINED
+        | ev::PATH_MIG
+        | ev::PATH_MIG_ERR
+        | ev::QP_LAST_WQE_REACHED => EventElement::Qp,
+        ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => EventElement::Srq,
+        ev::DEVICE_FATAL => EventElement::Device,
+        _ => EventElement::Port,
     }
 }

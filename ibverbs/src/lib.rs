@@ -1,6 +1,6 @@
 //! umlx-ibverbs: `libibverbs.so.1`, the C ABI of rdma-core's `<infiniband/verbs.h>` over
 //! `umlx-verbs`, so that unmodified ibverbs programs (`ibv_devices`, `ibv_devinfo`,
-//! `ibv_rc_pingpong`) run on umlx through `LD_LIBRARY_PATH`.
+//! `ibv_rc_pingpong`, `ibv_ud_pingpong`, `ibv_srq_pingpong`) run on umlx through `LD_LIBRARY_PATH`.
 //!
 //! - [`abi`]: the C structures, declared once from the public header, their layout pinned
 //!   by compile-time asserts.

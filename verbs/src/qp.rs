@@ -327,6 +327,17 @@ impl Srq {
         self.srq.srqn()
     }
 
+    /// Receive work requests the SRQ holds at once (`ibv_srq_attr.max_wr`; one slot of its
+    /// power-of-two ring stays free).
+    pub fn max_wr(&self) -> u32 {
+        (1u32 << self.srq.log_size) - 1
+    }
+
+    /// Scatter entries per receive work request (`ibv_srq_attr.max_sge`).
+    pub fn max_sge(&self) -> u32 {
+        umlx_driver::wqsize::device_max_srq_sge(1 << self.srq.stride_shift)
+    }
+
     /// The context.
     pub fn context(&self) -> &Context {
         &self.ctx

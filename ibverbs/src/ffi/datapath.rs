@@ -5,7 +5,7 @@
 //! call; no tag check either (the handle's own fields and the NULL and `num_sge` checks are all
 //! a post reads before the verbs data path takes over).
 
-use super::objects::{UAh, UCq, UQp, is_ud, uah};
+use super::objects::{UAh, UCq, UQp, USrq, is_ud, uah};
 use crate::abi::*;
 use crate::convert;
 use libc::{EINVAL, EOPNOTSUPP, c_int};
@@ -318,6 +318,44 @@ pub(super) unsafe extern "C" fn post_recv(
     // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
     let q = unsafe { qp_of(qp) };
     let limit = q.cap.max_recv_sge;
+    // SAFETY: the caller's chain and `bad_wr` (the ibverbs contract).
+    unsafe { post_recv_chain(wr, bad_wr, limit, |r| q.post_recv(r).map_err(|e| e.errno())) }
+}
+
+/// `ops.post_srq_recv`: the chain `wr` on the SRQ.
+pub(super) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if srq.is_null() {
+        // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
+        unsafe { set_bad(bad_wr, wr) };
+        return EINVAL;
+    }
+    // SAFETY: the handle is the first field of a live USrq (see `objects::leak`); the verbs
+    // SRQ is in a cell the data path alone borrows mutably, one call at a time (the crate's
+    // contract).
+    let s = unsafe { &mut *UnsafeCell::raw_get(&raw const (*srq.cast::<USrq>()).srq) };
+    let limit = s.max_sge();
+    // SAFETY: the caller's chain and `bad_wr` (the ibverbs contract).
+    unsafe { post_recv_chain(wr, bad_wr, limit, |r| s.post_recv(r).map_err(|e| e.errno())) }
+}
+
+/// Posts each receive work request of the chain `wr` with `post`, stopping at the first
+/// failure (recorded in `bad_wr`).
+///
+/// # Safety
+///
+/// `wr` is NULL or a chain of valid `struct ibv_recv_wr` whose `sg_list` holds `num_sge`
+/// entries; `bad_wr` is NULL or writable.
+#[inline(always)]
+unsafe fn post_recv_chain(
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    limit: u32,
+    mut post: impl FnMut(&[RecvWr<'_>]) -> Result<(), c_int>,
+) -> c_int {
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: `cur` is a work request of the caller's chain (non-NULL).
@@ -327,13 +365,13 @@ pub(super) unsafe extern "C" fn post_recv(
                 let mut one = [Sge::new(0, 0, 0)];
                 // SAFETY: `n` (0 or 1) elements at `sg_list`.
                 let sg_list = unsafe { sges(w.sg_list, n, &mut one) };
-                q.post_recv(&[RecvWr { wr_id: w.wr_id, sg_list }]).map_err(|e| e.errno())
+                post(&[RecvWr { wr_id: w.wr_id, sg_list }])
             }
             Ok(n) => {
                 let mut store = [Sge::new(0, 0, 0); MAX_SGE];
                 // SAFETY: `n` elements at `sg_list` (bounded by `sge_count`).
                 let sg_list = unsafe { sges(w.sg_list, n, &mut store) };
-                q.post_recv(&[RecvWr { wr_id: w.wr_id, sg_list }]).map_err(|e| e.errno())
+                post(&[RecvWr { wr_id: w.wr_id, sg_list }])
             }
             Err(e) => Err(e),
         };
@@ -345,17 +383,6 @@ pub(super) unsafe extern "C" fn post_recv(
         cur = w.next;
     }
     0
-}
-
-/// `ops.post_srq_recv`: there are no SRQs (`ibv_create_srq` is not offered yet).
-pub(super) unsafe extern "C" fn post_srq_recv(
-    _srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
-    unsafe { set_bad(bad_wr, wr) };
-    EOPNOTSUPP
 }
 
 /// `ops.poll_cq`: up to `ne` completions into `wc`; how many, or a negative errno.

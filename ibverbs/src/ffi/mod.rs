@@ -23,6 +23,7 @@
 #![allow(clippy::missing_safety_doc)] // the contract above is every function's
 
 mod datapath;
+mod events;
 mod objects;
 
 use crate::abi::*;
@@ -104,6 +105,7 @@ pub(crate) mod tag {
     pub const CQ: u64 = u64::from_be_bytes(*b"umlxCQ\0\0");
     pub const QP: u64 = u64::from_be_bytes(*b"umlxQP\0\0");
     pub const AH: u64 = u64::from_be_bytes(*b"umlxAH\0\0");
+    pub const SRQ: u64 = u64::from_be_bytes(*b"umlxSRQ\0");
     /// What a destroyed object's tag becomes.
     pub const DEAD: u64 = 0;
 }
@@ -276,7 +278,9 @@ pub(crate) struct UContext {
     pub(crate) ctx: Context,
     device: &'static UDevice,
     /// The async event eventfd whose number `async_fd` holds, kept open as long as the context.
-    _async_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    pub(crate) async_fd: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// The handles of its CQs, QPs and SRQs, for the events that name them.
+    pub(crate) handles: events::Handles,
 }
 
 /// The operations the header's inline verbs call.
@@ -394,7 +398,8 @@ fn new_context(ctx: Context, d: &'static UDevice) -> *mut ibv_context {
             tag: AtomicU64::new(tag::CONTEXT),
             ctx,
             device: d,
-            _async_fd: async_owned,
+            async_fd: async_owned,
+            handles: Default::default(),
         });
         let raw = Box::into_raw(u);
         // SAFETY: a field projection of the new allocation through its raw pointer, so the
@@ -692,6 +697,46 @@ mod tests {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
+    /// Takes an RC QP from RESET to RTS connected to itself, as a C program would.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is a live RC QP handle; `gid` the port's GID index 1.
+    unsafe fn connect_to_itself(qp: *mut ibv_qp, gid: ibv_gid) {
+        // SAFETY: the function's contract; the attributes are locals.
+        unsafe {
+            let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, ..Default::default() };
+            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 3) | (1 << 4) | (1 << 5)), 0);
+            let mut a = ibv_qp_attr {
+                qp_state: 2,
+                path_mtu: 3,
+                dest_qp_num: (*qp).qp_num,
+                rq_psn: 7,
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 12,
+                ah_attr: ibv_ah_attr {
+                    grh: ibv_global_route { dgid: gid, sgid_index: 1, hop_limit: 1, ..Default::default() },
+                    is_global: 1,
+                    port_num: 1,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            assert_eq!(
+                ibv_modify_qp(qp, &mut a, 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15)),
+                0
+            );
+            a.qp_state = 3;
+            a.sq_psn = 7;
+            a.timeout = 14;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.max_rd_atomic = 1;
+            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13)), 0);
+            assert_eq!((*qp).state, 3);
+        }
+    }
+
     #[test]
     fn strings_and_the_default_device_list() {
         assert_eq!(cstr(ibv_wc_status_str(0)), "success");
@@ -756,35 +801,7 @@ mod tests {
             assert_eq!(*libc::__errno_location(), EOPNOTSUPP);
             assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
 
-            let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, ..Default::default() };
-            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 3) | (1 << 4) | (1 << 5)), 0);
-            let mut a = ibv_qp_attr {
-                qp_state: 2,
-                path_mtu: 3,
-                dest_qp_num: (*qp).qp_num,
-                rq_psn: 7,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 12,
-                ah_attr: ibv_ah_attr {
-                    grh: ibv_global_route { dgid: gid, sgid_index: 1, hop_limit: 1, ..Default::default() },
-                    is_global: 1,
-                    port_num: 1,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            assert_eq!(
-                ibv_modify_qp(qp, &mut a, 1 | (1 << 7) | (1 << 8) | (1 << 20) | (1 << 12) | (1 << 17) | (1 << 15)),
-                0
-            );
-            a.qp_state = 3;
-            a.sq_psn = 7;
-            a.timeout = 14;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = 1;
-            assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 16) | (1 << 13)), 0);
-            assert_eq!((*qp).state, 3);
+            connect_to_itself(qp, gid);
 
             let ops = &(*ctx).ops;
             let lkey = (*mr).lkey;
@@ -844,5 +861,134 @@ mod tests {
             assert_eq!(ibv_close_device(ctx), 0);
         }
         assert_eq!(&buf[..5], b"hello", "the buffer is still the program's");
+    }
+
+    #[test]
+    fn an_srq_feeds_a_qp_and_its_limit_event_names_it() {
+        use super::events::*;
+        assert_eq!(cstr(ibv_event_type_str(event_type::SRQ_LIMIT_REACHED)), "SRQ limit reached");
+        assert_eq!(cstr(ibv_event_type_str(99)), "unknown");
+        assert_eq!(cstr(ibv_node_type_str(IBV_NODE_CA)), "InfiniBand channel adapter");
+        assert_eq!(cstr(ibv_node_type_str(-1)), "unknown");
+        let d = &devices()[0];
+        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let mut buf = vec![0u8; 8192];
+        // SAFETY: every pointer below is a handle this test got from the library, or a local
+        // it owns for the duration of the call.
+        unsafe {
+            let mut gid = ibv_gid::default();
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+            let pd = ibv_alloc_pd(ctx);
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let mut sinit = ibv_srq_init_attr {
+                srq_context: 0x5151 as *mut c_void,
+                attr: ibv_srq_attr { max_wr: 6, max_sge: 1, srq_limit: 0 },
+            };
+            let srq = ibv_create_srq(pd, &mut sinit);
+            assert!(!srq.is_null());
+            assert_eq!((sinit.attr.max_wr, sinit.attr.max_sge), (7, 1), "what the SRQ got");
+            assert_eq!((*srq).srq_context, 0x5151 as *mut c_void);
+            let mut sa = ibv_srq_attr { max_wr: 100, ..Default::default() };
+            assert_eq!(ibv_modify_srq(srq, &mut sa, srq_attr_mask::MAX_WR), EINVAL, "no resizing");
+
+            let mut init = ibv_qp_init_attr {
+                qp_context: null_mut(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq,
+                cap: ibv_qp_cap {
+                    max_send_wr: 8,
+                    max_recv_wr: 0,
+                    max_send_sge: 1,
+                    max_recv_sge: 0,
+                    max_inline_data: 0,
+                },
+                qp_type: qpt::RC,
+                sq_sig_all: 1,
+            };
+            let qp = ibv_create_qp(pd, &mut init);
+            assert!(!qp.is_null());
+            assert_eq!((*qp).srq, srq);
+            assert_eq!(ibv_destroy_srq(srq), libc::EBUSY, "a QP takes receives from it");
+            connect_to_itself(qp, gid);
+
+            // Four receives on the SRQ (through the ops table), the limit armed at 3: the
+            // second SEND leaves 2 and raises the limit event.
+            let ops = &(*ctx).ops;
+            let (lkey, base) = ((*mr).lkey, buf.as_mut_ptr() as u64);
+            let mut rsge: Vec<ibv_sge> =
+                (0..4).map(|i| ibv_sge { addr: base + 4096 + 64 * i, length: 64, lkey }).collect();
+            let mut rwrs: Vec<ibv_recv_wr> = (0..4)
+                .map(|i| ibv_recv_wr { wr_id: 10 + i as u64, next: null_mut(), sg_list: &mut rsge[i], num_sge: 1 })
+                .collect();
+            for i in 0..3 {
+                rwrs[i].next = &mut rwrs[i + 1];
+            }
+            let mut bad = null_mut();
+            assert_eq!(ops.post_srq_recv.unwrap()(srq, rwrs.as_mut_ptr(), &mut bad), 0);
+            let mut too_many = ibv_recv_wr { wr_id: 99, next: null_mut(), sg_list: rsge.as_mut_ptr(), num_sge: 2 };
+            assert_eq!(ops.post_srq_recv.unwrap()(srq, &mut too_many, &mut bad), EINVAL);
+            assert_eq!(bad, &raw mut too_many, "the refused request is named");
+            sa.srq_limit = 3;
+            assert_eq!(ibv_modify_srq(srq, &mut sa, srq_attr_mask::LIMIT), 0);
+            let mut q = ibv_srq_attr::default();
+            assert_eq!(ibv_query_srq(srq, &mut q), 0);
+            assert_eq!((q.max_wr, q.max_sge, q.srq_limit), (7, 1, 3));
+
+            buf[..4].copy_from_slice(b"srq!");
+            let mut ssge = ibv_sge { addr: base, length: 4, lkey };
+            let mut swr = ibv_send_wr {
+                wr_id: 1,
+                next: null_mut(),
+                sg_list: &mut ssge,
+                num_sge: 1,
+                opcode: wr_opcode::SEND,
+                send_flags: 0,
+                imm_data: 0,
+                wr: send_wr_wr { rdma: wr_rdma { remote_addr: 0, rkey: 0 } },
+                xrc_remote_srqn: 0,
+                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
+            };
+            let mut sbad = null_mut();
+            for _ in 0..2 {
+                assert_eq!(ops.post_send.unwrap()(qp, &mut swr, &mut sbad), 0);
+            }
+            let mut wc = [ibv_wc::default(); 8];
+            let mut got = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while got.len() < 4 && std::time::Instant::now() < deadline {
+                let n = ops.poll_cq.unwrap()(cq, 8, wc.as_mut_ptr());
+                got.extend_from_slice(&wc[..n.max(0) as usize]);
+            }
+            let recvs: Vec<u64> = got.iter().filter(|w| w.opcode == 128).map(|w| w.wr_id).collect();
+            assert_eq!(recvs, [10, 11], "the SRQ's first two receives, in order: {got:?}");
+            assert!(got.iter().all(|w| w.status == 0 && w.qp_num == (*qp).qp_num));
+            assert_eq!(&buf[4096..4100], b"srq!");
+
+            // The limit event names the SRQ handle; it disarms the limit.
+            let mut ev = std::mem::zeroed::<ibv_async_event>();
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+            assert_eq!((ev.event_type, ev.element.srq), (event_type::SRQ_LIMIT_REACHED, srq));
+            ibv_ack_async_event(&mut ev);
+            assert_eq!((*srq).events_completed, 1);
+            assert_eq!(ibv_query_srq(srq, &mut q), 0);
+            assert_eq!(q.srq_limit, 0, "the event disarmed the limit");
+            // Nothing more: a non-blocking async_fd answers EAGAIN.
+            let fd = (*ctx).async_fd;
+            if fd >= 0 {
+                let flags = libc::fcntl(fd, libc::F_GETFL);
+                assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK), 0);
+                assert_eq!(ibv_get_async_event(ctx, &mut ev), -1);
+                assert_eq!(*libc::__errno_location(), libc::EAGAIN);
+            }
+
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_srq(srq), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! Protection domains, memory regions, completion channels, CQs, QPs and address handles: the
 //! control path of the C ABI over `umlx-verbs`.
 
+use super::events::Kind;
 use super::*;
 use libc::{EAGAIN, EBUSY};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use umlx_verbs::{Ah, CompChannel, Cq, ExternalBuffer, Mr, Pd, Qp, QpType};
+use umlx_verbs::{Ah, CompChannel, Cq, ExternalBuffer, Mr, Pd, Qp, QpType, Srq};
 
 /// A zeroed pthread mutex and condition variable (their static initialisers on Linux).
 fn sync_pair() -> (libc::pthread_mutex_t, libc::pthread_cond_t) {
@@ -78,6 +79,46 @@ unsafe fn destroy<T: Tagged>(handle: *mut T::C) {
     unsafe {
         (*o).clear_tag();
         drop(Box::from_raw(o));
+    }
+}
+
+/// The C handle types whose `context` and `handle` fields name an object for events.
+trait Named {
+    fn context_and_number(&self) -> (*mut ibv_context, u32);
+}
+impl Named for ibv_cq {
+    fn context_and_number(&self) -> (*mut ibv_context, u32) {
+        (self.context, self.handle)
+    }
+}
+impl Named for ibv_qp {
+    fn context_and_number(&self) -> (*mut ibv_context, u32) {
+        (self.context, self.handle)
+    }
+}
+impl Named for ibv_srq {
+    fn context_and_number(&self) -> (*mut ibv_context, u32) {
+        (self.context, self.handle)
+    }
+}
+
+/// Records a new object's handle with its context, for the events that name it.
+fn remember<T: Named>(h: *mut T, kind: Kind) {
+    // SAFETY: `h` is a new handle this library made, its fields set.
+    let (ctx, num) = unsafe { (*h).context_and_number() };
+    // SAFETY: the object's context is open (objects are created on an open context).
+    if let Some(u) = unsafe { ucontext(ctx) } {
+        u.handles.insert(kind, num, h);
+    }
+}
+
+/// Forgets an object about to be destroyed.
+fn forget<T: Named>(h: *mut T, kind: Kind) {
+    // SAFETY: `h` is a live handle of this library.
+    let (ctx, num) = unsafe { (*h).context_and_number() };
+    // SAFETY: the object's context is still open (the ibverbs contract: objects go first).
+    if let Some(u) = unsafe { ucontext(ctx) } {
+        u.handles.remove(kind, num);
     }
 }
 
@@ -407,6 +448,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             // Events name the CQ by its handle: `ibv_get_cq_event` hands it back.
             // SAFETY: a shared look at the new CQ, which no one else has yet.
             unsafe { (*UnsafeCell::raw_get(&raw const (*h.cast::<UCq>()).cq)).set_event_context(h as u64) };
+            remember(h, Kind::Cq);
             h
         }
         Err(e) => fail(errno_of("ibv_create_cq", &e)),
@@ -423,6 +465,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     }
     guard("ibv_destroy_cq", EIO, || {
         let ch = o.channel;
+        forget(o.handle(), Kind::Cq);
         // SAFETY: a live UCq that no QP uses, given up by the caller.
         unsafe { destroy::<UCq>(cq) };
         if let Some(c) = ch {
@@ -509,6 +552,7 @@ pub(crate) struct UQp {
     pd: &'static UPd,
     send_cq: &'static UCq,
     recv_cq: &'static UCq,
+    srq: Option<&'static USrq>,
 }
 tagged!(UQp, ibv_qp, tag::QP);
 
@@ -524,11 +568,15 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
     let a = unsafe { &mut *attr };
     let qp_type = match convert::qp_type(a.qp_type) {
         Ok(t) => t,
-        Err(e) => return fail(refuse("ibv_create_qp", e, &format!("QP type {}", a.qp_type))),
+        Err(e) => return fail(refuse("ibv_create_qp", e, &convert::qp_type_refusal(a.qp_type, e))),
     };
-    if !a.srq.is_null() {
-        return fail(unsupported("ibv_create_qp", "a QP on an SRQ (in this version of the library)"));
-    }
+    // SAFETY: a non-NULL SRQ pointer is an SRQ handle (checked by tag); an SRQ lives while QPs
+    // take receives from it (EBUSY otherwise), so the reference is good for the QP's life.
+    let srq = match unsafe { object::<USrq>(a.srq) } {
+        Some(s) => Some(s),
+        None if a.srq.is_null() => None,
+        None => return fail(refuse("ibv_create_qp", EINVAL, "srq is not an SRQ")),
+    };
     // SAFETY: non-NULL CQ pointers are CQ handles (checked by tag); a CQ lives while QPs
     // complete on it (EBUSY otherwise), so the references are good for the QP's life.
     let (Some(scq), Some(rcq)) = (unsafe { object::<UCq>(a.send_cq) }, unsafe { object::<UCq>(a.recv_cq) }) else {
@@ -538,8 +586,14 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         // SAFETY: shared looks at the CQs to build the QP on them (QP creation does not race
         // with polling those CQs, per the crate's contract).
         let (sc, rc) = unsafe { (&*scq.cq.get(), &*rcq.cq.get()) };
-        let built =
-            p.pd.create_qp(qp_type, sc).recv_cq(rc).cap(convert::qp_cap(&a.cap)).sq_sig_all(a.sq_sig_all != 0).build();
+        let mut builder =
+            p.pd.create_qp(qp_type, sc).recv_cq(rc).cap(convert::qp_cap(&a.cap)).sq_sig_all(a.sq_sig_all != 0);
+        if let Some(s) = srq {
+            // SAFETY: a shared look at the SRQ (QP creation does not race with posts to it,
+            // per the crate's contract).
+            builder = builder.srq(unsafe { &*s.srq.get() });
+        }
+        let built = builder.build();
         match built {
             Ok(qp) => {
                 a.cap = convert::c_qp_cap(&qp.cap);
@@ -548,14 +602,17 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                 for u in [&p.users, &scq.users, &rcq.users] {
                     u.fetch_add(1, Ordering::AcqRel);
                 }
-                leak(UQp {
+                if let Some(s) = srq {
+                    s.users.fetch_add(1, Ordering::AcqRel);
+                }
+                let h = leak(UQp {
                     ibv: UnsafeCell::new(ibv_qp {
                         context: p.ctx,
                         qp_context: a.qp_context,
                         pd,
                         send_cq: a.send_cq,
                         recv_cq: a.recv_cq,
-                        srq: null_mut(),
+                        srq: a.srq,
                         handle: qpn,
                         qp_num: qpn,
                         state: qp.state() as u32,
@@ -570,7 +627,10 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                     pd: p,
                     send_cq: scq,
                     recv_cq: rcq,
-                })
+                    srq,
+                });
+                remember(h, Kind::Qp);
+                h
             }
             Err(e) => fail(errno_of("ibv_create_qp", &e)),
         }
@@ -653,11 +713,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     // SAFETY: the caller passes a QP handle (checked by tag).
     let Some(o) = (unsafe { object::<UQp>(qp) }) else { return EINVAL };
     guard("ibv_destroy_qp", EIO, || {
-        let (pd, scq, rcq) = (o.pd, o.send_cq, o.recv_cq);
+        let (pd, scq, rcq, srq) = (o.pd, o.send_cq, o.recv_cq, o.srq);
+        forget(o.handle(), Kind::Qp);
         // SAFETY: a live UQp, given up by the caller.
         unsafe { destroy::<UQp>(qp) };
         for u in [&pd.users, &scq.users, &rcq.users] {
             u.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(s) = srq {
+            s.users.fetch_sub(1, Ordering::AcqRel);
         }
         0
     })
@@ -668,6 +732,147 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
     fail(unsupported("ibv_qp_to_qp_ex", "the extended QP (new post send) API"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared receive queues.
+// ---------------------------------------------------------------------------------------------
+
+/// `struct ibv_srq` and its verbs SRQ.
+#[repr(C)]
+pub(crate) struct USrq {
+    ibv: UnsafeCell<ibv_srq>,
+    tag: AtomicU64,
+    /// Reached mutably by the data path only (`post_srq_recv`).
+    pub(crate) srq: UnsafeCell<Srq>,
+    /// The limit armed last (0: none; the limit event disarms it).
+    limit: AtomicU32,
+    pd: &'static UPd,
+    /// QPs that take receives from it.
+    users: AtomicU32,
+}
+tagged!(USrq, ibv_srq, tag::SRQ);
+
+/// `ibv_create_srq`: `init_attr.attr` gets what the SRQ got (`max_wr`, `max_sge`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    // SAFETY: the caller passes a PD handle (checked by tag).
+    let Some(p) = (unsafe { object::<UPd>(pd) }) else { return fail(EINVAL) };
+    if init_attr.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: `init_attr` points to a `struct ibv_srq_init_attr` (checked non-NULL).
+    let a = unsafe { &mut *init_attr };
+    let want = a.attr;
+    if want.max_wr == 0 || want.max_sge == 0 {
+        return fail(refuse(
+            "ibv_create_srq",
+            EINVAL,
+            &format!("max_wr {} and max_sge {} must be at least 1", want.max_wr, want.max_sge),
+        ));
+    }
+    guard("ibv_create_srq", null_mut(), || match p.pd.create_srq(want.max_wr, want.max_sge, want.srq_limit) {
+        Ok(srq) => {
+            a.attr = ibv_srq_attr { max_wr: srq.max_wr(), max_sge: srq.max_sge(), srq_limit: want.srq_limit };
+            let (mutex, cond) = sync_pair();
+            p.users.fetch_add(1, Ordering::AcqRel);
+            let h = leak(USrq {
+                ibv: UnsafeCell::new(ibv_srq {
+                    context: p.ctx,
+                    srq_context: a.srq_context,
+                    pd,
+                    handle: srq.srqn(),
+                    mutex,
+                    cond,
+                    events_completed: 0,
+                }),
+                tag: AtomicU64::new(tag::SRQ),
+                srq: UnsafeCell::new(srq),
+                limit: AtomicU32::new(want.srq_limit),
+                // The PD outlives its SRQs (EBUSY otherwise).
+                pd: p,
+                users: AtomicU32::new(0),
+            });
+            remember(h, Kind::Srq);
+            h
+        }
+        Err(e) => fail(errno_of("ibv_create_srq", &e)),
+    })
+}
+
+/// `ibv_modify_srq`: IBV_SRQ_LIMIT arms the limit event; resizing (IBV_SRQ_MAX_WR) is
+/// refused with EINVAL, as mlx5 does.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    // SAFETY: the caller passes an SRQ handle (checked by tag).
+    let Some(o) = (unsafe { object::<USrq>(srq) }) else { return EINVAL };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    if mask & srq_attr_mask::MAX_WR != 0 {
+        return refuse("ibv_modify_srq", EINVAL, "an SRQ cannot be resized (IBV_SRQ_MAX_WR)");
+    }
+    if mask & !srq_attr_mask::LIMIT != 0 {
+        return refuse("ibv_modify_srq", EINVAL, &format!("unknown attribute mask bits {mask:#x}"));
+    }
+    if mask & srq_attr_mask::LIMIT == 0 {
+        return 0;
+    }
+    // SAFETY: `attr` points to a `struct ibv_srq_attr` (checked non-NULL).
+    let limit = unsafe { (*attr).srq_limit };
+    guard("ibv_modify_srq", EIO, || {
+        // SAFETY: a shared look at the SRQ; arming is a command, it touches no ring.
+        match unsafe { &*o.srq.get() }.arm(limit) {
+            Ok(()) => {
+                o.limit.store(limit, Ordering::Relaxed);
+                0
+            }
+            Err(e) => errno_of("ibv_modify_srq", &e),
+        }
+    })
+}
+
+/// `ibv_query_srq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    // SAFETY: the caller passes an SRQ handle (checked by tag).
+    let Some(o) = (unsafe { object::<USrq>(srq) }) else { return EINVAL };
+    if attr.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: a shared look at the SRQ's sizes; `attr` is writable (checked non-NULL).
+    unsafe {
+        let s = &*o.srq.get();
+        attr.write(ibv_srq_attr {
+            max_wr: s.max_wr(),
+            max_sge: s.max_sge(),
+            srq_limit: o.limit.load(Ordering::Relaxed),
+        });
+    }
+    0
+}
+
+/// The limit event fired: the SRQ is disarmed (what `ibv_query_srq` reports).
+pub(crate) fn srq_limit_reached(srq: &USrq) {
+    srq.limit.store(0, Ordering::Relaxed);
+}
+
+/// `ibv_destroy_srq`: EBUSY while QPs take receives from it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    // SAFETY: the caller passes an SRQ handle (checked by tag).
+    let Some(o) = (unsafe { object::<USrq>(srq) }) else { return EINVAL };
+    if o.users.load(Ordering::Acquire) != 0 {
+        return refuse("ibv_destroy_srq", EBUSY, "QPs still take receives from the SRQ");
+    }
+    guard("ibv_destroy_srq", EIO, || {
+        let pd = o.pd;
+        forget(o.handle(), Kind::Srq);
+        // SAFETY: a live USrq that no QP uses, given up by the caller.
+        unsafe { destroy::<USrq>(srq) };
+        pd.users.fetch_sub(1, Ordering::AcqRel);
+        0
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
