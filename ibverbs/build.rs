@@ -21,25 +21,31 @@ fn main() {
         }
     }
 
+    // Each family (IBVERBS_, MLX5_, EFA_) is a chain, each node inheriting the family's
+    // previous one as rdma-core's do; the private node stands alone.
     let mut script = String::new();
-    let mut prev: Option<&str> = None;
+    let mut prev: Vec<(&str, &str)> = Vec::new();
+    let mut first = true;
     for (node, syms) in &nodes {
+        let family = &node[..node.rfind('_').unwrap_or(0)];
+        let private = node.starts_with("IBVERBS_PRIVATE");
         let _ = writeln!(script, "{node} {{\n  global:");
         for s in syms {
             let _ = writeln!(script, "    {s};");
         }
-        if prev.is_none() {
+        if first {
             let _ = writeln!(script, "  local: *;");
+            first = false;
         }
-        // The private node stands alone, as in rdma-core.
-        match prev {
-            Some(p) if !node.starts_with("IBVERBS_PRIVATE") => {
+        match prev.iter().find(|(f, _)| *f == family) {
+            Some((_, p)) if !private => {
                 let _ = writeln!(script, "}} {p};");
             }
             _ => script.push_str("};\n"),
         }
-        if !node.starts_with("IBVERBS_PRIVATE") {
-            prev = Some(node);
+        if !private {
+            prev.retain(|(f, _)| *f != family);
+            prev.push((family, node));
         }
     }
     std::fs::write(format!("{out}/libibverbs.map"), script).expect("write libibverbs.map");

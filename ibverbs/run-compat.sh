@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs rdma-core's unmodified ibverbs programs (Debian's ibverbs-utils) on umlx's
+# Runs rdma-core's unmodified ibverbs programs (Debian's ibverbs-utils and perftest) on umlx's
 # libibverbs.so.1, through LD_LIBRARY_PATH, and checks their exit status and result lines:
 #   ibv_devices; ibv_devinfo -v;
 #   ibv_rc_pingpong -g 1 -c, server and client, two processes on the default device (a sim on
@@ -22,13 +22,13 @@ failed=0
 ok() { echo "ok:   $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ibv_devinfo >/dev/null; then
-    echo "== installing ibverbs-utils"
+if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ib_write_bw >/dev/null; then
+    echo "== installing ibverbs-utils and perftest"
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
-    if ! { $sudo apt-get install -y ibverbs-utils >/dev/null 2>&1 ||
-        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y ibverbs-utils >/dev/null 2>&1; }; }; then
-        echo "cannot install ibverbs-utils"
+    if ! { $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1 ||
+        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1; }; }; then
+        echo "cannot install ibverbs-utils and perftest"
         exit 1
     fi
 fi
@@ -36,23 +36,32 @@ fi
 echo "== building libibverbs.so.1 ($profile)"
 build_profile=(--profile "$profile")
 [ "$profile" = dev ] && profile_dir=debug || profile_dir=$profile
-if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs "${build_profile[@]}"); then
+if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs -p umlx-tools "${build_profile[@]}"); then
     echo "build failed"
     exit 1
 fi
 lib="$target/$profile_dir/libibverbs.so"
+umlx="$target/$profile_dir/umlx"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 ln -s "$lib" "$work/libibverbs.so.1"
+# perftest and UCX also link rdma-core's provider libraries for their direct verbs; the same
+# library answers for them (src/ffi/direct.rs), so rdma-core's are never loaded.
+ln -s "$lib" "$work/libmlx5.so.1"
+ln -s "$lib" "$work/libefa.so.1"
 export LD_LIBRARY_PATH="$work"
 export UMLX_DEBUG=1
 
 # Every program must load our library, with every symbol version it needs.
-for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_uc_pingpong ibv_xsrq_pingpong; do
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_uc_pingpong ibv_xsrq_pingpong \
+    ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat; do
     if ldd "$(command -v $p)" | grep -q "libibverbs.so.1 => $work/libibverbs.so.1"; then
         ok "$p resolves libibverbs.so.1 to umlx's"
     else
         bad "$p does not load umlx's libibverbs.so.1: $(ldd "$(command -v $p)" | grep libibverbs)"
+    fi
+    if ldd "$(command -v $p)" | grep -E "lib(ibverbs|mlx5|efa)\.so" | grep -qv "=> $work/"; then
+        bad "$p loads an rdma-core library: $(ldd "$(command -v $p)" | grep -E 'lib(ibverbs|mlx5|efa)\.so' | grep -v "=> $work/")"
     fi
 done
 
@@ -168,6 +177,103 @@ run xsrq ibv_xsrq_pingpong -g 1
 show xsrq
 if [ "$(cat "$work/xsrq.rc")" = 1 ]; then ok "xsrq exited 1"; else bad "xsrq exited $(cat "$work/xsrq.rc"), not 1"; fi
 has xsrq "^Couldn.t Open the XRC Domain $(python3 -c 'import errno; print(errno.EOPNOTSUPP)')\$" "ibv_xsrq_pingpong's message with errno EOPNOTSUPP"
+
+# pair NAME "SERVER COMMAND" "CLIENT COMMAND": a server and its client (the client gets the
+# host argument), outputs in $work/NAME-server.out and $work/NAME-client.out.
+pair() {
+    local name=$1 server=$2 client=$3
+    local port=$((20000 + RANDOM % 20000))
+    (timeout 300 $server -p $port >"$work/$name-server.out" 2>&1
+        echo $? >"$work/$name-server.rc") &
+    local spid=$!
+    if ! wait_listen $port; then
+        bad "$name: the server does not listen on TCP port $port"
+        show "$name-server"
+        kill $spid 2>/dev/null
+        return 1
+    fi
+    run "$name-client" timeout 300 $client -p $port localhost
+    wait $spid
+    exited0 "$name-server"
+    exited0 "$name-client"
+}
+
+# perftest's result row: "#bytes #iterations ..." then numbers.
+result_row() {
+    grep -A1 -E '^ #bytes' "$work/$1.out" | grep -E '^ [0-9]+ ' | tail -1
+}
+
+# perftest: each of the eight RC tests, both sides perftest on umlx (GID index 1, the RoCEv2
+# GID). The bandwidth tests check the result row of the default 64 KiB message, the latency
+# tests that of 2 bytes (atomics: 8); WRITE and READ bandwidth also run over all sizes (-a,
+# 2 B .. 8 MiB, 20 iterations each; READ with one outstanding request, see the README).
+echo "== perftest on umlx (ibv_wr* API, -x 1)"
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    case $t in
+    ib_atomic_*) size=8 ;;
+    *_bw) size=65536 ;;
+    *) size=2 ;;
+    esac
+    # READ and atomic latency: the server is passive and prints no result.
+    case $t in
+    ib_read_lat | ib_atomic_lat) sides=client ;;
+    *) sides="server client" ;;
+    esac
+    if pair "$t" "$t -x 1 -n 1000" "$t -x 1 -n 1000"; then
+        for side in $sides; do
+            row=$(result_row "$t-$side")
+            if echo "$row" | grep -Eq "^ $size +1000 +[0-9.]+ +[0-9.]+ +[0-9.]+"; then
+                ok "$t-$side: result row:$(echo "$row" | tr -s ' \t' ' ' | cut -c1-70)"
+            else
+                bad "$t-$side: no result row for $size bytes, 1000 iterations"
+                show "$t-$side"
+            fi
+        done
+        for side in server client; do
+            if grep -Eqi 'failed|unable|couldn|error' "$work/$t-$side.out"; then
+                bad "$t-$side: reports an error"
+                show "$t-$side"
+            fi
+        done
+    else
+        show "$t-server"
+        show "$t-client"
+    fi
+done
+for t in ib_write_bw ib_read_bw; do
+    extra=""
+    [ $t = ib_read_bw ] && extra="-t 1"
+    if pair "$t-all" "$t -x 1 -a -n 20 $extra" "$t -x 1 -a -n 20 $extra"; then
+        n=$(grep -cE '^ [0-9]+ +20 +[0-9.]+ +[0-9.]+ +[0-9.]+' "$work/$t-all-client.out")
+        if [ "$n" = 23 ]; then ok "$t-all: 23 sizes, 2 B to 8 MiB"; else bad "$t-all: $n result rows, not 23"; show "$t-all-client"; fi
+    else
+        show "$t-all-server"; show "$t-all-client"
+    fi
+done
+
+# Mixed pairs: an unmodified rdma-core program on one side, a umlx tool (umlx-verbs, no
+# libibverbs) on the other.
+echo "== mixed pairs: rdma-core programs and umlx tools"
+if pair mixed-rc "ibv_rc_pingpong -g 1 -c -n $iters" "$umlx rc-pingpong -g 1 -c -n $iters"; then
+    has mixed-rc-server "^$iters iters in [0-9.]+ seconds" "ibv_rc_pingpong served umlx rc-pingpong"
+    if grep -q "invalid data" "$work/mixed-rc-server.out"; then bad "mixed-rc: invalid data"; else ok "mixed-rc: -c data check clean"; fi
+fi
+if pair mixed-rc2 "$umlx rc-pingpong -g 1 -c -n $iters" "ibv_rc_pingpong -g 1 -c -n $iters"; then
+    has mixed-rc2-client "^$iters iters in [0-9.]+ seconds" "umlx rc-pingpong served ibv_rc_pingpong"
+fi
+if pair mixed-write-bw "ib_write_bw -x 1 -n 1000" "$umlx perf ib_write_bw -x 1 -n 1000"; then
+    has mixed-write-bw-server '^ 65536 +1000 +[0-9.]+ +[0-9.]+' "ib_write_bw served umlx perf ib_write_bw"
+fi
+if pair mixed-send-lat "$umlx perf ib_send_lat -x 1 -n 1000" "ib_send_lat -x 1 -n 1000"; then
+    has mixed-send-lat-client '^ 2 +1000 +[0-9.]+ +[0-9.]+' "umlx perf ib_send_lat served ib_send_lat"
+fi
+
+# The figures: perftest's own results beside umlx perf's for the same tests, in this run.
+echo "== perftest and umlx perf, same tests, this run (software ConnectX, two processes)"
+for t in ib_write_bw ib_send_lat ib_write_lat; do
+    pair "umlx-$t" "$umlx perf $t -x 1 -n 1000" "$umlx perf $t -x 1 -n 1000" >/dev/null
+    printf '    %-14s perftest: %s\n    %-14s umlx perf: %s\n' "$t" "$(result_row "$t-client" | tr -s ' ' | cut -c1-90)" "" "$(result_row "umlx-$t-client" | tr -s ' ' | cut -c1-90)"
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -226,6 +226,8 @@ pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 pub type PostSendFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
 /// `ops.post_recv`.
 pub type PostRecvFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+/// `verbs_context.create_qp_ex`.
+pub type CreateQpExFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
 /// `ops.post_srq_recv`.
 pub type PostSrqRecvFn = unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 /// `verbs_context.query_port`.
@@ -396,7 +398,7 @@ pub struct verbs_context {
     /// `open_qp`.
     pub open_qp: AnyFn,
     /// `create_qp_ex`.
-    pub create_qp_ex: AnyFn,
+    pub create_qp_ex: Option<CreateQpExFn>,
     /// `get_srq_num`.
     pub get_srq_num: AnyFn,
     /// `create_srq_ex`.
@@ -1148,6 +1150,323 @@ pub struct ibv_async_event {
     pub event_type: u32,
 }
 
+/// `struct ibv_grh`: the 40 bytes in front of a UD receive (RoCEv2 over IPv4: the IPv4
+/// header in its last 20 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_grh {
+    /// `version_tclass_flow` (big-endian).
+    pub version_tclass_flow: u32,
+    /// `paylen` (big-endian).
+    pub paylen: u16,
+    /// `next_hdr`.
+    pub next_hdr: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `sgid`.
+    pub sgid: ibv_gid,
+    /// `dgid`.
+    pub dgid: ibv_gid,
+}
+
+/// `IBV_WC_GRH`: the receive buffer starts with a GRH.
+pub const IBV_WC_GRH: u32 = 1 << 0;
+
+/// `struct ibv_ece` (enhanced connection establishment).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_ece {
+    /// `vendor_id`.
+    pub vendor_id: u32,
+    /// `options`.
+    pub options: u32,
+    /// `comp_mask`.
+    pub comp_mask: u32,
+}
+
+/// `struct ib_uverbs_global_route` (`<rdma/ib_user_verbs.h>`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ib_uverbs_global_route {
+    /// `dgid`.
+    pub dgid: [u8; 16],
+    /// `flow_label`.
+    pub flow_label: u32,
+    /// `sgid_index`.
+    pub sgid_index: u8,
+    /// `hop_limit`.
+    pub hop_limit: u8,
+    /// `traffic_class`.
+    pub traffic_class: u8,
+    /// `reserved`.
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_ah_attr` (`<rdma/ib_user_verbs.h>`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ib_uverbs_ah_attr {
+    /// `grh`.
+    pub grh: ib_uverbs_global_route,
+    /// `dlid`.
+    pub dlid: u16,
+    /// `sl`.
+    pub sl: u8,
+    /// `src_path_bits`.
+    pub src_path_bits: u8,
+    /// `static_rate`.
+    pub static_rate: u8,
+    /// `is_global`.
+    pub is_global: u8,
+    /// `port_num`.
+    pub port_num: u8,
+    /// `reserved`.
+    pub reserved: u8,
+}
+
+/// `struct ib_uverbs_qp_attr` (`<rdma/ib_user_verbs.h>`).
+/// (Each field as the header names it.)
+#[allow(missing_docs)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ib_uverbs_qp_attr {
+    pub qp_attr_mask: u32,
+    pub qp_state: u32,
+    pub cur_qp_state: u32,
+    pub path_mtu: u32,
+    pub path_mig_state: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub ah_attr: ib_uverbs_ah_attr,
+    pub alt_ah_attr: ib_uverbs_ah_attr,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 5],
+}
+
+/// `struct ib_user_path_rec` (`<rdma/ib_user_sa.h>`).
+/// (Each field as the header names it.)
+#[allow(missing_docs)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ib_user_path_rec {
+    pub dgid: [u8; 16],
+    pub sgid: [u8; 16],
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: u32,
+    pub flow_label: u32,
+    pub reversible: u32,
+    pub mtu: u32,
+    pub pkey: u16,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub numb_path: u8,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
+/// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`).
+/// (Each field as the header names it.)
+#[allow(missing_docs)]
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_sa_path_rec {
+    pub dgid: ibv_gid,
+    pub sgid: ibv_gid,
+    pub dlid: u16,
+    pub slid: u16,
+    pub raw_traffic: c_int,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub reversible: c_int,
+    pub numb_path: u8,
+    pub pkey: u16,
+    pub sl: u8,
+    pub mtu_selector: u8,
+    pub mtu: u8,
+    pub rate_selector: u8,
+    pub rate: u8,
+    pub packet_life_time_selector: u8,
+    pub packet_life_time: u8,
+    pub preference: u8,
+}
+
+/// `enum ibv_qp_init_attr_mask`.
+pub mod qp_init_attr_mask {
+    /// `IBV_QP_INIT_ATTR_PD`.
+    pub const PD: u32 = 1 << 0;
+    /// `IBV_QP_INIT_ATTR_CREATE_FLAGS`.
+    pub const CREATE_FLAGS: u32 = 1 << 2;
+    /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+    pub const SEND_OPS_FLAGS: u32 = 1 << 6;
+}
+
+/// `enum ibv_qp_create_send_ops_flags`: the work requests an extended QP builds.
+pub mod send_ops {
+    /// `IBV_QP_EX_WITH_RDMA_WRITE`.
+    pub const RDMA_WRITE: u64 = 1 << 0;
+    /// `IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM`.
+    pub const RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    /// `IBV_QP_EX_WITH_SEND`.
+    pub const SEND: u64 = 1 << 2;
+    /// `IBV_QP_EX_WITH_SEND_WITH_IMM`.
+    pub const SEND_WITH_IMM: u64 = 1 << 3;
+    /// `IBV_QP_EX_WITH_RDMA_READ`.
+    pub const RDMA_READ: u64 = 1 << 4;
+    /// `IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP`.
+    pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    /// `IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD`.
+    pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    /// What umlx builds.
+    pub const SUPPORTED: u64 =
+        RDMA_WRITE | RDMA_WRITE_WITH_IMM | SEND | SEND_WITH_IMM | RDMA_READ | ATOMIC_CMP_AND_SWP | ATOMIC_FETCH_AND_ADD;
+}
+
+/// `struct ibv_rx_hash_conf`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_rx_hash_conf {
+    /// `rx_hash_function`.
+    pub rx_hash_function: u8,
+    /// `rx_hash_key_len`.
+    pub rx_hash_key_len: u8,
+    /// `rx_hash_key`.
+    pub rx_hash_key: *mut u8,
+    /// `rx_hash_fields_mask`.
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: `struct ibv_qp_init_attr`'s fields, then the extensions.
+///
+/// Its first fields are `struct ibv_qp_init_attr`'s (whose tail padding `comp_mask` takes).
+#[repr(C)]
+#[derive(Debug)]
+pub struct ibv_qp_init_attr_ex {
+    /// `qp_context`.
+    pub qp_context: *mut c_void,
+    /// `send_cq`.
+    pub send_cq: *mut ibv_cq,
+    /// `recv_cq`.
+    pub recv_cq: *mut ibv_cq,
+    /// `srq`.
+    pub srq: *mut ibv_srq,
+    /// `cap`.
+    pub cap: ibv_qp_cap,
+    /// `qp_type`.
+    pub qp_type: u32,
+    /// `sq_sig_all`.
+    pub sq_sig_all: c_int,
+    /// `comp_mask` (`enum ibv_qp_init_attr_mask`).
+    pub comp_mask: u32,
+    /// `pd`.
+    pub pd: *mut ibv_pd,
+    /// `xrcd`.
+    pub xrcd: *mut c_void,
+    /// `create_flags`.
+    pub create_flags: u32,
+    /// `max_tso_header`.
+    pub max_tso_header: u16,
+    /// `rwq_ind_tbl`.
+    pub rwq_ind_tbl: *mut c_void,
+    /// `rx_hash_conf`.
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    /// `source_qpn`.
+    pub source_qpn: u32,
+    /// `send_ops_flags`.
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_data_buf`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_data_buf {
+    /// `addr`.
+    pub addr: *mut c_void,
+    /// `length`.
+    pub length: size_t,
+}
+
+/// `struct ibv_qp_ex`: the QP, then the work request builders of the new post-send API.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    /// `qp_base`.
+    pub qp_base: ibv_qp,
+    /// `comp_mask`.
+    pub comp_mask: u64,
+    /// `wr_id` of the next work request (the program sets it before the builder).
+    pub wr_id: u64,
+    /// `wr_flags` (`enum ibv_send_flags`) of the next work request.
+    pub wr_flags: c_uint,
+    /// `wr_atomic_cmp_swp`.
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    /// `wr_atomic_fetch_add`.
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    /// `wr_bind_mw`.
+    pub wr_bind_mw: AnyFn,
+    /// `wr_local_inv`.
+    pub wr_local_inv: AnyFn,
+    /// `wr_rdma_read`.
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `wr_rdma_write`.
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `wr_rdma_write_imm`.
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `wr_send`.
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_send_imm`.
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `wr_send_inv`.
+    pub wr_send_inv: AnyFn,
+    /// `wr_send_tso`.
+    pub wr_send_tso: AnyFn,
+    /// `wr_set_ud_addr`.
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    /// `wr_set_xrc_srqn`.
+    pub wr_set_xrc_srqn: AnyFn,
+    /// `wr_set_inline_data`.
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, size_t)>,
+    /// `wr_set_inline_data_list`.
+    pub wr_set_inline_data_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, size_t, *const ibv_data_buf)>,
+    /// `wr_set_sge`.
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `wr_set_sge_list`.
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, size_t, *const ibv_sge)>,
+    /// `wr_start`.
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_complete`.
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    /// `wr_abort`.
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `wr_atomic_write`.
+    pub wr_atomic_write: AnyFn,
+}
+
 // ---------------------------------------------------------------------------------------------
 // The layout, as `<infiniband/verbs.h>` (rdma-core 44, x86_64 and aarch64) has it.
 // ---------------------------------------------------------------------------------------------
@@ -1210,3 +1529,17 @@ layout!(ibv_async_event, size 16, event_type @ 8);
 const _: () = assert!(std::mem::align_of::<ibv_gid>() == 8 && std::mem::align_of::<ibv_ah_attr>() == 8);
 layout!(ibv_gid_entry, size 32, gid_index @ 16, port_num @ 20, gid_type @ 24, ndev_ifindex @ 28);
 layout!(ibv_query_device_ex_input, size 4,);
+layout!(ibv_grh, size 40, paylen @ 4, hop_limit @ 7, sgid @ 8, dgid @ 24);
+layout!(ibv_ece, size 12, comp_mask @ 8);
+layout!(ib_uverbs_ah_attr, size 32, dlid @ 24, port_num @ 30);
+layout!(ib_uverbs_qp_attr, size 144, ah_attr @ 40, alt_ah_attr @ 72, max_send_wr @ 104, pkey_index @ 124,
+    alt_timeout @ 138);
+layout!(ib_user_path_rec, size 64, dlid @ 32, raw_traffic @ 36, pkey @ 52, preference @ 63);
+layout!(ibv_sa_path_rec, size 64, dlid @ 32, raw_traffic @ 36, flow_label @ 40, hop_limit @ 44, reversible @ 48,
+    numb_path @ 52, pkey @ 54, sl @ 56, preference @ 63);
+layout!(ibv_rx_hash_conf, size 24,);
+layout!(ibv_qp_init_attr_ex, size 136, comp_mask @ 60, pd @ 64, xrcd @ 72, create_flags @ 80, max_tso_header @ 84,
+    rwq_ind_tbl @ 88, rx_hash_conf @ 96, source_qpn @ 120, send_ops_flags @ 128);
+layout!(ibv_data_buf, size 16,);
+layout!(ibv_qp_ex, size 352, comp_mask @ 160, wr_id @ 168, wr_flags @ 176, wr_atomic_cmp_swp @ 184, wr_send @ 240,
+    wr_set_sge_list @ 312, wr_start @ 320, wr_abort @ 336, wr_atomic_write @ 344);

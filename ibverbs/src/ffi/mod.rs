@@ -22,9 +22,12 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the contract above is every function's
 
+mod compat;
 mod datapath;
+mod direct;
 mod events;
 mod objects;
+mod qp_ex;
 
 use crate::abi::*;
 use crate::convert;
@@ -378,7 +381,7 @@ fn new_context(ctx: Context, d: &'static UDevice) -> *mut ibv_context {
                 ibv_create_flow: None,
                 abi_placeholder1: None,
                 open_qp: None,
-                create_qp_ex: None,
+                create_qp_ex: Some(objects::create_qp_ex),
                 get_srq_num: None,
                 create_srq_ex: None,
                 open_xrcd: None,
@@ -705,7 +708,7 @@ mod tests {
     unsafe fn connect_to_itself(qp: *mut ibv_qp, gid: ibv_gid) {
         // SAFETY: the function's contract; the attributes are locals.
         unsafe {
-            let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, ..Default::default() };
+            let mut a = ibv_qp_attr { qp_state: 1, port_num: 1, qp_access_flags: 0xe, ..Default::default() };
             assert_eq!(ibv_modify_qp(qp, &mut a, 1 | (1 << 3) | (1 << 4) | (1 << 5)), 0);
             let mut a = ibv_qp_attr {
                 qp_state: 2,
@@ -985,6 +988,111 @@ mod tests {
 
             assert_eq!(ibv_destroy_qp(qp), 0);
             assert_eq!(ibv_destroy_srq(srq), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0);
+            assert_eq!(ibv_dereg_mr(mr), 0);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
+    }
+
+    #[test]
+    fn the_new_post_send_api_writes_through_an_extended_qp() {
+        let d = &devices()[0];
+        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let mut buf = vec![0u8; 8192];
+        // SAFETY: every pointer below is a handle this test got from the library, or a local
+        // it owns for the duration of the call.
+        unsafe {
+            let mut gid = ibv_gid::default();
+            assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
+            let mut entry = ibv_gid_entry::default();
+            assert_eq!(super::compat::_ibv_query_gid_ex(ctx, 1, 1, &mut entry, 0, 32), 0);
+            assert_eq!((entry.gid, entry.gid_type), (gid, gid_type::ROCE_V2));
+            let pd = ibv_alloc_pd(ctx);
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 0xf);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            let vctx = ctx.cast::<u8>().sub(std::mem::offset_of!(verbs_context, context)).cast::<verbs_context>();
+            let create = (*vctx).create_qp_ex.expect("create_qp_ex");
+            let mut a = ibv_qp_init_attr_ex {
+                qp_context: null_mut(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq: null_mut(),
+                cap: ibv_qp_cap {
+                    max_send_wr: 8,
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: qpt::RC,
+                sq_sig_all: 0,
+                comp_mask: qp_init_attr_mask::PD | qp_init_attr_mask::SEND_OPS_FLAGS,
+                pd,
+                xrcd: null_mut(),
+                create_flags: 0,
+                max_tso_header: 0,
+                rwq_ind_tbl: null_mut(),
+                rx_hash_conf: ibv_rx_hash_conf {
+                    rx_hash_function: 0,
+                    rx_hash_key_len: 0,
+                    rx_hash_key: null_mut(),
+                    rx_hash_fields_mask: 0,
+                },
+                source_qpn: 0,
+                send_ops_flags: 1 << 8,
+            };
+            assert!(create(ctx, &mut a).is_null(), "memory-window binds are not offered");
+            assert_eq!(*libc::__errno_location(), EOPNOTSUPP);
+            a.send_ops_flags = send_ops::RDMA_WRITE;
+            let qp = create(ctx, &mut a);
+            assert!(!qp.is_null());
+            connect_to_itself(qp, gid);
+            let x = ibv_qp_to_qp_ex(qp);
+            assert_eq!(x.cast::<ibv_qp>(), qp);
+            assert!((*x).wr_send.is_none(), "only the operations asked for");
+
+            buf[..6].copy_from_slice(b"wr api");
+            let (lkey, rkey, base) = ((*mr).lkey, (*mr).rkey, buf.as_mut_ptr() as u64);
+            (*x).wr_start.unwrap()(x);
+            (*x).wr_id = 77;
+            (*x).wr_flags = send_flags::SIGNALED;
+            (*x).wr_rdma_write.unwrap()(x, rkey, base + 4096);
+            (*x).wr_set_sge.unwrap()(x, lkey, base, 6);
+            assert_eq!((*x).wr_complete.unwrap()(x), 0);
+            let mut wc = [ibv_wc::default(); 2];
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let mut n = 0;
+            while n == 0 && std::time::Instant::now() < deadline {
+                n = (*ctx).ops.poll_cq.unwrap()(cq, 2, wc.as_mut_ptr());
+            }
+            assert_eq!((n, wc[0].wr_id, wc[0].status, wc[0].opcode), (1, 77, 0, 1), "an RDMA WRITE completion");
+            assert_eq!(&buf[4096..4102], b"wr api", "landed in remote memory");
+
+            // A request that never gets its data fails the batch.
+            (*x).wr_start.unwrap()(x);
+            (*x).wr_rdma_write.unwrap()(x, rkey, base + 4096);
+            assert_eq!((*x).wr_complete.unwrap()(x), EINVAL);
+
+            let mut plain = ibv_qp_init_attr {
+                qp_context: null_mut(),
+                send_cq: cq,
+                recv_cq: cq,
+                srq: null_mut(),
+                cap: ibv_qp_cap {
+                    max_send_wr: 1,
+                    max_recv_wr: 1,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 0,
+                },
+                qp_type: qpt::RC,
+                sq_sig_all: 0,
+            };
+            let q2 = ibv_create_qp(pd, &mut plain);
+            assert!(ibv_qp_to_qp_ex(q2).is_null(), "a QP from ibv_create_qp has no ibv_qp_ex");
+            assert_eq!(ibv_destroy_qp(q2), 0);
+            assert_eq!(ibv_destroy_qp(qp), 0);
             assert_eq!(ibv_destroy_cq(cq), 0);
             assert_eq!(ibv_dereg_mr(mr), 0);
             assert_eq!(ibv_dealloc_pd(pd), 0);

@@ -2,6 +2,7 @@
 //! control path of the C ABI over `umlx-verbs`.
 
 use super::events::Kind;
+use super::qp_ex::{WrBuilder, fill_ops};
 use super::*;
 use libc::{EAGAIN, EBUSY};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -56,7 +57,7 @@ macro_rules! tagged {
                 self.tag.store(tag::DEAD, Ordering::Relaxed)
             }
             fn handle(&self) -> *mut $c {
-                self.ibv.get()
+                self.ibv.get().cast()
             }
         }
     };
@@ -542,13 +543,19 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: libc::c_uin
 // Queue pairs.
 // ---------------------------------------------------------------------------------------------
 
-/// `struct ibv_qp` and its verbs QP.
+/// `struct ibv_qp` (inside the `struct ibv_qp_ex` every QP has, used when it was created
+/// extended) and its verbs QP.
 #[repr(C)]
 pub(crate) struct UQp {
-    ibv: UnsafeCell<ibv_qp>,
+    ibv: UnsafeCell<ibv_qp_ex>,
     tag: AtomicU64,
     /// Reached mutably by the data path (posts) and by `ibv_modify_qp`.
     pub(crate) qp: UnsafeCell<Qp>,
+    /// Created by `ibv_create_qp_ex` with send-ops flags: `ibv_qp_to_qp_ex` gives the
+    /// `ibv_qp_ex` and its builders.
+    extended: bool,
+    /// The request the new post-send API is building.
+    pub(crate) builder: UnsafeCell<WrBuilder>,
     pd: &'static UPd,
     send_cq: &'static UCq,
     recv_cq: &'static UCq,
@@ -559,6 +566,46 @@ tagged!(UQp, ibv_qp, tag::QP);
 /// `ibv_create_qp`: an RC or UD QP (other types: EOPNOTSUPP); `attr.cap` gets what the QP got.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    // SAFETY: the caller's arguments, as `create_qp` takes them.
+    unsafe { create_qp("ibv_create_qp", pd, attr, None) }
+}
+
+/// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`): a QP with a PD and, with send-ops flags,
+/// the new post-send API (`ibv_qp_to_qp_ex`). XRC, TSO, RSS, create flags: EOPNOTSUPP.
+pub(crate) unsafe extern "C" fn create_qp_ex(_ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    if attr.is_null() {
+        return fail(EINVAL);
+    }
+    // SAFETY: `attr` points to a `struct ibv_qp_init_attr_ex` (checked non-NULL).
+    let a = unsafe { &*attr };
+    let known = qp_init_attr_mask::PD | qp_init_attr_mask::SEND_OPS_FLAGS | qp_init_attr_mask::CREATE_FLAGS;
+    if a.comp_mask & !known != 0 || (a.comp_mask & qp_init_attr_mask::CREATE_FLAGS != 0 && a.create_flags != 0) {
+        return fail(unsupported(
+            "ibv_create_qp_ex",
+            &format!("comp_mask {:#x} (XRC, TSO, RSS or create flags)", a.comp_mask),
+        ));
+    }
+    if a.comp_mask & qp_init_attr_mask::PD == 0 {
+        return fail(refuse("ibv_create_qp_ex", EINVAL, "IBV_QP_INIT_ATTR_PD is required"));
+    }
+    let send_ops = (a.comp_mask & qp_init_attr_mask::SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+    if let Some(f) = send_ops
+        && f & !send_ops::SUPPORTED != 0
+    {
+        return fail(unsupported("ibv_create_qp_ex", &format!("send_ops_flags {:#x}", f & !send_ops::SUPPORTED)));
+    }
+    // SAFETY: `struct ibv_qp_init_attr_ex` starts with `struct ibv_qp_init_attr`'s fields (as
+    // rdma-core reads it); the PD is checked by tag.
+    unsafe { create_qp("ibv_create_qp_ex", a.pd, attr.cast(), send_ops) }
+}
+
+/// A QP from the creation attributes; `send_ops`: an extended QP with those builders.
+///
+/// # Safety
+///
+/// `pd` is NULL or a PD handle; `attr` is NULL or points to the attributes (their `cap` is
+/// written back).
+unsafe fn create_qp(call: &str, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr, send_ops: Option<u64>) -> *mut ibv_qp {
     // SAFETY: the caller passes a PD handle (checked by tag).
     let Some(p) = (unsafe { object::<UPd>(pd) }) else { return fail(EINVAL) };
     if attr.is_null() {
@@ -568,21 +615,21 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
     let a = unsafe { &mut *attr };
     let qp_type = match convert::qp_type(a.qp_type) {
         Ok(t) => t,
-        Err(e) => return fail(refuse("ibv_create_qp", e, &convert::qp_type_refusal(a.qp_type, e))),
+        Err(e) => return fail(refuse(call, e, &convert::qp_type_refusal(a.qp_type, e))),
     };
     // SAFETY: a non-NULL SRQ pointer is an SRQ handle (checked by tag); an SRQ lives while QPs
     // take receives from it (EBUSY otherwise), so the reference is good for the QP's life.
     let srq = match unsafe { object::<USrq>(a.srq) } {
         Some(s) => Some(s),
         None if a.srq.is_null() => None,
-        None => return fail(refuse("ibv_create_qp", EINVAL, "srq is not an SRQ")),
+        None => return fail(refuse(call, EINVAL, "srq is not an SRQ")),
     };
     // SAFETY: non-NULL CQ pointers are CQ handles (checked by tag); a CQ lives while QPs
     // complete on it (EBUSY otherwise), so the references are good for the QP's life.
     let (Some(scq), Some(rcq)) = (unsafe { object::<UCq>(a.send_cq) }, unsafe { object::<UCq>(a.recv_cq) }) else {
-        return fail(refuse("ibv_create_qp", EINVAL, "send_cq and recv_cq must be CQs"));
+        return fail(refuse(call, EINVAL, "send_cq and recv_cq must be CQs"));
     };
-    guard("ibv_create_qp", null_mut(), || {
+    guard(call, null_mut(), || {
         // SAFETY: shared looks at the CQs to build the QP on them (QP creation does not race
         // with polling those CQs, per the crate's contract).
         let (sc, rc) = unsafe { (&*scq.cq.get(), &*rcq.cq.get()) };
@@ -605,8 +652,8 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                 if let Some(s) = srq {
                     s.users.fetch_add(1, Ordering::AcqRel);
                 }
-                let h = leak(UQp {
-                    ibv: UnsafeCell::new(ibv_qp {
+                let mut x = ibv_qp_ex {
+                    qp_base: ibv_qp {
                         context: p.ctx,
                         qp_context: a.qp_context,
                         pd,
@@ -620,9 +667,41 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                         mutex,
                         cond,
                         events_completed: 0,
-                    }),
+                    },
+                    comp_mask: 0,
+                    wr_id: 0,
+                    wr_flags: 0,
+                    wr_atomic_cmp_swp: None,
+                    wr_atomic_fetch_add: None,
+                    wr_bind_mw: None,
+                    wr_local_inv: None,
+                    wr_rdma_read: None,
+                    wr_rdma_write: None,
+                    wr_rdma_write_imm: None,
+                    wr_send: None,
+                    wr_send_imm: None,
+                    wr_send_inv: None,
+                    wr_send_tso: None,
+                    wr_set_ud_addr: None,
+                    wr_set_xrc_srqn: None,
+                    wr_set_inline_data: None,
+                    wr_set_inline_data_list: None,
+                    wr_set_sge: None,
+                    wr_set_sge_list: None,
+                    wr_start: None,
+                    wr_complete: None,
+                    wr_abort: None,
+                    wr_atomic_write: None,
+                };
+                if let Some(f) = send_ops {
+                    fill_ops(&mut x, f);
+                }
+                let h = leak(UQp {
+                    ibv: UnsafeCell::new(x),
                     tag: AtomicU64::new(tag::QP),
                     qp: UnsafeCell::new(qp),
+                    extended: send_ops.is_some(),
+                    builder: UnsafeCell::new(WrBuilder::new(a.qp_type)),
                     // These outlive the QP (EBUSY otherwise).
                     pd: p,
                     send_cq: scq,
@@ -632,7 +711,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                 remember(h, Kind::Qp);
                 h
             }
-            Err(e) => fail(errno_of("ibv_create_qp", &e)),
+            Err(e) => fail(errno_of(call, &e)),
         }
     })
 }
@@ -727,11 +806,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// `ibv_qp_to_qp_ex` (IBVERBS_1.6): QPs come from `ibv_create_qp`, never extended ones
-/// (`ibv_create_qp_ex` with send-ops flags is EOPNOTSUPP), so there is none to give.
+/// `ibv_qp_to_qp_ex` (IBVERBS_1.6): the `ibv_qp_ex` of a QP created by `ibv_create_qp_ex` with
+/// send-ops flags; NULL for any other QP (as rdma-core).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp) -> *mut c_void {
-    fail(unsupported("ibv_qp_to_qp_ex", "the extended QP (new post send) API"))
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: the caller passes a QP handle (checked by tag).
+    match unsafe { object::<UQp>(qp) } {
+        Some(o) if o.extended => o.ibv.get(),
+        _ => fail(EOPNOTSUPP),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
