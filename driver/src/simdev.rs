@@ -56,7 +56,12 @@ impl SimBackend {
     /// driver's own data-path cost, as rdma-core's figures are measured with the doorbell
     /// pointing at plain memory. Commands, EQ and CQ doorbells still reach the device.
     pub fn with_plain_doorbells(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
-        let b = Self::new(name, cfg)?;
+        Self::attach_with_plain_doorbells(name, SimDevice::new(cfg))
+    }
+
+    /// [`SimBackend::attach`] with plain doorbells, as [`SimBackend::with_plain_doorbells`].
+    pub fn attach_with_plain_doorbells(name: &str, dev: SimDevice) -> Result<Arc<SimBackend>> {
+        let b = Self::attach(name, dev)?;
         let mut b = Arc::try_unwrap(b).map_err(|_| Error::InvalidArgument("backend shared".into()))?;
         b.doorbell_sink = Some(Box::new(DoorbellSink(std::array::from_fn(|_| AtomicU64::new(0)))));
         Ok(Arc::new(b))

@@ -12,6 +12,9 @@
 //! `UMLX_SIM_INDEX` numbers a sim (MAC 02:00:5e:10:00:N, IP 10.77.0.N+1): on the automatic
 //! wire the number follows from the port the process got; on a named wire it is 0 unless set,
 //! so the two ends of one set different numbers. `UMLX_PCAP` records a sim's frames.
+//! `UMLX_SIM_PLAIN_DOORBELLS=1` makes a sim's data-path doorbells plain stores the device never
+//! sees (posted send WRs are not executed): for counting the library's own data-path
+//! instructions, as `umlx bench datapath` does (`benches/c_abi.rs`).
 //!
 //! Names are stable: `umlx_simN` for the N-th sim entry, `mlx5_<pci address>` for adapters.
 
@@ -122,6 +125,11 @@ pub fn parse_sim_index(value: Option<&str>) -> Result<Option<u8>, String> {
     }
 }
 
+/// Whether `UMLX_SIM_PLAIN_DOORBELLS` (its value, `None` when unset) asks for plain doorbells.
+pub fn parse_plain_doorbells(value: Option<&str>) -> bool {
+    value.map(str::trim).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +171,8 @@ mod tests {
         assert_eq!(parse_sim_index(Some("1")), Ok(Some(1)));
         assert_eq!(parse_sim_index(None), Ok(None));
         assert!(parse_sim_index(Some("256")).is_err());
+        assert!(parse_plain_doorbells(Some("1")));
+        assert!(!parse_plain_doorbells(Some("0")));
+        assert!(!parse_plain_doorbells(None));
     }
 }

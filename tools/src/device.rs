@@ -137,7 +137,13 @@ pub fn open(o: &DeviceOpts) -> Result<Context, String> {
                 WireArg::Auto => SimWire::Auto,
                 WireArg::Udp(local, peer) => SimWire::Udp(local, peer),
             };
-            let opts = SimWireOptions { wire, index: o.sim_index, ips: o.ips.clone(), pcap: o.pcap.clone() };
+            let opts = SimWireOptions {
+                wire,
+                index: o.sim_index,
+                ips: o.ips.clone(),
+                pcap: o.pcap.clone(),
+                ..Default::default()
+            };
             Context::open_sim_on_wire(&opts).map_err(|e| e.to_string())
         }
     }

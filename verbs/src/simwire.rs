@@ -8,7 +8,7 @@
 //! other's MAC with ARP on that wire. [`SimWire::Udp`] names both endpoints instead (a VM, a
 //! second machine).
 
-use crate::{Context, Error, ErrorKind, Result};
+use crate::{Context, Error, ErrorKind, Result, SimBackend};
 use std::net::{IpAddr, SocketAddr};
 use umlx_sim::{SimConfig, SimDevice};
 
@@ -66,6 +66,10 @@ pub struct SimWireOptions {
     pub ips: Vec<IpAddr>,
     /// Record every frame in this pcap file.
     pub pcap: Option<String>,
+    /// Data-path doorbells are plain stores the device never sees
+    /// ([`SimBackend::with_plain_doorbells`]): posted send WRs are not executed.
+    /// For measuring the driver's own data-path cost, as `umlx bench datapath` does.
+    pub plain_doorbells: bool,
 }
 
 /// A sim numbered `index` with `ips` (default 10.77.0.(index+1)).
@@ -114,7 +118,11 @@ impl Context {
         if let Some(p) = &o.pcap {
             dev.port().set_pcap(p).map_err(|e| wire_error(format!("pcap {p}: {e}")))?;
         }
-        let ctx = Context::attach_sim(dev, "0", ips)?;
+        let ctx = if o.plain_doorbells {
+            Context::open(SimBackend::attach_with_plain_doorbells("0", dev)?, ips)?
+        } else {
+            Context::attach_sim(dev, "0", ips)?
+        };
         ctx.use_sim_arp()?;
         Ok(ctx)
     }

@@ -263,6 +263,9 @@ fn open_context(d: &UDevice) -> Result<Context, umlx_verbs::Error> {
             index: parse_sim_index(std::env::var("UMLX_SIM_INDEX").ok().as_deref()).map_err(invalid)?,
             ips,
             pcap: std::env::var("UMLX_PCAP").ok().filter(|p| !p.is_empty()),
+            plain_doorbells: crate::devices::parse_plain_doorbells(
+                std::env::var("UMLX_SIM_PLAIN_DOORBELLS").ok().as_deref(),
+            ),
         }),
         DeviceSpec::Pci(pci) => Context::open_pci(pci, ips),
     }
