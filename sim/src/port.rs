@@ -9,7 +9,9 @@
 //!
 //! Wires: an in-process [`crate::fabric::Fabric`], or a UDP socket carrying one Ethernet
 //! frame per datagram (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so that
-//! another process or a VM can be the peer.
+//! another process or a VM can be the peer. The UDP socket asks for large buffers (one
+//! `setsockopt`, this module's only `unsafe`), so that a burst of a long message survives while
+//! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
 use crate::firmware::Hca;
@@ -135,6 +137,7 @@ impl Port {
     pub fn connect_udp(&self, local: SocketAddr, peer: SocketAddr) -> std::io::Result<SocketAddr> {
         let sock = Arc::new(UdpSocket::bind(local)?);
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        enlarge_buffers(&sock);
         let bound = sock.local_addr()?;
         let weak = Arc::downgrade(&self.inner);
         let rsock = sock.clone();
@@ -267,6 +270,31 @@ impl PortInner {
             for f in frames {
                 let _ = w.write_record(ts, f);
             }
+        }
+    }
+}
+
+/// The socket buffers a UDP wire asks for: a burst of a multi-packet message (an 8 MiB READ's
+/// responses are 8192 datagrams) waits there while the receiving sim's thread is not running;
+/// the kernel grants at most `net.core.rmem_max` / `wmem_max`.
+const WIRE_SOCKET_BUFFER: libc::c_int = 16 << 20;
+
+/// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer (best effort: a smaller
+/// grant only means earlier drops, which the RC transport retransmits).
+fn enlarge_buffers(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+        let v: libc::c_int = WIRE_SOCKET_BUFFER;
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a local that outlives
+        // the call; the descriptor is the socket's own, open while `sock` is borrowed.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw const v).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
         }
     }
 }
