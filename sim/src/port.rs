@@ -9,8 +9,8 @@
 //!
 //! Wires: an in-process [`crate::fabric::Fabric`], or a UDP socket carrying one Ethernet
 //! frame per datagram (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so that
-//! another process or a VM can be the peer. The UDP socket asks for large buffers (one
-//! `setsockopt`, this module's only `unsafe`), so that a burst of a long message survives while
+//! another process or a VM can be the peer. The UDP socket asks for large buffers
+//! (`setsockopt`, this module's only `unsafe`), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
@@ -279,11 +279,12 @@ impl PortInner {
 /// the kernel grants at most `net.core.rmem_max` / `wmem_max`.
 const WIRE_SOCKET_BUFFER: libc::c_int = 16 << 20;
 
-/// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer (best effort: a smaller
-/// grant only means earlier drops, which the RC transport retransmits).
+/// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer: beyond the sysctl limits
+/// where the process may (`SO_RCVBUFFORCE`, CAP_NET_ADMIN), else up to them (best effort: a
+/// smaller grant only means earlier drops, which the RC transport retransmits).
 fn enlarge_buffers(sock: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+    let set = |opt| {
         let v: libc::c_int = WIRE_SOCKET_BUFFER;
         // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a local that outlives
         // the call; the descriptor is the socket's own, open while `sock` is borrowed.
@@ -294,7 +295,12 @@ fn enlarge_buffers(sock: &UdpSocket) {
                 opt,
                 (&raw const v).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
+            ) == 0
+        }
+    };
+    for (forced, capped) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        if !set(forced) {
+            set(capped);
         }
     }
 }
