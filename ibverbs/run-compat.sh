@@ -10,7 +10,15 @@
 #   then perftest's and umlx perf's figures for the same tests, side by side.
 #
 # Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, ITERS (pingpong
-# exchanges, default 1000), UMLX_DEVICES (default: the embedded sim). The rdma-core libraries
+# exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value words) give each side its own
+# device, e.g. two functions of a real adapter bound to vfio-pci:
+#   SERVER_ENV="UMLX_DEVICES=pci:0000:3b:00.0 UMLX_IP=192.0.2.1" \
+#   CLIENT_ENV="UMLX_DEVICES=pci:0000:3b:00.1 UMLX_IP=192.0.2.2" \
+#   SERVER_UMLX="-d pci:0000:3b:00.0 --ip 192.0.2.1" CLIENT_UMLX="-d pci:0000:3b:00.1 --ip 192.0.2.2" \
+#   bash ibverbs/run-compat.sh
+# (SERVER_UMLX and CLIENT_UMLX: the same devices as umlx tools' options, for the mixed pairs.)
+# Without them both sides use the default device (the embedded sim on the automatic wire), and
+# the -e cases a named UDP wire. The rdma-core libraries
 # these packages pull in are installed but never loaded: every program is checked to resolve
 # libibverbs.so.1, libmlx5.so.1 and libefa.so.1 to this library.
 set -uo pipefail
@@ -55,6 +63,10 @@ ln -s "$lib" "$work/libmlx5.so.1"
 ln -s "$lib" "$work/libefa.so.1"
 export LD_LIBRARY_PATH="$work"
 export UMLX_DEBUG=1
+server_env=${SERVER_ENV:-}
+client_env=${CLIENT_ENV:-}
+server_umlx=${SERVER_UMLX:-}
+client_umlx=${CLIENT_UMLX:-}
 
 # Every program must load our library, with every symbol version it needs, and none of
 # rdma-core's (ldd lists the one file once, under the first of its names a program needs).
@@ -93,22 +105,22 @@ show() {
 }
 
 echo "== ibv_devices"
-run devices ibv_devices
+run devices env $server_env ibv_devices
 show devices
 exited0 devices
-has devices '^[[:space:]]+umlx_sim0[[:space:]]+[0-9a-f]{16}$' "lists umlx_sim0 with its node GUID"
+has devices '^[[:space:]]+(umlx_sim0|mlx5_[0-9a-f:.]+)[[:space:]]+[0-9a-f]{16}$' "lists the device with its node GUID"
 
 echo "== ibv_devinfo -v"
-run devinfo ibv_devinfo -v
+run devinfo env $server_env ibv_devinfo -v
 head -12 "$work/devinfo.out" | sed 's/^/    /'
 echo "    ..."
 grep -E 'state:|active_mtu|link_layer|GID\[' "$work/devinfo.out" | sed 's/^/    /'
 exited0 devinfo
-has devinfo '^hca_id:[[:space:]]umlx_sim0$' "hca_id umlx_sim0"
+has devinfo '^hca_id:[[:space:]](umlx_sim0|mlx5_[0-9a-f:.]+)$' "hca_id"
 has devinfo 'vendor_id:[[:space:]]+0x02c9|vendor_id:[[:space:]]+0x15b3' "a Mellanox vendor id"
 has devinfo 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port 1 active"
 has devinfo 'link_layer:[[:space:]]+Ethernet' "Ethernet link layer"
-has devinfo 'GID\[  1\]:[[:space:]]+::ffff:10\.77\.0\.[12], RoCE v2' "GID 1 is the RoCEv2 GID of the port's IPv4 address"
+has devinfo 'GID\[  1\]:[[:space:]]+::ffff:[0-9.]+, RoCE v2' "GID 1 is the RoCEv2 GID of the port's IPv4 address"
 
 # Waits until TCP port $1 listens (IPv4 or IPv6), at most 20 s.
 wait_listen() {
@@ -145,8 +157,8 @@ pingpong() {
         local n="$name-$side"
         show "$n" | grep -v '^    .*address:' || true
         exited0 "$n"
-        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:10\.' "local address with a RoCEv2 GID"
-        has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:10\.' "remote address"
+        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:[0-9]' "local address with a RoCEv2 GID"
+        has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:[0-9]' "remote address"
         has "$n" "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\$" "throughput line"
         has "$n" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter\$" "latency line"
         if grep -q "invalid data" "$work/$n.out"; then bad "$n: -c found invalid data"; else ok "$n: -c data check clean"; fi
@@ -155,17 +167,17 @@ pingpong() {
 
 p1=$((40000 + RANDOM % 10000))
 p2=$((p1 + 1))
-named_wire_server="UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0"
-named_wire_client="UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1"
+named_wire_server=${SERVER_ENV:-"UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0"}
+named_wire_client=${CLIENT_ENV:-"UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1"}
 
 # rdma-core's three ping-pongs that umlx supports, each polled on the default device (the
 # automatic wire) and with completion events (-e) on a named UDP wire. UD's messages are 1024
 # bytes (its default), RC's and SRQ's 4096; ibv_srq_pingpong runs 16 QPs on one SRQ.
-pingpong ibv_rc_pingpong rc-polled 4096 "" "" -g 1 -c -n "$iters"
+pingpong ibv_rc_pingpong rc-polled 4096 "$server_env" "$client_env" -g 1 -c -n "$iters"
 pingpong ibv_rc_pingpong rc-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
-pingpong ibv_ud_pingpong ud-polled 1024 "" "" -g 1 -c -n "$iters"
+pingpong ibv_ud_pingpong ud-polled 1024 "$server_env" "$client_env" -g 1 -c -n "$iters"
 pingpong ibv_ud_pingpong ud-events 1024 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
-pingpong ibv_srq_pingpong srq-polled 4096 "" "" -g 1 -c -n "$iters"
+pingpong ibv_srq_pingpong srq-polled 4096 "$server_env" "$client_env" -g 1 -c -n "$iters"
 pingpong ibv_srq_pingpong srq-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
 
 # What umlx does not implement fails cleanly, with the program's own message for it: UC QPs
@@ -186,7 +198,7 @@ has xsrq "^Couldn.t Open the XRC Domain $(python3 -c 'import errno; print(errno.
 pair() {
     local name=$1 server=$2 client=$3
     local port=$((20000 + RANDOM % 20000))
-    (timeout 300 $server -p $port >"$work/$name-server.out" 2>&1
+    (env $server_env timeout 120 $server -p $port >"$work/$name-server.out" 2>&1
         echo $? >"$work/$name-server.rc") &
     local spid=$!
     if ! wait_listen $port; then
@@ -195,7 +207,7 @@ pair() {
         kill $spid 2>/dev/null
         return 1
     fi
-    run "$name-client" timeout 300 $client -p $port localhost
+    run "$name-client" env $client_env timeout 120 $client -p $port localhost
     wait $spid
     exited0 "$name-server"
     exited0 "$name-client"
@@ -258,24 +270,24 @@ done
 # Mixed pairs: an unmodified rdma-core program on one side, a umlx tool (umlx-verbs, no
 # libibverbs) on the other.
 echo "== mixed pairs: rdma-core programs and umlx tools"
-if pair mixed-rc "ibv_rc_pingpong -g 1 -c -n $iters" "$umlx rc-pingpong -g 1 -c -n $iters"; then
+if pair mixed-rc "ibv_rc_pingpong -g 1 -c -n $iters" "$umlx rc-pingpong $client_umlx -g 1 -c -n $iters"; then
     has mixed-rc-server "^$iters iters in [0-9.]+ seconds" "ibv_rc_pingpong served umlx rc-pingpong"
     if grep -q "invalid data" "$work/mixed-rc-server.out"; then bad "mixed-rc: invalid data"; else ok "mixed-rc: -c data check clean"; fi
 fi
-if pair mixed-rc2 "$umlx rc-pingpong -g 1 -c -n $iters" "ibv_rc_pingpong -g 1 -c -n $iters"; then
+if pair mixed-rc2 "$umlx rc-pingpong $server_umlx -g 1 -c -n $iters" "ibv_rc_pingpong -g 1 -c -n $iters"; then
     has mixed-rc2-client "^$iters iters in [0-9.]+ seconds" "umlx rc-pingpong served ibv_rc_pingpong"
 fi
-if pair mixed-write-bw "ib_write_bw -x 1 -n 1000" "$umlx perf ib_write_bw -x 1 -n 1000"; then
+if pair mixed-write-bw "ib_write_bw -x 1 -n 1000" "$umlx perf ib_write_bw $client_umlx -x 1 -n 1000"; then
     if result_row mixed-write-bw-server | grep -Eq '^ 65536 1000 '; then ok "ib_write_bw served umlx perf ib_write_bw"; else bad "mixed-write-bw: no result row"; show mixed-write-bw-server; fi
 fi
-if pair mixed-send-lat "$umlx perf ib_send_lat -x 1 -n 1000" "ib_send_lat -x 1 -n 1000"; then
+if pair mixed-send-lat "$umlx perf ib_send_lat $server_umlx -x 1 -n 1000" "ib_send_lat -x 1 -n 1000"; then
     if result_row mixed-send-lat-client | grep -Eq '^ 2 1000 '; then ok "umlx perf ib_send_lat served ib_send_lat"; else bad "mixed-send-lat: no result row"; show mixed-send-lat-client; fi
 fi
 
 # The figures: perftest's own results beside umlx perf's for the same tests, in this run.
 echo "== perftest and umlx perf, same tests, this run (software ConnectX, two processes)"
 for t in ib_write_bw ib_send_lat ib_write_lat; do
-    pair "umlx-$t" "$umlx perf $t -x 1 -n 1000" "$umlx perf $t -x 1 -n 1000" >/dev/null
+    pair "umlx-$t" "$umlx perf $t $server_umlx -x 1 -n 1000" "$umlx perf $t $client_umlx -x 1 -n 1000" >/dev/null
     printf '    %-14s perftest: %s\n    %-14s umlx perf:%s\n' "$t" "$(result_row "$t-client" | cut -c1-90)" "" "$(result_row "umlx-$t-client" | cut -c1-90)"
 done
 

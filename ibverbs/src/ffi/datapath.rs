@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::convert;
 use libc::{EINVAL, EOPNOTSUPP, c_int};
 use std::cell::UnsafeCell;
-use umlx_verbs::{Cq, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr, Wc};
+use umlx_verbs::{Cq, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr};
 
 /// SGEs per work request that a post translates on the stack; a QP is never created with
 /// more (`ibv_create_qp` reports the device's limit, which is below this).
@@ -210,6 +210,57 @@ pub(super) unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
+    // The common post, on its own so that it needs no stack for the general one: one request
+    // with one SGE, no inline data, an opcode of the verbs short path, on an RC QP.
+    if !qp.is_null() && !wr.is_null() {
+        // SAFETY: a non-NULL request of the caller's chain.
+        let w = unsafe { &*wr };
+        if w.next.is_null()
+            && w.num_sge == 1
+            && !w.sg_list.is_null()
+            && w.send_flags & !(send_flags::FENCE | send_flags::SIGNALED | send_flags::SOLICITED) == 0
+        {
+            // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
+            let q = unsafe { qp_of(qp) };
+            if !is_ud(q) && q.cap.max_send_sge >= 1 {
+                // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
+                let s = unsafe { w.sg_list.read() };
+                let sge = [Sge::new(s.addr, s.length, s.lkey)];
+                // SAFETY: `wr.rdma` is plain integers, read only for the RDMA opcodes.
+                let r = unsafe { w.wr.rdma };
+                let remote = Remote { addr: r.remote_addr, rkey: r.rkey };
+                let imm = u32::from_be(w.imm_data);
+                let op = match w.opcode {
+                    wr_opcode::RDMA_WRITE => SendOp::Write { data: Payload::Sges(&sge), remote, imm: None },
+                    wr_opcode::SEND => SendOp::Send { data: Payload::Sges(&sge), imm: None },
+                    wr_opcode::RDMA_READ => SendOp::Read { into: &sge, remote },
+                    wr_opcode::SEND_WITH_IMM => SendOp::Send { data: Payload::Sges(&sge), imm: Some(imm) },
+                    wr_opcode::RDMA_WRITE_WITH_IMM => {
+                        SendOp::Write { data: Payload::Sges(&sge), remote, imm: Some(imm) }
+                    }
+                    // SAFETY: the caller's arguments, unchanged.
+                    _ => return unsafe { post_send_general(qp, wr, bad_wr) },
+                };
+                let v = SendWr { wr_id: w.wr_id, op, flags: SendFlags(w.send_flags) };
+                return match q.post_send(std::slice::from_ref(&v)) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
+                        unsafe { set_bad(bad_wr, wr) };
+                        e.errno()
+                    }
+                };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { post_send_general(qp, wr, bad_wr) }
+}
+
+/// `post_send` for every other chain: several requests, SGEs, inline data, atomics, UD.
+#[inline(never)]
+#[cold]
+unsafe fn post_send_general(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
     if qp.is_null() {
         // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
         unsafe { set_bad(bad_wr, wr) };
@@ -310,6 +361,36 @@ pub(super) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
+    // The common post, on its own: one request with one SGE.
+    if !qp.is_null() && !wr.is_null() {
+        // SAFETY: a non-NULL request of the caller's chain.
+        let w = unsafe { &*wr };
+        if w.next.is_null() && w.num_sge == 1 && !w.sg_list.is_null() {
+            // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
+            let q = unsafe { qp_of(qp) };
+            if q.cap.max_recv_sge >= 1 {
+                // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
+                let s = unsafe { w.sg_list.read() };
+                let sge = [Sge::new(s.addr, s.length, s.lkey)];
+                return match q.post_recv(&[RecvWr { wr_id: w.wr_id, sg_list: &sge }]) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
+                        unsafe { set_bad(bad_wr, wr) };
+                        e.errno()
+                    }
+                };
+            }
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { post_recv_general(qp, wr, bad_wr) }
+}
+
+/// `post_recv` for every other chain.
+#[inline(never)]
+#[cold]
+unsafe fn post_recv_general(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
     if qp.is_null() {
         // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
         unsafe { set_bad(bad_wr, wr) };
@@ -390,40 +471,24 @@ pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, ne: c_int, wc: *mut ibv
     if cq.is_null() || ne < 0 || (ne > 0 && wc.is_null()) {
         return -EINVAL;
     }
-    // SAFETY: a live CQ handle polled by one thread at a time (the crate's contract).
-    let c = unsafe { cq_of(cq) };
+    // SAFETY: a live CQ handle polled by one thread at a time (the crate's contract); its
+    // scratch entries are in a cell only this function borrows.
+    let (c, scratch) = unsafe { (cq_of(cq), &mut *UnsafeCell::raw_get(&raw const (*cq.cast::<UCq>()).scratch)) };
     let ne = ne as usize;
-    if ne == 1 {
-        // SAFETY: `wc` has `ne` entries (the ibverbs contract).
-        return unsafe { poll_into::<1>(c, 1, wc) } as c_int;
-    }
-    // SAFETY: as above.
-    unsafe { poll_into::<16>(c, ne, wc) as c_int }
-}
-
-/// Polls up to `ne` completions through a stack buffer of `N` and writes them to `out` in C
-/// form (the verbs `Wc` holds enums, so C memory is never viewed as one).
-///
-/// # Safety
-///
-/// `out` has `ne` writable entries.
-#[inline(always)]
-unsafe fn poll_into<const N: usize>(c: &mut Cq, ne: usize, out: *mut ibv_wc) -> usize {
     let mut done = 0;
     while done < ne {
-        let mut buf = [Wc::default(); N];
-        let want = (ne - done).min(N);
-        let n = c.poll(&mut buf[..want]);
-        for (i, w) in buf[..n].iter().enumerate() {
-            // SAFETY: done + i < ne entries (the function's contract).
-            unsafe { out.add(done + i).write(convert::c_wc(w)) };
+        let want = (ne - done).min(scratch.len());
+        let n = c.poll(&mut scratch[..want]);
+        for (i, w) in scratch[..n].iter().enumerate() {
+            // SAFETY: done + i < ne entries at `wc` (the ibverbs contract).
+            unsafe { wc.add(done + i).write(convert::c_wc(w)) };
         }
         done += n;
         if n < want {
             break;
         }
     }
-    done
+    done as c_int
 }
 
 /// `ops.req_notify_cq`: arms the CQ for its channel's next event (a CQ without a channel has

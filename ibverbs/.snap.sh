@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# Runs unmodified RDMA programs (Debian's ibverbs-utils and perftest) on umlx's libibverbs.so.1
+# through LD_LIBRARY_PATH, two processes each, and checks their exit status and result lines:
+#   ibv_devices; ibv_devinfo -v;
+#   ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong -g 1 -c, polled on the default device (a
+#   sim on the automatic loopback wire) and with completion events (-e) on a named UDP wire;
+#   ibv_uc_pingpong and ibv_xsrq_pingpong failing cleanly;
+#   perftest's eight RC tests with -x 1, and ib_write_bw -a, ib_read_bw -a;
+#   mixed pairs: rdma-core programs against umlx rc-pingpong and umlx perf;
+#   then perftest's and umlx perf's figures for the same tests, side by side.
+#
+# Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, ITERS (pingpong
+# exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value words) give each side its own
+# device, e.g. two functions of a real adapter bound to vfio-pci:
+#   SERVER_ENV="UMLX_DEVICES=pci:0000:3b:00.0 UMLX_IP=192.0.2.1" \
+#   CLIENT_ENV="UMLX_DEVICES=pci:0000:3b:00.1 UMLX_IP=192.0.2.2" bash ibverbs/run-compat.sh
+# Without them both sides use the default device (the embedded sim on the automatic wire), and
+# the -e cases a named UDP wire. The rdma-core libraries
+# these packages pull in are installed but never loaded: every program is checked to resolve
+# libibverbs.so.1, libmlx5.so.1 and libefa.so.1 to this library.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+profile=${PROFILE:-release}
+target=${CARGO_TARGET_DIR:-$root/target}
+iters=${ITERS:-1000}
+passed=0
+failed=0
+
+ok() { echo "ok:   $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ib_write_bw >/dev/null; then
+    echo "== installing ibverbs-utils and perftest"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    if ! { $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1 ||
+        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1; }; }; then
+        echo "cannot install ibverbs-utils and perftest"
+        exit 1
+    fi
+fi
+
+echo "== building libibverbs.so.1 ($profile)"
+build_profile=(--profile "$profile")
+[ "$profile" = dev ] && profile_dir=debug || profile_dir=$profile
+if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs -p umlx-tools "${build_profile[@]}"); then
+    echo "build failed"
+    exit 1
+fi
+lib="$target/$profile_dir/libibverbs.so"
+umlx="$target/$profile_dir/umlx"
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+ln -s "$lib" "$work/libibverbs.so.1"
+# perftest and UCX also link rdma-core's provider libraries for their direct verbs; the same
+# library answers for them (src/ffi/direct.rs), so rdma-core's are never loaded.
+ln -s "$lib" "$work/libmlx5.so.1"
+ln -s "$lib" "$work/libefa.so.1"
+export LD_LIBRARY_PATH="$work"
+export UMLX_DEBUG=1
+server_env=${SERVER_ENV:-}
+client_env=${CLIENT_ENV:-}
+
+# Every program must load our library, with every symbol version it needs, and none of
+# rdma-core's (ldd lists the one file once, under the first of its names a program needs).
+for p in ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong ibv_uc_pingpong ibv_xsrq_pingpong \
+    ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat ib_atomic_bw ib_atomic_lat; do
+    libs=$(ldd "$(command -v $p)" | grep -E 'lib(ibverbs|mlx5|efa)\.so')
+    if echo "$libs" | grep -q "=> $work/lib" && ! echo "$libs" | grep -qv "=> $work/lib"; then
+        ok "$p loads umlx's library ($(echo "$libs" | awk '{print $1}' | tr '\n' ' '))"
+    else
+        bad "$p does not load umlx's library alone: $libs"
+    fi
+done
+
+# Runs "$@" with a timeout, output in $work/$name.out; the exit status in $work/$name.rc.
+run() {
+    local name=$1
+    shift
+    timeout 120 "$@" >"$work/$name.out" 2>&1
+    echo $? >"$work/$name.rc"
+}
+
+# Checks that $work/$1.out has a line matching the extended regex $2.
+has() {
+    if grep -Eq -- "$2" "$work/$1.out"; then ok "$1: $3"; else bad "$1: no line matching /$2/ ($3)"; fi
+}
+
+exited0() {
+    local rc
+    rc=$(cat "$work/$1.rc")
+    if [ "$rc" = 0 ]; then ok "$1 exited 0"; else bad "$1 exited $rc"; fi
+}
+
+show() {
+    echo "---- $1"
+    sed 's/^/    /' "$work/$1.out"
+}
+
+echo "== ibv_devices"
+run devices env $server_env ibv_devices
+show devices
+exited0 devices
+has devices '^[[:space:]]+(umlx_sim0|mlx5_[0-9a-f:.]+)[[:space:]]+[0-9a-f]{16}$' "lists the device with its node GUID"
+
+echo "== ibv_devinfo -v"
+run devinfo env $server_env ibv_devinfo -v
+head -12 "$work/devinfo.out" | sed 's/^/    /'
+echo "    ..."
+grep -E 'state:|active_mtu|link_layer|GID\[' "$work/devinfo.out" | sed 's/^/    /'
+exited0 devinfo
+has devinfo '^hca_id:[[:space:]](umlx_sim0|mlx5_[0-9a-f:.]+)$' "hca_id"
+has devinfo 'vendor_id:[[:space:]]+0x02c9|vendor_id:[[:space:]]+0x15b3' "a Mellanox vendor id"
+has devinfo 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port 1 active"
+has devinfo 'link_layer:[[:space:]]+Ethernet' "Ethernet link layer"
+has devinfo 'GID\[  1\]:[[:space:]]+::ffff:[0-9.]+, RoCE v2' "GID 1 is the RoCEv2 GID of the port's IPv4 address"
+
+# Waits until TCP port $1 listens (IPv4 or IPv6), at most 20 s.
+wait_listen() {
+    local hex
+    hex=$(printf ':%04X' "$1")
+    for _ in $(seq 200); do
+        if awk -v p="$hex\$" '$2 ~ p && $4 == "0A" { found = 1 } END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# pingpong PROGRAM NAME SIZE SERVER_ENV CLIENT_ENV ARGS...: server and client, checked (SIZE:
+# the message size the program's result line counts).
+pingpong() {
+    local prog=$1 name=$2 size=$3 senv=$4 cenv=$5
+    shift 5
+    local port=$((20000 + RANDOM % 20000))
+    echo "== $prog $* ($name)"
+    (env $senv timeout 120 "$prog" -p $port "$@" >"$work/$name-server.out" 2>&1
+        echo $? >"$work/$name-server.rc") &
+    local spid=$!
+    if ! wait_listen $port; then
+        bad "$name: the server does not listen on TCP port $port"
+        show "$name-server"
+        kill $spid 2>/dev/null
+        return
+    fi
+    run "$name-client" env $cenv "$prog" -p $port "$@" localhost
+    wait $spid
+    for side in server client; do
+        local n="$name-$side"
+        show "$n" | grep -v '^    .*address:' || true
+        exited0 "$n"
+        has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:[0-9]' "local address with a RoCEv2 GID"
+        has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:[0-9]' "remote address"
+        has "$n" "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\$" "throughput line"
+        has "$n" "^$iters iters in [0-9.]+ seconds = [0-9.]+ usec/iter\$" "latency line"
+        if grep -q "invalid data" "$work/$n.out"; then bad "$n: -c found invalid data"; else ok "$n: -c data check clean"; fi
+    done
+}
+
+p1=$((40000 + RANDOM % 10000))
+p2=$((p1 + 1))
+named_wire_server=${SERVER_ENV:-"UMLX_DEVICES=sim:udp:127.0.0.1:$p1,127.0.0.1:$p2 UMLX_SIM_INDEX=0"}
+named_wire_client=${CLIENT_ENV:-"UMLX_DEVICES=sim:udp:127.0.0.1:$p2,127.0.0.1:$p1 UMLX_SIM_INDEX=1"}
+
+# rdma-core's three ping-pongs that umlx supports, each polled on the default device (the
+# automatic wire) and with completion events (-e) on a named UDP wire. UD's messages are 1024
+# bytes (its default), RC's and SRQ's 4096; ibv_srq_pingpong runs 16 QPs on one SRQ.
+pingpong ibv_rc_pingpong rc-polled 4096 "$server_env" "$client_env" -g 1 -c -n "$iters"
+pingpong ibv_rc_pingpong rc-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+pingpong ibv_ud_pingpong ud-polled 1024 "$server_env" "$client_env" -g 1 -c -n "$iters"
+pingpong ibv_ud_pingpong ud-events 1024 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+pingpong ibv_srq_pingpong srq-polled 4096 "$server_env" "$client_env" -g 1 -c -n "$iters"
+pingpong ibv_srq_pingpong srq-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
+
+# What umlx does not implement fails cleanly, with the program's own message for it: UC QPs
+# (ibv_create_qp answers EOPNOTSUPP) and XRC domains (ibv_open_xrcd: EOPNOTSUPP).
+echo "== unsupported: ibv_uc_pingpong, ibv_xsrq_pingpong"
+run uc ibv_uc_pingpong -g 1
+show uc
+if [ "$(cat "$work/uc.rc")" = 1 ]; then ok "uc exited 1"; else bad "uc exited $(cat "$work/uc.rc"), not 1"; fi
+has uc '^Couldn.t create QP$' "ibv_uc_pingpong's message for a QP it cannot create"
+has uc 'ibv_create_qp: QP type 3 \(UC\) is not supported' "umlx's reason (UMLX_DEBUG)"
+run xsrq ibv_xsrq_pingpong -g 1
+show xsrq
+if [ "$(cat "$work/xsrq.rc")" = 1 ]; then ok "xsrq exited 1"; else bad "xsrq exited $(cat "$work/xsrq.rc"), not 1"; fi
+has xsrq "^Couldn.t Open the XRC Domain $(python3 -c 'import errno; print(errno.EOPNOTSUPP)')\$" "ibv_xsrq_pingpong's message with errno EOPNOTSUPP"
+
+# pair NAME "SERVER COMMAND" "CLIENT COMMAND": a server and its client (the client gets the
+# host argument), outputs in $work/NAME-server.out and $work/NAME-client.out.
+pair() {
+    local name=$1 server=$2 client=$3
+    local port=$((20000 + RANDOM % 20000))
+    (env $server_env timeout 300 $server -p $port >"$work/$name-server.out" 2>&1
+        echo $? >"$work/$name-server.rc") &
+    local spid=$!
+    if ! wait_listen $port; then
+        bad "$name: the server does not listen on TCP port $port"
+        show "$name-server"
+        kill $spid 2>/dev/null
+        return 1
+    fi
+    run "$name-client" env $client_env timeout 300 $client -p $port localhost
+    wait $spid
+    exited0 "$name-server"
+    exited0 "$name-client"
+}
+
+# perftest's result rows ("#bytes #iterations ..." then numbers), blanks squeezed to one space.
+result_rows() {
+    tr -s ' \t' ' ' <"$work/$1.out" | grep -E '^ [0-9]+ [0-9]+ [0-9.]+ [0-9.]+ [0-9.]+'
+}
+result_row() {
+    result_rows "$1" | tail -1
+}
+
+# perftest: each of the eight RC tests, both sides perftest on umlx (GID index 1, the RoCEv2
+# GID). The bandwidth tests check the result row of the default 64 KiB message, the latency
+# tests that of 2 bytes (atomics: 8); WRITE and READ bandwidth also run over all sizes (-a,
+# 2 B .. 8 MiB, 20 iterations each).
+echo "== perftest on umlx (ibv_wr* API, -x 1)"
+for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat; do
+    case $t in
+    ib_atomic_*) size=8 ;;
+    *_bw) size=65536 ;;
+    *) size=2 ;;
+    esac
+    # READ and atomic latency: the server is passive and prints no result.
+    case $t in
+    ib_read_lat | ib_atomic_lat) sides=client ;;
+    *) sides="server client" ;;
+    esac
+    if pair "$t" "$t -x 1 -n 1000" "$t -x 1 -n 1000"; then
+        for side in $sides; do
+            row=$(result_row "$t-$side")
+            if echo "$row" | grep -Eq "^ $size 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
+                ok "$t-$side: result row:$(echo "$row" | cut -c1-70)"
+            else
+                bad "$t-$side: no result row for $size bytes, 1000 iterations"
+                show "$t-$side"
+            fi
+        done
+        for side in server client; do
+            if grep -Eqi 'failed|unable|couldn|error' "$work/$t-$side.out"; then
+                bad "$t-$side: reports an error"
+                show "$t-$side"
+            fi
+        done
+    else
+        show "$t-server"
+        show "$t-client"
+    fi
+done
+for t in ib_write_bw ib_read_bw; do
+    if pair "$t-all" "$t -x 1 -a -n 20" "$t -x 1 -a -n 20"; then
+        n=$(result_rows "$t-all-client" | grep -cE '^ [0-9]+ 20 ')
+        if [ "$n" = 23 ]; then ok "$t-all: 23 sizes, 2 B to 8 MiB"; else bad "$t-all: $n result rows, not 23"; show "$t-all-client"; fi
+    else
+        show "$t-all-server"; show "$t-all-client"
+    fi
+done
+
+# Mixed pairs: an unmodified rdma-core program on one side, a umlx tool (umlx-verbs, no
+# libibverbs) on the other.
+echo "== mixed pairs: rdma-core programs and umlx tools"
+if pair mixed-rc "ibv_rc_pingpong -g 1 -c -n $iters" "$umlx rc-pingpong -g 1 -c -n $iters"; then
+    has mixed-rc-server "^$iters iters in [0-9.]+ seconds" "ibv_rc_pingpong served umlx rc-pingpong"
+    if grep -q "invalid data" "$work/mixed-rc-server.out"; then bad "mixed-rc: invalid data"; else ok "mixed-rc: -c data check clean"; fi
+fi
+if pair mixed-rc2 "$umlx rc-pingpong -g 1 -c -n $iters" "ibv_rc_pingpong -g 1 -c -n $iters"; then
+    has mixed-rc2-client "^$iters iters in [0-9.]+ seconds" "umlx rc-pingpong served ibv_rc_pingpong"
+fi
+if pair mixed-write-bw "ib_write_bw -x 1 -n 1000" "$umlx perf ib_write_bw -x 1 -n 1000"; then
+    if result_row mixed-write-bw-server | grep -Eq '^ 65536 1000 '; then ok "ib_write_bw served umlx perf ib_write_bw"; else bad "mixed-write-bw: no result row"; show mixed-write-bw-server; fi
+fi
+if pair mixed-send-lat "$umlx perf ib_send_lat -x 1 -n 1000" "ib_send_lat -x 1 -n 1000"; then
+    if result_row mixed-send-lat-client | grep -Eq '^ 2 1000 '; then ok "umlx perf ib_send_lat served ib_send_lat"; else bad "mixed-send-lat: no result row"; show mixed-send-lat-client; fi
+fi
+
+# The figures: perftest's own results beside umlx perf's for the same tests, in this run.
+echo "== perftest and umlx perf, same tests, this run (software ConnectX, two processes)"
+for t in ib_write_bw ib_send_lat ib_write_lat; do
+    pair "umlx-$t" "$umlx perf $t -x 1 -n 1000" "$umlx perf $t -x 1 -n 1000" >/dev/null
+    printf '    %-14s perftest: %s\n    %-14s umlx perf:%s\n' "$t" "$(result_row "$t-client" | cut -c1-90)" "" "$(result_row "umlx-$t-client" | cut -c1-90)"
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
