@@ -7,6 +7,7 @@
 #   ibv_uc_pingpong and ibv_xsrq_pingpong failing cleanly;
 #   perftest's eight RC tests with -x 1, and ib_write_bw -a, ib_read_bw -a;
 #   mixed pairs: rdma-core programs against umlx rc-pingpong and umlx perf;
+#   UCX: ucx_info -d, ucx_perftest tag_lat, tag_bw and ucp_put_bw over rc_verbs and ud_verbs;
 #   then perftest's and umlx perf's figures for the same tests, side by side.
 #
 # Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, ITERS (pingpong
@@ -34,13 +35,14 @@ failed=0
 ok() { echo "ok:   $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ib_write_bw >/dev/null; then
-    echo "== installing ibverbs-utils and perftest"
+if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ib_write_bw >/dev/null || ! command -v ucx_perftest >/dev/null; then
+    echo "== installing ibverbs-utils, perftest and ucx-utils"
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
-    if ! { $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1 ||
-        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y ibverbs-utils perftest >/dev/null 2>&1; }; }; then
-        echo "cannot install ibverbs-utils and perftest"
+    pkgs="ibverbs-utils perftest ucx-utils"
+    if ! { $sudo apt-get install -y $pkgs >/dev/null 2>&1 ||
+        { $sudo apt-get update >/dev/null 2>&1 && $sudo apt-get install -y $pkgs >/dev/null 2>&1; }; }; then
+        echo "cannot install $pkgs"
         exit 1
     fi
 fi
@@ -284,11 +286,77 @@ if pair mixed-send-lat "$umlx perf ib_send_lat $server_umlx -x 1 -n 1000" "ib_se
     if result_row mixed-send-lat-client | grep -Eq '^ 2 1000 '; then ok "umlx perf ib_send_lat served ib_send_lat"; else bad "mixed-send-lat: no result row"; show mixed-send-lat-client; fi
 fi
 
+# UCX over umlx. UCX lists an RDMA device only when /dev/infiniband/<dev_name> is a character
+# device it may open, which a kernel-bypass device does not have: each UCX program runs in a
+# mount namespace of its own (unshare -m, root) where a tmpfs on /dev/infiniband holds that
+# name bound to /dev/null; nothing outside the namespace changes, but /dev/infiniband is
+# created (empty) when missing, and removed again at the end.
+ucx_device=${UCX_DEVICE:-umlx_sim0}
+ucx_ns="$work/ucx-ns"
+cat >"$ucx_ns" <<EOF
+#!/bin/sh
+# Runs "\$@" in a mount namespace where /dev/infiniband/$ucx_device is a character device.
+exec unshare -m sh -c 'mount -t tmpfs tmpfs /dev/infiniband && touch /dev/infiniband/$ucx_device &&
+    mount --bind /dev/null /dev/infiniband/$ucx_device && exec "\$@"' ucx-ns "\$@"
+EOF
+chmod +x "$ucx_ns"
+echo "== UCX over umlx (ucx_info, ucx_perftest)"
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null; then
+    bad "UCX: needs root and unshare (a mount namespace with /dev/infiniband/$ucx_device)"
+else
+    made_dev_dir=""
+    if [ ! -d /dev/infiniband ]; then mkdir /dev/infiniband && made_dev_dir=1; fi
+    run ucx-info env $server_env "$ucx_ns" ucx_info -d
+    exited0 ucx-info
+    for tl in rc_verbs ud_verbs; do
+        if awk -v d="$ucx_device:1" -v t="$tl" '/Transport:/ { tr = $3 } /Device:/ && $3 == d && tr == t { f = 1 } END { exit !f }' "$work/ucx-info.out"; then
+            ok "ucx_info -d lists $tl on $ucx_device:1"
+        else
+            bad "ucx_info -d does not list $tl on $ucx_device:1"
+            show ucx-info
+        fi
+    done
+    # UCX_TLS=rc_verbs needs UCX's auxiliary transport for its wire-up (ud_verbs), as on any
+    # adapter; the RC case checks that the data lane is rc_verbs.
+    for tls in rc_verbs,ud_verbs ud_verbs; do
+        for t in tag_lat tag_bw ucp_put_bw; do
+            name="ucx-${tls%%,*}-$t"
+            export UCX_TLS=$tls UCX_NET_DEVICES=$ucx_device:1 UCX_LOG_LEVEL=info
+            if pair "$name" "$ucx_ns ucx_perftest" "$ucx_ns ucx_perftest -t $t -n 1000"; then
+                row=$(grep -E '^Final:' "$work/$name-client.out" | tr -s ' ')
+                if echo "$row" | grep -Eq '^Final: 1000 [0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+ [0-9.]+ [0-9]+ [0-9]+$'; then
+                    ok "$name:$(echo "$row" | cut -c7-80)"
+                else
+                    bad "$name: no Final line"
+                    show "$name-client"
+                fi
+                lane=${tls%%,*}
+                if grep -Eq "ep_cfg\[[0-9]+\]: [a-z_]+\($lane/$ucx_device:1\)" "$work/$name-client.out"; then
+                    ok "$name: the data lane is $lane"
+                else
+                    bad "$name: the data lane is not $lane"
+                    grep ep_cfg "$work/$name-client.out" | sed 's/^/    /'
+                fi
+            else
+                show "$name-server"
+                show "$name-client"
+            fi
+            unset UCX_TLS UCX_NET_DEVICES UCX_LOG_LEVEL
+        done
+    done
+    [ -n "$made_dev_dir" ] && rmdir /dev/infiniband 2>/dev/null
+fi
+
 # The figures: perftest's own results beside umlx perf's for the same tests, in this run.
 echo "== perftest and umlx perf, same tests, this run (software ConnectX, two processes)"
 for t in ib_write_bw ib_send_lat ib_write_lat; do
     pair "umlx-$t" "$umlx perf $t $server_umlx -x 1 -n 1000" "$umlx perf $t $client_umlx -x 1 -n 1000" >/dev/null
     printf '    %-14s perftest: %s\n    %-14s umlx perf:%s\n' "$t" "$(result_row "$t-client" | cut -c1-90)" "" "$(result_row "umlx-$t-client" | cut -c1-90)"
+done
+for f in "$work"/ucx-*-client.out; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" -client.out)
+    printf '    %-24s %s\n' "$n" "$(grep -E '^Final:' "$f" | tr -s ' ')"
 done
 
 echo "$passed passed, $failed failed"
