@@ -116,12 +116,14 @@ echo "== ibv_devinfo -v"
 run devinfo env $server_env ibv_devinfo -v
 head -12 "$work/devinfo.out" | sed 's/^/    /'
 echo "    ..."
-grep -E 'state:|active_mtu|link_layer|GID\[' "$work/devinfo.out" | sed 's/^/    /'
+grep -E 'state:|active_|link_layer|GID\[' "$work/devinfo.out" | sed 's/^/    /'
 exited0 devinfo
 has devinfo '^hca_id:[[:space:]](umlx_sim0|mlx5_[0-9a-f:.]+)$' "hca_id"
 has devinfo 'vendor_id:[[:space:]]+0x02c9|vendor_id:[[:space:]]+0x15b3' "a Mellanox vendor id"
 has devinfo 'state:[[:space:]]+PORT_ACTIVE \(4\)' "port 1 active"
 has devinfo 'link_layer:[[:space:]]+Ethernet' "Ethernet link layer"
+has devinfo 'active_width:[[:space:]]+[0-9]+X \([0-9]+\)' "an active width (PTYS)"
+has devinfo 'active_speed:[[:space:]]+[0-9.]+ Gbps \([0-9]+\)' "an active speed (PTYS)"
 has devinfo 'GID\[  1\]:[[:space:]]+::ffff:[0-9.]+, RoCE v2' "GID 1 is the RoCEv2 GID of the port's IPv4 address"
 
 # Waits until TCP port $1 listens (IPv4 or IPv6), at most 20 s.

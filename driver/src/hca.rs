@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use umlx_hwdesc::enums::{CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface};
+use umlx_hwdesc::enums::{
+    AccessRegOpMod, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface,
+};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
 use zerocopy::FromBytes;
@@ -340,7 +342,7 @@ impl<B: Backend> Hca<B> {
         self.step("boot pages (QUERY_PAGES + MANAGE_PAGES give)", t, format!("{n} pages"));
 
         let t = Instant::now();
-        let mut inp = cmd_in(CmdOpcode::ACCESS_REG, 0, access_register_in::SIZE_BYTES + 16);
+        let mut inp = cmd_in(CmdOpcode::ACCESS_REG, AccessRegOpMod::WRITE.0, access_register_in::SIZE_BYTES + 16);
         access_register_in::register_id.set(&mut inp, umlx_hwdesc::enums::AccessRegId::HOST_ENDIANNESS.0 as u64);
         // The register data follows the input header: he = 1 on a big-endian host.
         let he = access_register_in::register_data.inner(host_endianness_reg::he);

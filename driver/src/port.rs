@@ -1,14 +1,15 @@
 //! Device and port queries a verbs layer answers `ibv_query_device`, `ibv_query_port` and
 //! `ibv_query_gid` from: the firmware version (initialization segment), the PCI ids, the HCA
-//! vport context (QUERY_HCA_VPORT_CONTEXT) and one GID table entry (QUERY_HCA_VPORT_GID). This
+//! vport context (QUERY_HCA_VPORT_CONTEXT), the link modes the port operates in (PTYS) and one
+//! GID table entry (QUERY_HCA_VPORT_GID). This
 //! module owns those reads; callers get neutral values.
 
 use crate::backend::Backend;
 use crate::{Error, Hca, Result};
-use umlx_hwdesc::enums::CmdOpcode;
+use umlx_hwdesc::enums::{AccessRegId, AccessRegOpMod, CmdOpcode, PtysProto};
 use umlx_hwdesc::ifc::{
-    atomic_caps, hca_vport_context, query_hca_vport_context_in, query_hca_vport_context_out, query_hca_vport_gid_in,
-    query_hca_vport_gid_out,
+    access_register_in, access_register_out, atomic_caps, hca_vport_context, ptys_reg, query_hca_vport_context_in,
+    query_hca_vport_context_out, query_hca_vport_gid_in, query_hca_vport_gid_out,
 };
 use umlx_hwdesc::plain::iseg;
 
@@ -40,7 +41,39 @@ pub struct VportState {
     pub port_physical_state: u8,
 }
 
+/// The Ethernet link modes a port operates in, as the PTYS register reports them (bit sets of
+/// [`umlx_hwdesc::enums::EthLinkMode`] and [`umlx_hwdesc::enums::ExtEthLinkMode`]; zero while the
+/// link is down).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EthProtoOper {
+    /// `eth_proto_oper` (the legacy link modes).
+    pub legacy: u32,
+    /// `ext_eth_proto_oper` (the extended link modes).
+    pub extended: u32,
+}
+
 impl<B: Backend> Hca<B> {
+    /// ACCESS_REG read of PTYS for Ethernet on `port`: the link modes it operates in.
+    pub fn query_eth_proto_oper(&self, port: u8) -> Result<EthProtoOper> {
+        let data = access_register_in::register_data;
+        let out = self.command(
+            CmdOpcode::ACCESS_REG,
+            AccessRegOpMod::READ.0,
+            access_register_in::SIZE_BYTES + ptys_reg::SIZE_BYTES,
+            access_register_out::SIZE_BYTES + ptys_reg::SIZE_BYTES,
+            |b| {
+                access_register_in::register_id.set(b, AccessRegId::PTYS.0 as u64);
+                data.inner(ptys_reg::local_port).set(b, port as u64);
+                data.inner(ptys_reg::proto_mask).set(b, PtysProto::EN.0 as u64);
+            },
+        )?;
+        let reg = access_register_out::register_data;
+        Ok(EthProtoOper {
+            legacy: reg.inner(ptys_reg::eth_proto_oper).get(&out) as u32,
+            extended: reg.inner(ptys_reg::ext_eth_proto_oper).get(&out) as u32,
+        })
+    }
+
     /// The firmware version from the initialization segment.
     pub fn fw_version(&self) -> FwVersion {
         let b = self.backend();

@@ -616,6 +616,76 @@ crate::open_enum! {
         VHCA_ICM_CTRL = 0xc010,
     }
 
+    /// ACCESS_REG `op_mod`: the direction of the access (Linux `mlx5_core_access_reg`'s
+    /// `write` argument, inverted).
+    pub struct AccessRegOpMod(u16) {
+        WRITE = 0,
+        READ = 1,
+    }
+
+    /// PTYS `proto_mask`: which protocol's fields a PTYS access is about (`MLX5_PTYS_*`).
+    pub struct PtysProto(u8) {
+        /// InfiniBand.
+        IB = 1 << 0,
+        /// Ethernet.
+        EN = 1 << 2,
+    }
+
+    /// An Ethernet link mode: its bit number in PTYS `eth_proto_capability`, `_admin` and
+    /// `_oper` (Linux `enum mlx5e_link_mode`, `MLX5E_*`).
+    pub struct EthLinkMode(u8) {
+        SGMII_100M = 0,
+        BASE_1000_CX_SGMII = 1,
+        BASE_1000_KX = 2,
+        BASE_10G_CX4 = 3,
+        BASE_10G_KX4 = 4,
+        BASE_10G_KR = 5,
+        BASE_20G_KR2 = 6,
+        BASE_40G_CR4 = 7,
+        BASE_40G_KR4 = 8,
+        BASE_56G_R4 = 9,
+        BASE_10G_CR = 12,
+        BASE_10G_SR = 13,
+        BASE_10G_ER = 14,
+        BASE_40G_SR4 = 15,
+        BASE_40G_LR4 = 16,
+        BASE_50G_SR2 = 18,
+        BASE_100G_CR4 = 20,
+        BASE_100G_SR4 = 21,
+        BASE_100G_KR4 = 22,
+        BASE_100G_LR4 = 23,
+        BASE_100_TX = 24,
+        BASE_1000_T = 25,
+        BASE_10G_T = 26,
+        BASE_25G_CR = 27,
+        BASE_25G_KR = 28,
+        BASE_25G_SR = 29,
+        BASE_50G_CR2 = 30,
+        BASE_50G_KR2 = 31,
+    }
+
+    /// An extended Ethernet link mode: its bit number in PTYS `ext_eth_proto_*` (Linux
+    /// `enum mlx5e_ext_link_mode`, `MLX5E_*`).
+    pub struct ExtEthLinkMode(u8) {
+        SGMII_100M = 0,
+        BASE_1000_X_SGMII = 1,
+        BASE_5G_R = 3,
+        XFI_XAUI_1_10G = 4,
+        XLAUI_4_XLPPI_4_40G = 5,
+        AUI_1_25G_CR_KR = 6,
+        AUI_2_LAUI_2_50G_CR2_KR2 = 7,
+        AUI_1_LAUI_1_50G_CR_KR = 8,
+        CAUI_4_100G_CR4_KR4 = 9,
+        AUI_2_100G_CR2_KR2 = 10,
+        AUI_1_100G_CR_KR = 11,
+        AUI_4_200G_CR4_KR4 = 12,
+        AUI_2_200G_CR2_KR2 = 13,
+        AUI_8_400G = 15,
+        AUI_4_400G_CR4_KR4 = 16,
+        AUI_2_400G_CR2_KR2 = 17,
+        AUI_8_800G_CR8_KR8 = 19,
+    }
+
     /// Health syndrome: the health buffer `synd` byte (`MLX5_HEALTH_SYNDR_*`).
     pub struct HealthSyndrome(u8) {
         /// Firmware internal error.

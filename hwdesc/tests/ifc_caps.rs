@@ -3,10 +3,11 @@
 use umlx_hwdesc::Field;
 use umlx_hwdesc::ifc::{
     access_register_in, atomic_caps, cmd_hca_cap, hca_vport_context, host_endianness_reg, init_hca_in, manage_pages_in,
-    manage_pages_out, modify_nic_vport_context_in, modify_nic_vport_field_select, nic_vport_context, query_hca_cap_in,
-    query_hca_cap_out, query_hca_vport_gid_out, query_issi_out, query_nic_vport_context_out, query_pages_out,
-    query_q_counter_in, query_q_counter_out, query_roce_address_in, query_roce_address_out, query_vport_state_out,
-    roce_addr_layout, roce_cap, set_driver_version_in, set_hca_cap_in, set_issi_in, teardown_hca_in,
+    manage_pages_out, modify_nic_vport_context_in, modify_nic_vport_field_select, nic_vport_context, ptys_reg,
+    query_hca_cap_in, query_hca_cap_out, query_hca_vport_gid_out, query_issi_out, query_nic_vport_context_out,
+    query_pages_out, query_q_counter_in, query_q_counter_out, query_roce_address_in, query_roce_address_out,
+    query_vport_state_out, roce_addr_layout, roce_cap, set_driver_version_in, set_hca_cap_in, set_issi_in,
+    teardown_hca_in,
 };
 
 /// Asserts a field's bit offset and width.
@@ -232,4 +233,20 @@ fn roce_address_table() {
     at(query_roce_address_in::roce_address_index, 0x40, 0x10);
     at(query_roce_address_in::vhca_port_num, 0x5c, 4);
     at(query_roce_address_out::roce_address, 0x80, 0x100);
+}
+
+#[test]
+fn ptys_fields_sit_where_the_prm_says() {
+    assert_eq!(ptys_reg::SIZE_BYTES, 64);
+    at(ptys_reg::local_port, 0x08, 8);
+    at(ptys_reg::proto_mask, 0x1d, 3);
+    at(ptys_reg::data_rate_oper, 0x30, 0x10);
+    at(ptys_reg::ext_eth_proto_capability, 0x40, 0x20);
+    at(ptys_reg::eth_proto_capability, 0x60, 0x20);
+    at(ptys_reg::ext_eth_proto_admin, 0xa0, 0x20);
+    at(ptys_reg::eth_proto_admin, 0xc0, 0x20);
+    at(ptys_reg::ext_eth_proto_oper, 0x100, 0x20);
+    at(ptys_reg::eth_proto_oper, 0x120, 0x20);
+    at(ptys_reg::ib_link_width_oper, 0x140, 0x10);
+    at(ptys_reg::connector_type, 0x17c, 4);
 }

@@ -75,6 +75,8 @@ pub fn port_attr(p: &PortAttr) -> ibv_port_attr {
         max_vl_num: 1,
         phys_state: p.phys_state,
         link_layer: IBV_LINK_LAYER_ETHERNET,
+        active_width: p.active_width,
+        active_speed: p.active_speed,
         ..Default::default()
     }
 }

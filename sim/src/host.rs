@@ -33,7 +33,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{
-    AccessRegId, CmdOpcode, CmdStatus, DeliveryStatus, HcaCapType, ManagePagesOpMod, PagesOpMod, TeardownProfile,
+    AccessRegId, AccessRegOpMod, CmdOpcode, CmdStatus, DeliveryStatus, HcaCapType, ManagePagesOpMod, PagesOpMod,
+    TeardownProfile,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{cmd, cmd_layout, cmd_prot_block, eq, eqe, iseg, uar};
@@ -930,11 +931,16 @@ impl CmdHost {
     /// gives the size). Returns the register data of the output.
     pub fn access_reg(&mut self, reg: AccessRegId, write: bool, data: &[u8]) -> Result<Vec<u8>, CmdError> {
         let base = access_register_in::SIZE_BYTES;
-        let o =
-            self.exec(CmdOpcode::ACCESS_REG, if write { 0 } else { 1 }, base + data.len(), base + data.len(), |i| {
+        let o = self.exec(
+            CmdOpcode::ACCESS_REG,
+            if write { AccessRegOpMod::WRITE.0 } else { AccessRegOpMod::READ.0 },
+            base + data.len(),
+            base + data.len(),
+            |i| {
                 access_register_in::register_id.set(i, reg.0 as u64);
                 i[base..].copy_from_slice(data);
-            })?;
+            },
+        )?;
         Ok(o[access_register_out::SIZE_BYTES..].to_vec())
     }
 

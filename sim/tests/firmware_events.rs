@@ -185,3 +185,31 @@ fn port_change_event_at_init_hca() {
     paos(&mut host, 1);
     assert!(eq.poll().is_none(), "no event without a change");
 }
+
+#[test]
+fn ptys_reports_the_link_mode_while_the_link_is_up() {
+    use umlx_hwdesc::enums::{AccessRegId, EthLinkMode, ExtEthLinkMode, PtysProto};
+    use umlx_hwdesc::ifc::ptys_reg;
+    let (_dev, mut host, _uar) = initialized();
+    let mut q = [0u8; ptys_reg::SIZE_BYTES];
+    ptys_reg::local_port.set(&mut q, 1);
+    ptys_reg::proto_mask.set(&mut q, PtysProto::EN.0 as u64);
+    let r = host.access_reg(AccessRegId::PTYS, false, &q).expect("PTYS read");
+    let cr4 = 1u64 << EthLinkMode::BASE_100G_CR4.0;
+    let ext = 1u64 << ExtEthLinkMode::CAUI_4_100G_CR4_KR4.0;
+    assert_eq!(ptys_reg::eth_proto_capability.get(&r), cr4);
+    assert_eq!(ptys_reg::eth_proto_oper.get(&r), cr4);
+    assert_eq!(ptys_reg::ext_eth_proto_oper.get(&r), ext);
+    // Down (PAOS admin down): nothing operates.
+    let mut paos = [0u8; 16];
+    paos[1] = 1;
+    paos[2] = 2;
+    host.access_reg(AccessRegId::PAOS, true, &paos).expect("PAOS write");
+    let r = host.access_reg(AccessRegId::PTYS, false, &q).expect("PTYS read");
+    assert_eq!((ptys_reg::eth_proto_oper.get(&r), ptys_reg::eth_proto_capability.get(&r)), (0, cr4));
+    // Writes, other ports and the IB protocol are refused with BAD_PARAM.
+    let e = host.access_reg(AccessRegId::PTYS, true, &q).expect_err("PTYS write");
+    assert!(format!("{e:?}").contains("BAD_PARAM"), "{e:?}");
+    ptys_reg::local_port.set(&mut q, 2);
+    assert!(host.access_reg(AccessRegId::PTYS, false, &q).is_err(), "port 2");
+}

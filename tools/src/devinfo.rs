@@ -62,6 +62,8 @@ fn print_ctx(name: &str, ctx: &Context, verbose: bool) -> Result<(), String> {
     if verbose {
         println!("\t\t\tmax_msg_sz:\t\t{:#x}", p.max_msg_sz);
         println!("\t\t\tgid_tbl_len:\t\t{}", p.gid_tbl_len);
+        println!("\t\t\tactive_width:\t\t{} ({})", width_name(p.active_width), p.active_width);
+        println!("\t\t\tactive_speed:\t\t{} ({})", speed_name(p.active_speed), p.active_speed);
         println!("\t\t\tphys_state:\t\t{}", if p.phys_state == 5 { "LINK_UP (5)" } else { "DISABLED (3)" });
     }
     for (i, gid) in ctx.gids() {
@@ -70,6 +72,32 @@ fn print_ctx(name: &str, ctx: &Context, verbose: bool) -> Result<(), String> {
     }
     println!();
     Ok(())
+}
+
+/// `ibv_devinfo`'s name of an `IBV_WIDTH_*` value.
+fn width_name(w: u8) -> &'static str {
+    match w {
+        1 => "1X",
+        2 => "4X",
+        4 => "8X",
+        8 => "12X",
+        16 => "2X",
+        _ => "invalid width",
+    }
+}
+
+/// `ibv_devinfo`'s name of an `IBV_SPEED_*` value (the per-lane rate).
+fn speed_name(s: u8) -> &'static str {
+    match s {
+        1 => "2.5 Gbps",
+        2 => "5.0 Gbps",
+        4 | 8 => "10.0 Gbps",
+        16 => "14.0 Gbps",
+        32 => "25.0 Gbps",
+        64 => "50.0 Gbps",
+        128 => "100.0 Gbps",
+        _ => "invalid speed",
+    }
 }
 
 /// The options of `umlx devinfo`.

@@ -222,6 +222,7 @@ impl Context {
         let (st, phys) = (vport.port_state as u32, vport.port_physical_state);
         let active = self.active_mtu();
         let caps = self.shared.hca.caps();
+        let (active_width, active_speed) = ib_width_speed(self.shared.hca.query_eth_proto_oper(port)?);
         Ok(PortAttr {
             state: PortState::from_value(st).unwrap_or(PortState::Down),
             max_mtu: Mtu::Mtu4096,
@@ -232,6 +233,8 @@ impl Context {
             link_layer: "Ethernet",
             phys_state: phys,
             max_msg_sz: 1 << caps.general_cap(cmd_hca_cap::log_max_msg),
+            active_width,
+            active_speed,
         })
     }
 
@@ -345,5 +348,62 @@ impl Context {
     /// The async event file descriptor (readable when events may be pending), open while held.
     pub fn async_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.shared.hca.async_event_fd()
+    }
+}
+
+/// The IB width and per-lane speed (`IBV_WIDTH_*`, `IBV_SPEED_*`) a RoCE port reports for the
+/// Ethernet link mode it operates in, as Linux's mlx5_ib translates them (the extended link
+/// modes when the device reports them, else the legacy ones); (0, 0) when down or unknown.
+fn ib_width_speed(oper: umlx_driver::port::EthProtoOper) -> (u8, u8) {
+    use umlx_hwdesc::enums::{EthLinkMode as L, ExtEthLinkMode as X};
+    const W1: u8 = 1;
+    const W2: u8 = 16;
+    const W4: u8 = 2;
+    const W8: u8 = 4;
+    const SDR: u8 = 1;
+    const DDR: u8 = 2;
+    const QDR: u8 = 4;
+    const FDR: u8 = 16;
+    const EDR: u8 = 32;
+    const HDR: u8 = 64;
+    const NDR: u8 = 128;
+    let top = |bits: u32| (bits != 0).then(|| (31 - bits.leading_zeros()) as u8);
+    if let Some(bit) = top(oper.extended) {
+        return match X(bit) {
+            X::SGMII_100M | X::BASE_1000_X_SGMII => (W1, SDR),
+            X::BASE_5G_R => (W1, DDR),
+            X::XFI_XAUI_1_10G => (W1, QDR),
+            X::XLAUI_4_XLPPI_4_40G => (W4, QDR),
+            X::AUI_1_25G_CR_KR => (W1, EDR),
+            X::AUI_2_LAUI_2_50G_CR2_KR2 => (W2, EDR),
+            X::AUI_1_LAUI_1_50G_CR_KR => (W1, HDR),
+            X::CAUI_4_100G_CR4_KR4 => (W4, EDR),
+            X::AUI_2_100G_CR2_KR2 => (W2, HDR),
+            X::AUI_1_100G_CR_KR => (W1, NDR),
+            X::AUI_4_200G_CR4_KR4 => (W4, HDR),
+            X::AUI_2_200G_CR2_KR2 => (W2, NDR),
+            X::AUI_8_400G => (W8, HDR),
+            X::AUI_4_400G_CR4_KR4 => (W4, NDR),
+            X::AUI_8_800G_CR8_KR8 => (W8, NDR),
+            _ => (0, 0),
+        };
+    }
+    match top(oper.legacy).map(L) {
+        Some(L::SGMII_100M | L::BASE_1000_CX_SGMII | L::BASE_1000_KX | L::BASE_100_TX | L::BASE_1000_T) => (W1, SDR),
+        Some(
+            L::BASE_10G_T
+            | L::BASE_10G_CX4
+            | L::BASE_10G_KX4
+            | L::BASE_10G_KR
+            | L::BASE_10G_CR
+            | L::BASE_10G_SR
+            | L::BASE_10G_ER,
+        ) => (W1, QDR),
+        Some(L::BASE_25G_CR | L::BASE_25G_KR | L::BASE_25G_SR) => (W1, EDR),
+        Some(L::BASE_40G_CR4 | L::BASE_40G_KR4 | L::BASE_40G_SR4 | L::BASE_40G_LR4) => (W4, QDR),
+        Some(L::BASE_50G_CR2 | L::BASE_50G_KR2 | L::BASE_50G_SR2) => (W1, HDR),
+        Some(L::BASE_56G_R4) => (W4, FDR),
+        Some(L::BASE_100G_CR4 | L::BASE_100G_SR4 | L::BASE_100G_KR4 | L::BASE_100G_LR4) => (W4, EDR),
+        _ => (0, 0),
     }
 }

@@ -555,4 +555,10 @@ pub struct PortAttr {
     pub phys_state: u8,
     /// Max message size.
     pub max_msg_sz: u32,
+    /// Active link width in the IB encoding (`IBV_WIDTH_*`: 1 1X, 16 2X, 2 4X, 4 8X, 8 12X), from
+    /// the Ethernet link mode the port operates in; 0 while the link is down.
+    pub active_width: u8,
+    /// Active per-lane speed in the IB encoding (`IBV_SPEED_*`: 1 SDR, 2 DDR, 4 QDR, 16 FDR,
+    /// 32 EDR, 64 HDR, 128 NDR); 0 while the link is down.
+    pub active_speed: u8,
 }

@@ -246,6 +246,54 @@ crate::ifc! {
         reserved_at_1: 0x7f,
     }
 
+    /// PTYS register (0x5004): a port's protocols and speeds — capable, administratively
+    /// allowed and operating — as bit sets of link modes ([`crate::enums::EthLinkMode`],
+    /// [`crate::enums::ExtEthLinkMode`]).
+    struct ptys_reg[0x200] {
+        reserved_at_0: 0x1,
+        an_disable_admin: 0x1,
+        an_disable_cap: 0x1,
+        reserved_at_3: 0x5,
+        local_port: 0x8,
+        reserved_at_10: 0x8,
+        plane_ind: 0x4,
+        reserved_at_1c: 0x1,
+        proto_mask: 0x3,
+
+        an_status: 0x4,
+        reserved_at_24: 0xc,
+        data_rate_oper: 0x10,
+
+        ext_eth_proto_capability: 0x20,
+
+        eth_proto_capability: 0x20,
+
+        ib_link_width_capability: 0x10,
+        ib_proto_capability: 0x10,
+
+        ext_eth_proto_admin: 0x20,
+
+        eth_proto_admin: 0x20,
+
+        ib_link_width_admin: 0x10,
+        ib_proto_admin: 0x10,
+
+        ext_eth_proto_oper: 0x20,
+
+        eth_proto_oper: 0x20,
+
+        ib_link_width_oper: 0x10,
+        ib_proto_oper: 0x10,
+
+        reserved_at_160: 0x8,
+        lane_rate_oper: 0x14,
+        connector_type: 0x4,
+
+        eth_proto_lp_advertise: 0x20,
+
+        reserved_at_1a0: 0x60,
+    }
+
     /// SET_DRIVER_VERSION input: a NUL-padded driver version string.
     struct set_driver_version_in[0x280] {
         opcode: 0x10,

@@ -775,6 +775,7 @@ mod tests {
             let query_port = (*vctx).query_port.expect("extended query_port");
             assert_eq!(query_port(ctx, 1, &mut port, std::mem::size_of::<ibv_port_attr>()), 0);
             assert_eq!((port.state, port.link_layer), (4, IBV_LINK_LAYER_ETHERNET));
+            assert_eq!((port.active_width, port.active_speed), (2, 32), "the sim's 100GBASE-CR4: 4X at 25 Gb/s");
             let mut gid = ibv_gid::default();
             assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
 

@@ -2,7 +2,9 @@
 //! (ENABLE/DISABLE_HCA, ISSI, INIT/TEARDOWN_HCA, ACCESS_REG, SET_DRIVER_VERSION).
 
 use super::{CmdFail, Hca, HcaState, syndrome as sy};
-use umlx_hwdesc::enums::{AccessRegId, CmdOpcode, CmdStatus, HealthSyndrome};
+use umlx_hwdesc::enums::{
+    AccessRegId, AccessRegOpMod, CmdOpcode, CmdStatus, EthLinkMode, ExtEthLinkMode, HealthSyndrome, PtysProto,
+};
 use umlx_hwdesc::ifc::*;
 
 /// Result of a command handler: the output message (header included, status left 0).
@@ -238,10 +240,11 @@ impl Hca {
     fn cmd_access_reg(&mut self, input: &[u8], op_mod: u16) -> CmdResult {
         let op = CmdOpcode::ACCESS_REG.0;
         need_in(op, input, access_register_in::SIZE_BYTES)?;
-        if op_mod > 1 {
-            return Err(bad_param(op, sy::BAD_OP_MOD));
-        }
-        let write = op_mod == 0;
+        let write = match AccessRegOpMod(op_mod) {
+            AccessRegOpMod::WRITE => true,
+            AccessRegOpMod::READ => false,
+            _ => return Err(bad_param(op, sy::BAD_OP_MOD)),
+        };
         let reg = AccessRegId(access_register_in::register_id.get(input) as u16);
         let data = &input[access_register_in::SIZE_BYTES..];
         let mut o = out(access_register_out::SIZE_BYTES);
@@ -271,6 +274,36 @@ impl Hca {
                 let up = if self.vport.is_up() { 1 } else { 2 };
                 reg[2] = up;
                 reg[3] = up;
+                o.extend_from_slice(&reg);
+            }
+            AccessRegId::PTYS => {
+                // The port is a 100GBASE-CR4 link (legacy and extended link-mode sets alike):
+                // capable of and allowed that mode, operating in it while the link is up.
+                // Writes (admin changes) are not supported.
+                if write {
+                    return Err(bad_param(op, sy::BAD_REGISTER));
+                }
+                need_in(op, input, access_register_in::SIZE_BYTES + ptys_reg::SIZE_BYTES)?;
+                let mut reg = [0u8; ptys_reg::SIZE_BYTES];
+                let port = ptys_reg::local_port.get(data);
+                if port != 1 || ptys_reg::proto_mask.get(data) != PtysProto::EN.0 as u64 {
+                    return Err(bad_param(op, sy::BAD_REGISTER));
+                }
+                let legacy = 1u64 << EthLinkMode::BASE_100G_CR4.0;
+                let ext = 1u64 << ExtEthLinkMode::CAUI_4_100G_CR4_KR4.0;
+                let up = self.vport.is_up();
+                ptys_reg::local_port.set(&mut reg, port);
+                ptys_reg::proto_mask.set(&mut reg, PtysProto::EN.0 as u64);
+                for (f, v) in [
+                    (ptys_reg::eth_proto_capability, legacy),
+                    (ptys_reg::eth_proto_admin, legacy),
+                    (ptys_reg::eth_proto_oper, if up { legacy } else { 0 }),
+                    (ptys_reg::ext_eth_proto_capability, ext),
+                    (ptys_reg::ext_eth_proto_admin, ext),
+                    (ptys_reg::ext_eth_proto_oper, if up { ext } else { 0 }),
+                ] {
+                    f.set(&mut reg, v);
+                }
                 o.extend_from_slice(&reg);
             }
             _ => return Err(bad_param(op, sy::BAD_REGISTER)),
