@@ -9,7 +9,7 @@ use crate::error::PostWhy;
 use crate::modify::{ConnectParams, ModifyQp, RcPeer, attr_names, transition_attrs};
 use crate::mr::{Mr, access};
 use crate::types::*;
-use crate::wr::{Payload, RecvWr, SendOp, SendWr, Sge, UdSendWr};
+use crate::wr::{OneSgeOp, Payload, RecvWr, SendOp, SendWr, Sge, UdSendWr};
 use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -724,6 +724,82 @@ impl Qp {
         self.post_send_chain(wrs)
     }
 
+    /// One request of the short kind — SEND, SEND with immediate, RDMA WRITE (with immediate)
+    /// or RDMA READ, one SGE — given as its fields rather than a [`SendWr`]: what a binding
+    /// translating another API's request has at hand (libibverbs.so.1's `ibv_post_send`). The
+    /// same checks, WQE and result as `post_send(&[wr])`; `remote` is ignored for SENDs and
+    /// `imm` (host order) for the opcodes without one.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), umlx_verbs::Error> {
+    /// use umlx_verbs::*;
+    /// let ctx = Context::open_sim(Default::default())?;
+    /// let (pd, mut cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
+    /// let mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+    /// let mut qp = pd.create_qp(QpType::Rc, &cq).build()?;
+    /// let (_, gid) = ctx.default_gid().expect("an IPv4 GID");
+    /// qp.connect(&RcPeer { qp_num: qp.qp_num(), psn: 0, gid }, &ConnectParams::default())?;
+    /// mr.write(0, &[5u8; 64])?;
+    /// let remote = Remote { addr: mr.addr() + 2048, rkey: mr.rkey() };
+    /// qp.post_send_one(9, OneSgeOp::Write, SendFlags::SIGNALED, &mr.sge(0, 64), remote, 0)?;
+    /// let mut wc = [Wc::default(); 1];
+    /// while cq.poll(&mut wc) == 0 {}
+    /// assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (9, WcStatus::Success, WcOpcode::RdmaWrite));
+    /// assert_eq!(mr.to_vec(2048, 64)?, vec![5u8; 64]);
+    /// # Ok(()) }
+    /// ```
+    #[inline(always)]
+    pub fn post_send_one(
+        &mut self,
+        wr_id: u64,
+        op: OneSgeOp,
+        flags: SendFlags,
+        sge: &Sge,
+        remote: Remote,
+        imm: u32,
+    ) -> Result<()> {
+        if self.send_ok && self.qp_type == QpType::Rc && !self.fatal.load(Ordering::Relaxed) && !sge.is_empty() {
+            let mut chain = self.sq.begin();
+            if chain.has_room() {
+                let (opc, imm, remote) = match op {
+                    OneSgeOp::Write => (opcode::RDMA_WRITE, 0, Some(remote)),
+                    OneSgeOp::Send => (opcode::SEND, 0, None),
+                    OneSgeOp::Read => (opcode::RDMA_READ, 0, Some(remote)),
+                    OneSgeOp::SendImm => (opcode::SEND_IMM, imm, None),
+                    OneSgeOp::WriteImm => (opcode::RDMA_WRITE_IMM, imm, Some(remote)),
+                };
+                chain.put_simple(wr_id, opc, flags.0, imm, remote, sge);
+                chain.finish();
+                return Ok(());
+            }
+        }
+        self.post_send_one_general(wr_id, op, flags, sge, remote, imm)
+    }
+
+    /// `post_send_one` when the short path does not take it (a full ring, an empty SGE, another
+    /// QP type or state): the general post, for its checks and errors.
+    #[inline(never)]
+    #[cold]
+    fn post_send_one_general(
+        &mut self,
+        wr_id: u64,
+        op: OneSgeOp,
+        flags: SendFlags,
+        sge: &Sge,
+        remote: Remote,
+        imm: u32,
+    ) -> Result<()> {
+        let sges = std::slice::from_ref(sge);
+        let op = match op {
+            OneSgeOp::Write => SendOp::Write { data: Payload::Sges(sges), remote, imm: None },
+            OneSgeOp::WriteImm => SendOp::Write { data: Payload::Sges(sges), remote, imm: Some(imm) },
+            OneSgeOp::Send => SendOp::Send { data: Payload::Sges(sges), imm: None },
+            OneSgeOp::SendImm => SendOp::Send { data: Payload::Sges(sges), imm: Some(imm) },
+            OneSgeOp::Read => SendOp::Read { into: sges, remote },
+        };
+        self.post_send_chain(&[SendWr { wr_id, op, flags }])
+    }
+
     /// `post_send` for everything but a single short request.
     #[inline(never)]
     fn post_send_chain(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
@@ -815,6 +891,26 @@ impl Qp {
     fn refusal(&self) -> Error {
         let why = if self.fatal.load(Ordering::Relaxed) { PostWhy::DeviceFatal } else { PostWhy::WrongState };
         Error::post(0, why, self.state)
+    }
+
+    /// One receive of one SGE given as its fields (a binding's `ibv_post_recv`): the same
+    /// checks, WQE and result as `post_recv(&[RecvWr { wr_id, sg_list: &[sge] }])`.
+    #[inline(always)]
+    pub fn post_recv_one(&mut self, wr_id: u64, sge: &Sge) -> Result<()> {
+        if let Some(rq) = &mut self.rq
+            && rq.try_write_one(wr_id, sge)
+        {
+            rq.ring_doorbell();
+            return Ok(());
+        }
+        self.post_recv_one_general(wr_id, sge)
+    }
+
+    /// `post_recv_one` when the short path does not take it.
+    #[inline(never)]
+    #[cold]
+    fn post_recv_one_general(&mut self, wr_id: u64, sge: &Sge) -> Result<()> {
+        self.post_recv(&[RecvWr { wr_id, sg_list: std::slice::from_ref(sge) }])
     }
 
     /// `ibv_post_recv`.

@@ -182,3 +182,19 @@ pub struct RecvWr<'a> {
     /// Scatter list (registered with LOCAL_WRITE); empty for zero-byte messages.
     pub sg_list: &'a [Sge],
 }
+
+/// The operation of a one-SGE request given as fields ([`crate::Qp::post_send_one`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OneSgeOp {
+    /// SEND.
+    Send,
+    /// SEND with immediate.
+    SendImm,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA WRITE with immediate.
+    WriteImm,
+    /// RDMA READ.
+    Read,
+}

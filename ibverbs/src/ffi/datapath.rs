@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::convert;
 use libc::{EINVAL, EOPNOTSUPP, c_int};
 use std::cell::UnsafeCell;
-use umlx_verbs::{Cq, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr};
+use umlx_verbs::{Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr};
 
 /// SGEs per work request that a post translates on the stack; a QP is never created with
 /// more (`ibv_create_qp` reports the device's limit, which is below this).
@@ -52,6 +52,20 @@ unsafe fn set_bad<T>(bad: *mut *mut T, wr: *mut T) {
         // SAFETY: the function's contract.
         unsafe { bad.write(wr) };
     }
+}
+
+/// A refused one-request post: `*bad_wr` names the request, the errno is the answer (out of
+/// line, so that the post itself keeps no error handling).
+///
+/// # Safety
+///
+/// `bad` is NULL or points to a writable pointer.
+#[cold]
+#[inline(never)]
+unsafe fn refused<T>(e: umlx_verbs::Error, bad: *mut *mut T, wr: *mut T) -> c_int {
+    // SAFETY: the function's contract.
+    unsafe { set_bad(bad, wr) };
+    e.errno()
 }
 
 /// Translates a C scatter/gather list into `out`.
@@ -225,30 +239,30 @@ pub(super) unsafe extern "C" fn post_send(
             if !is_ud(q) && q.cap.max_send_sge >= 1 {
                 // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
                 let s = unsafe { w.sg_list.read() };
-                let sge = [Sge::new(s.addr, s.length, s.lkey)];
+                let sge = Sge::new(s.addr, s.length, s.lkey);
                 // SAFETY: `wr.rdma` is plain integers, read only for the RDMA opcodes.
                 let r = unsafe { w.wr.rdma };
-                let remote = Remote { addr: r.remote_addr, rkey: r.rkey };
-                let imm = u32::from_be(w.imm_data);
                 let op = match w.opcode {
-                    wr_opcode::RDMA_WRITE => SendOp::Write { data: Payload::Sges(&sge), remote, imm: None },
-                    wr_opcode::SEND => SendOp::Send { data: Payload::Sges(&sge), imm: None },
-                    wr_opcode::RDMA_READ => SendOp::Read { into: &sge, remote },
-                    wr_opcode::SEND_WITH_IMM => SendOp::Send { data: Payload::Sges(&sge), imm: Some(imm) },
-                    wr_opcode::RDMA_WRITE_WITH_IMM => {
-                        SendOp::Write { data: Payload::Sges(&sge), remote, imm: Some(imm) }
-                    }
+                    wr_opcode::RDMA_WRITE => OneSgeOp::Write,
+                    wr_opcode::SEND => OneSgeOp::Send,
+                    wr_opcode::RDMA_READ => OneSgeOp::Read,
+                    wr_opcode::SEND_WITH_IMM => OneSgeOp::SendImm,
+                    wr_opcode::RDMA_WRITE_WITH_IMM => OneSgeOp::WriteImm,
                     // SAFETY: the caller's arguments, unchanged.
                     _ => return unsafe { post_send_general(qp, wr, bad_wr) },
                 };
-                let v = SendWr { wr_id: w.wr_id, op, flags: SendFlags(w.send_flags) };
-                return match q.post_send(std::slice::from_ref(&v)) {
+                let remote = Remote { addr: r.remote_addr, rkey: r.rkey };
+                return match q.post_send_one(
+                    w.wr_id,
+                    op,
+                    SendFlags(w.send_flags),
+                    &sge,
+                    remote,
+                    u32::from_be(w.imm_data),
+                ) {
                     Ok(()) => 0,
-                    Err(e) => {
-                        // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
-                        unsafe { set_bad(bad_wr, wr) };
-                        e.errno()
-                    }
+                    // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
+                    Err(e) => unsafe { refused(e, bad_wr, wr) },
                 };
             }
         }
@@ -371,14 +385,10 @@ pub(super) unsafe extern "C" fn post_recv(
             if q.cap.max_recv_sge >= 1 {
                 // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
                 let s = unsafe { w.sg_list.read() };
-                let sge = [Sge::new(s.addr, s.length, s.lkey)];
-                return match q.post_recv(&[RecvWr { wr_id: w.wr_id, sg_list: &sge }]) {
+                return match q.post_recv_one(w.wr_id, &Sge::new(s.addr, s.length, s.lkey)) {
                     Ok(()) => 0,
-                    Err(e) => {
-                        // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
-                        unsafe { set_bad(bad_wr, wr) };
-                        e.errno()
-                    }
+                    // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
+                    Err(e) => unsafe { refused(e, bad_wr, wr) },
                 };
             }
         }

@@ -808,6 +808,24 @@ mod tests {
             assert_eq!(*libc::__errno_location(), EOPNOTSUPP);
             assert_eq!(ibv_dealloc_pd(pd), libc::EBUSY);
 
+            // A one-SGE post (the fast entry) to a QP still in RESET: EINVAL, the request named.
+            let mut early_sge = ibv_sge { addr: buf.as_mut_ptr() as u64, length: 8, lkey: (*mr).lkey };
+            let mut early = ibv_send_wr {
+                wr_id: 3,
+                next: null_mut(),
+                sg_list: &mut early_sge,
+                num_sge: 1,
+                opcode: wr_opcode::RDMA_WRITE,
+                send_flags: send_flags::SIGNALED,
+                imm_data: 0,
+                wr: send_wr_wr { rdma: wr_rdma { remote_addr: buf.as_mut_ptr() as u64, rkey: (*mr).rkey } },
+                xrc_remote_srqn: 0,
+                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
+            };
+            let mut early_bad = null_mut();
+            assert_eq!((*ctx).ops.post_send.unwrap()(qp, &mut early, &mut early_bad), EINVAL);
+            assert_eq!(early_bad, &raw mut early);
+
             connect_to_itself(qp, gid);
 
             let ops = &(*ctx).ops;
