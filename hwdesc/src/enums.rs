@@ -623,6 +623,12 @@ crate::open_enum! {
         READ = 1,
     }
 
+    /// PAOS `admin_status` and `oper_status` (Linux `enum mlx5_port_status`).
+    pub struct PortStatus(u8) {
+        UP = 1,
+        DOWN = 2,
+    }
+
     /// PTYS `proto_mask`: which protocol's fields a PTYS access is about (`MLX5_PTYS_*`).
     pub struct PtysProto(u8) {
         /// InfiniBand.

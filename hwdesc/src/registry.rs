@@ -25,6 +25,7 @@ pub const IFC: &[IfcStruct] = &[
     ifc::access_register_in::STRUCT,
     ifc::access_register_out::STRUCT,
     ifc::host_endianness_reg::STRUCT,
+    ifc::paos_reg::STRUCT,
     ifc::ptys_reg::STRUCT,
     ifc::set_driver_version_in::STRUCT,
     ifc::set_driver_version_out::STRUCT,

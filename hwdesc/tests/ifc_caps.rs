@@ -3,11 +3,11 @@
 use umlx_hwdesc::Field;
 use umlx_hwdesc::ifc::{
     access_register_in, atomic_caps, cmd_hca_cap, hca_vport_context, host_endianness_reg, init_hca_in, manage_pages_in,
-    manage_pages_out, modify_nic_vport_context_in, modify_nic_vport_field_select, nic_vport_context, ptys_reg,
-    query_hca_cap_in, query_hca_cap_out, query_hca_vport_gid_out, query_issi_out, query_nic_vport_context_out,
-    query_pages_out, query_q_counter_in, query_q_counter_out, query_roce_address_in, query_roce_address_out,
-    query_vport_state_out, roce_addr_layout, roce_cap, set_driver_version_in, set_hca_cap_in, set_issi_in,
-    teardown_hca_in,
+    manage_pages_out, modify_nic_vport_context_in, modify_nic_vport_field_select, nic_vport_context, paos_reg,
+    ptys_reg, query_hca_cap_in, query_hca_cap_out, query_hca_vport_gid_out, query_issi_out,
+    query_nic_vport_context_out, query_pages_out, query_q_counter_in, query_q_counter_out, query_roce_address_in,
+    query_roce_address_out, query_vport_state_out, roce_addr_layout, roce_cap, set_driver_version_in, set_hca_cap_in,
+    set_issi_in, teardown_hca_in,
 };
 
 /// Asserts a field's bit offset and width.
@@ -249,4 +249,13 @@ fn ptys_fields_sit_where_the_prm_says() {
     at(ptys_reg::eth_proto_oper, 0x120, 0x20);
     at(ptys_reg::ib_link_width_oper, 0x140, 0x10);
     at(ptys_reg::connector_type, 0x17c, 4);
+}
+
+#[test]
+fn paos_fields_sit_where_the_prm_says() {
+    assert_eq!(paos_reg::SIZE_BYTES, 16);
+    at(paos_reg::local_port, 0x08, 8);
+    at(paos_reg::admin_status, 0x14, 4);
+    at(paos_reg::oper_status, 0x1c, 4);
+    at(paos_reg::ase, 0x20, 1);
 }

@@ -168,21 +168,23 @@ fn port_change_event_at_init_hca() {
     // the link is brought down and up through PAOS.
     let (_dev, mut host, uar) = initialized();
     let mut eq = host.create_eq(uar, 3, 1 << 0x09, 0).unwrap();
-    let paos = |host: &mut CmdHost, admin: u8| {
-        let mut reg = [0u8; 16];
-        reg[1] = 1;
-        reg[2] = admin;
+    use umlx_hwdesc::enums::PortStatus;
+    use umlx_hwdesc::ifc::paos_reg;
+    let paos = |host: &mut CmdHost, admin: PortStatus| {
+        let mut reg = [0u8; paos_reg::SIZE_BYTES];
+        paos_reg::local_port.set(&mut reg, 1);
+        paos_reg::admin_status.set(&mut reg, admin.0 as u64);
         host.access_reg(umlx_hwdesc::enums::AccessRegId::PAOS, true, &reg).expect("PAOS write")
     };
-    let r = paos(&mut host, 2);
-    assert_eq!(r[3] & 0xf, 2, "oper status down");
+    let r = paos(&mut host, PortStatus::DOWN);
+    assert_eq!(paos_reg::oper_status.get(&r), PortStatus::DOWN.0 as u64, "oper status down");
     let e = eq.poll().expect("port change EQE");
     assert_eq!((eqe_type(&e), e[3]), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
     assert_eq!(e[0x28] >> 4, 1, "port 1");
-    paos(&mut host, 1);
+    paos(&mut host, PortStatus::UP);
     let e = eq.poll().expect("port change EQE");
     assert_eq!(e[3], PortChangeSubtype::ACTIVE.0);
-    paos(&mut host, 1);
+    paos(&mut host, PortStatus::UP);
     assert!(eq.poll().is_none(), "no event without a change");
 }
 
@@ -201,9 +203,9 @@ fn ptys_reports_the_link_mode_while_the_link_is_up() {
     assert_eq!(ptys_reg::eth_proto_oper.get(&r), cr4);
     assert_eq!(ptys_reg::ext_eth_proto_oper.get(&r), ext);
     // Down (PAOS admin down): nothing operates.
-    let mut paos = [0u8; 16];
-    paos[1] = 1;
-    paos[2] = 2;
+    let mut paos = [0u8; umlx_hwdesc::ifc::paos_reg::SIZE_BYTES];
+    umlx_hwdesc::ifc::paos_reg::local_port.set(&mut paos, 1);
+    umlx_hwdesc::ifc::paos_reg::admin_status.set(&mut paos, umlx_hwdesc::enums::PortStatus::DOWN.0 as u64);
     host.access_reg(AccessRegId::PAOS, true, &paos).expect("PAOS write");
     let r = host.access_reg(AccessRegId::PTYS, false, &q).expect("PTYS read");
     assert_eq!((ptys_reg::eth_proto_oper.get(&r), ptys_reg::eth_proto_capability.get(&r)), (0, cr4));

@@ -246,6 +246,24 @@ crate::ifc! {
         reserved_at_1: 0x7f,
     }
 
+    /// PAOS register (0x5006): a port's administrative and operational status
+    /// ([`crate::enums::PortStatus`]).
+    struct paos_reg[0x80] {
+        swid: 0x8,
+        local_port: 0x8,
+        reserved_at_10: 0x4,
+        admin_status: 0x4,
+        reserved_at_18: 0x4,
+        oper_status: 0x4,
+
+        ase: 0x1,
+        ee: 0x1,
+        reserved_at_22: 0x1c,
+        e: 0x2,
+
+        reserved_at_40: 0x40,
+    }
+
     /// PTYS register (0x5004): a port's protocols and speeds — capable, administratively
     /// allowed and operating — as bit sets of link modes ([`crate::enums::EthLinkMode`],
     /// [`crate::enums::ExtEthLinkMode`]).

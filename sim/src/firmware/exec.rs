@@ -3,7 +3,8 @@
 
 use super::{CmdFail, Hca, HcaState, syndrome as sy};
 use umlx_hwdesc::enums::{
-    AccessRegId, AccessRegOpMod, CmdOpcode, CmdStatus, EthLinkMode, ExtEthLinkMode, HealthSyndrome, PtysProto,
+    AccessRegId, AccessRegOpMod, CmdOpcode, CmdStatus, EthLinkMode, ExtEthLinkMode, HealthSyndrome, PortStatus,
+    PtysProto,
 };
 use umlx_hwdesc::ifc::*;
 
@@ -259,21 +260,19 @@ impl Hca {
                 o.extend_from_slice(&reg);
             }
             AccessRegId::PAOS => {
-                // Port admin/oper status: byte 1 = local port, byte 2 low nibble = admin,
-                // byte 3 low nibble = oper (1 up, 2 down).
-                let mut reg = [0u8; 16];
+                let mut reg = [0u8; paos_reg::SIZE_BYTES];
                 if write {
-                    need_in(op, input, access_register_in::SIZE_BYTES + 16)?;
-                    match data[2] & 0xf {
-                        1 => self.set_link(true),
-                        2 => self.set_link(false),
+                    need_in(op, input, access_register_in::SIZE_BYTES + paos_reg::SIZE_BYTES)?;
+                    match PortStatus(paos_reg::admin_status.get(data) as u8) {
+                        PortStatus::UP => self.set_link(true),
+                        PortStatus::DOWN => self.set_link(false),
                         _ => {}
                     }
                 }
-                reg[1] = 1;
-                let up = if self.vport.is_up() { 1 } else { 2 };
-                reg[2] = up;
-                reg[3] = up;
+                let status = if self.vport.is_up() { PortStatus::UP } else { PortStatus::DOWN };
+                paos_reg::local_port.set(&mut reg, 1);
+                paos_reg::admin_status.set(&mut reg, status.0 as u64);
+                paos_reg::oper_status.set(&mut reg, status.0 as u64);
                 o.extend_from_slice(&reg);
             }
             AccessRegId::PTYS => {
