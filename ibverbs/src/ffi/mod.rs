@@ -703,6 +703,27 @@ mod tests {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
+    /// A context on a new software ConnectX in this process, as `ibv_open_device` makes one.
+    fn sim_context() -> *mut ibv_context {
+        new_context(Context::open_sim(Default::default()).expect("sim"), &devices()[0])
+    }
+
+    /// A work request of one SGE at `sge`; `remote` is (address, rkey) for RDMA opcodes.
+    fn send_wr(wr_id: u64, sge: *mut ibv_sge, opcode: u32, flags: u32, imm_be: u32, remote: (u64, u32)) -> ibv_send_wr {
+        ibv_send_wr {
+            wr_id,
+            next: null_mut(),
+            sg_list: sge,
+            num_sge: 1,
+            opcode,
+            send_flags: flags,
+            imm_data: imm_be,
+            wr: send_wr_wr { rdma: wr_rdma { remote_addr: remote.0, rkey: remote.1 } },
+            xrc_remote_srqn: 0,
+            ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
+        }
+    }
+
     /// Takes an RC QP from RESET to RTS connected to itself, as a C program would.
     ///
     /// # Safety
@@ -764,8 +785,7 @@ mod tests {
 
     #[test]
     fn a_c_program_sends_to_itself_through_the_ops_table() {
-        let d = &devices()[0];
-        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let ctx = sim_context();
         let mut buf = vec![0u8; 8192];
         // SAFETY: every pointer below is a handle this test got from the library, or a local
         // it owns for the duration of the call.
@@ -810,18 +830,14 @@ mod tests {
 
             // A one-SGE post (the fast entry) to a QP still in RESET: EINVAL, the request named.
             let mut early_sge = ibv_sge { addr: buf.as_mut_ptr() as u64, length: 8, lkey: (*mr).lkey };
-            let mut early = ibv_send_wr {
-                wr_id: 3,
-                next: null_mut(),
-                sg_list: &mut early_sge,
-                num_sge: 1,
-                opcode: wr_opcode::RDMA_WRITE,
-                send_flags: send_flags::SIGNALED,
-                imm_data: 0,
-                wr: send_wr_wr { rdma: wr_rdma { remote_addr: buf.as_mut_ptr() as u64, rkey: (*mr).rkey } },
-                xrc_remote_srqn: 0,
-                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
-            };
+            let mut early = send_wr(
+                3,
+                &mut early_sge,
+                wr_opcode::RDMA_WRITE,
+                send_flags::SIGNALED,
+                0,
+                (buf.as_mut_ptr() as u64, (*mr).rkey),
+            );
             let mut early_bad = null_mut();
             assert_eq!((*ctx).ops.post_send.unwrap()(qp, &mut early, &mut early_bad), EINVAL);
             assert_eq!(early_bad, &raw mut early);
@@ -836,18 +852,8 @@ mod tests {
             let mut bad_r = null_mut();
             assert_eq!(ops.post_recv.unwrap()(qp, &mut rwr, &mut bad_r), 0);
             let mut ssge = ibv_sge { addr: base, length: 5, lkey };
-            let mut swr = ibv_send_wr {
-                wr_id: 2,
-                next: null_mut(),
-                sg_list: &mut ssge,
-                num_sge: 1,
-                opcode: wr_opcode::SEND_WITH_IMM,
-                send_flags: send_flags::SIGNALED,
-                imm_data: 0x1234_5678u32.to_be(),
-                wr: send_wr_wr { rdma: wr_rdma { remote_addr: 0, rkey: 0 } },
-                xrc_remote_srqn: 0,
-                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
-            };
+            let mut swr =
+                send_wr(2, &mut ssge, wr_opcode::SEND_WITH_IMM, send_flags::SIGNALED, 0x1234_5678u32.to_be(), (0, 0));
             let mut bad = null_mut();
             // More SGEs than the QP has: refused, naming the request.
             swr.num_sge = 2;
@@ -895,8 +901,7 @@ mod tests {
         assert_eq!(cstr(ibv_event_type_str(99)), "unknown");
         assert_eq!(cstr(ibv_node_type_str(IBV_NODE_CA)), "InfiniBand channel adapter");
         assert_eq!(cstr(ibv_node_type_str(-1)), "unknown");
-        let d = &devices()[0];
-        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let ctx = sim_context();
         let mut buf = vec![0u8; 8192];
         // SAFETY: every pointer below is a handle this test got from the library, or a local
         // it owns for the duration of the call.
@@ -963,18 +968,7 @@ mod tests {
 
             buf[..4].copy_from_slice(b"srq!");
             let mut ssge = ibv_sge { addr: base, length: 4, lkey };
-            let mut swr = ibv_send_wr {
-                wr_id: 1,
-                next: null_mut(),
-                sg_list: &mut ssge,
-                num_sge: 1,
-                opcode: wr_opcode::SEND,
-                send_flags: 0,
-                imm_data: 0,
-                wr: send_wr_wr { rdma: wr_rdma { remote_addr: 0, rkey: 0 } },
-                xrc_remote_srqn: 0,
-                ext: send_wr_ext { tso: wr_tso { hdr: null_mut(), hdr_sz: 0, mss: 0 } },
-            };
+            let mut swr = send_wr(1, &mut ssge, wr_opcode::SEND, 0, 0, (0, 0));
             let mut sbad = null_mut();
             for _ in 0..2 {
                 assert_eq!(ops.post_send.unwrap()(qp, &mut swr, &mut sbad), 0);
@@ -1019,8 +1013,7 @@ mod tests {
 
     #[test]
     fn the_new_post_send_api_writes_through_an_extended_qp() {
-        let d = &devices()[0];
-        let ctx = new_context(Context::open_sim(Default::default()).expect("sim"), d);
+        let ctx = sim_context();
         let mut buf = vec![0u8; 8192];
         // SAFETY: every pointer below is a handle this test got from the library, or a local
         // it owns for the duration of the call.
