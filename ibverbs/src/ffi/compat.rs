@@ -4,14 +4,11 @@
 
 use super::objects::ibv_create_ah;
 use super::*;
+use umlx_verbs::Gid;
 
 /// The RoCEv2 GID of an IPv4 address (`::ffff:a.b.c.d`).
 fn ipv4_gid(ip: [u8; 4]) -> ibv_gid {
-    let mut raw = [0u8; 16];
-    raw[10] = 0xff;
-    raw[11] = 0xff;
-    raw[12..].copy_from_slice(&ip);
-    ibv_gid { raw }
+    ibv_gid { raw: Gid::from_ip(std::net::Ipv4Addr::from(ip).into()).0 }
 }
 
 /// The index of `gid` in the port's GID table.

@@ -71,13 +71,6 @@ fn next_event(u: &UContext) -> Result<Option<ibv_async_event>, c_int> {
     }
 }
 
-/// Whether a descriptor is in non-blocking mode.
-fn nonblocking(fd: c_int) -> bool {
-    // SAFETY: fcntl F_GETFL reads no memory.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_NONBLOCK != 0
-}
-
 /// Waits until the eventfd `fd` is signalled (at most `timeout_ms`, -1: no limit), then
 /// clears it.
 fn wait_and_clear(fd: c_int, timeout_ms: c_int) {

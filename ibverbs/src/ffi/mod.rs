@@ -99,6 +99,14 @@ pub(crate) fn guard<R>(call: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Whether a descriptor is in non-blocking mode (the program may set it on a channel's or a
+/// context's fd; the calls that wait then answer EAGAIN instead).
+pub(crate) fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: fcntl F_GETFL reads no memory.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
 /// The tags that tell handles apart (checked on the control path).
 pub(crate) mod tag {
     pub const CONTEXT: u64 = u64::from_be_bytes(*b"umlxCTX\0");

@@ -500,9 +500,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         return -1;
     }
     guard("ibv_get_cq_event", -1, || {
-        // SAFETY: fcntl F_GETFL reads no memory; the descriptor is the channel's own.
-        let flags = unsafe { libc::fcntl(o.ready.as_raw_fd(), libc::F_GETFL) };
-        let nonblocking = flags >= 0 && flags & libc::O_NONBLOCK != 0;
+        let nonblocking = nonblocking(o.ready.as_raw_fd());
         loop {
             let wait = if nonblocking { Duration::ZERO } else { Duration::from_secs(3600) };
             match o.ch.get_cq_event(wait) {
