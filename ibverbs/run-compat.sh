@@ -139,28 +139,38 @@ wait_listen() {
     return 1
 }
 
-# pingpong PROGRAM NAME SIZE SERVER_ENV CLIENT_ENV ARGS...: server and client, checked (SIZE:
-# the message size the program's result line counts).
-pingpong() {
-    local prog=$1 name=$2 size=$3 senv=$4 cenv=$5
-    shift 5
+# pair NAME "SERVER COMMAND" "CLIENT COMMAND": a server and its client (the client gets the
+# host argument), outputs in $work/NAME-server.out and $work/NAME-client.out.
+pair() {
+    local name=$1 server=$2 client=$3
     local port=$((20000 + RANDOM % 20000))
-    echo "== $prog $* ($name)"
-    (env $senv timeout 120 "$prog" -p $port "$@" >"$work/$name-server.out" 2>&1
+    (env $server_env timeout 120 $server -p $port >"$work/$name-server.out" 2>&1
         echo $? >"$work/$name-server.rc") &
     local spid=$!
     if ! wait_listen $port; then
         bad "$name: the server does not listen on TCP port $port"
         show "$name-server"
         kill $spid 2>/dev/null
-        return
+        return 1
     fi
-    run "$name-client" env $cenv "$prog" -p $port "$@" localhost
+    run "$name-client" env $client_env timeout 120 $client -p $port localhost
     wait $spid
+    exited0 "$name-server"
+    exited0 "$name-client"
+}
+
+# pingpong PROGRAM NAME SIZE SERVER_ENV CLIENT_ENV ARGS...: server and client, checked (SIZE:
+# the message size the program's result line counts).
+pingpong() {
+    local prog=$1 name=$2 size=$3
+    # `pair` reads these (bash's dynamic scope).
+    local server_env=$4 client_env=$5
+    shift 5
+    echo "== $prog $* ($name)"
+    pair "$name" "$prog $*" "$prog $*" || return
     for side in server client; do
         local n="$name-$side"
         show "$n" | grep -v '^    .*address:' || true
-        exited0 "$n"
         has "$n" '^  local address:  LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}[,:] GID ::ffff:[0-9]' "local address with a RoCEv2 GID"
         has "$n" '^  remote address: LID 0x0000, QPN 0x[0-9a-f]{6}, PSN 0x[0-9a-f]{6}, GID ::ffff:[0-9]' "remote address"
         has "$n" "^$((size * iters * 2)) bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\$" "throughput line"
@@ -197,25 +207,6 @@ show xsrq
 if [ "$(cat "$work/xsrq.rc")" = 1 ]; then ok "xsrq exited 1"; else bad "xsrq exited $(cat "$work/xsrq.rc"), not 1"; fi
 has xsrq "^Couldn.t Open the XRC Domain $(python3 -c 'import errno; print(errno.EOPNOTSUPP)')\$" "ibv_xsrq_pingpong's message with errno EOPNOTSUPP"
 
-# pair NAME "SERVER COMMAND" "CLIENT COMMAND": a server and its client (the client gets the
-# host argument), outputs in $work/NAME-server.out and $work/NAME-client.out.
-pair() {
-    local name=$1 server=$2 client=$3
-    local port=$((20000 + RANDOM % 20000))
-    (env $server_env timeout 120 $server -p $port >"$work/$name-server.out" 2>&1
-        echo $? >"$work/$name-server.rc") &
-    local spid=$!
-    if ! wait_listen $port; then
-        bad "$name: the server does not listen on TCP port $port"
-        show "$name-server"
-        kill $spid 2>/dev/null
-        return 1
-    fi
-    run "$name-client" env $client_env timeout 120 $client -p $port localhost
-    wait $spid
-    exited0 "$name-server"
-    exited0 "$name-client"
-}
 
 # perftest's result rows ("#bytes #iterations ..." then numbers), blanks squeezed to one space.
 result_rows() {
