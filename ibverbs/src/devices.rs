@@ -2,8 +2,8 @@
 //!
 //! `UMLX_DEVICES` names them, comma-separated (a `sim:udp:` entry's own comma is part of it):
 //! - `sim` (the default when the variable is unset or empty): an embedded software ConnectX
-//!   on the automatic loopback wire the umlx tools use, so two unmodified programs on one
-//!   machine reach each other (see `umlx_verbs::simwire`);
+//!   on the automatic loopback LAN the umlx tools use, so unmodified programs on one machine
+//!   reach each other (see `umlx_verbs::simwire`);
 //! - `sim:udp:LOCAL,PEER`: a software ConnectX on a named UDP wire;
 //! - `pci:0000:3b:00.0`: the ConnectX at that address, bound to vfio-pci.
 //!

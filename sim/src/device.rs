@@ -4,8 +4,16 @@
 //! event the device handles), PCI configuration space (vendor/device ID, COMMAND register with
 //! bus mastering, which gates every DMA), the IOMMU table (map/unmap, as VFIO's
 //! `VFIO_IOMMU_MAP_DMA` would fill it), MSI-X vectors delivered on eventfds, function-level
-//! reset, and fault injection. A background engine thread does the device's time-driven work
-//! (delayed completions, timers); it stops when the last handle is dropped.
+//! reset, and fault injection.
+//!
+//! The device runs to completion in whichever thread gives it work, as a NIC's pipeline
+//! handles a doorbell when it arrives: a doorbell write executes the posted WQEs, sends their
+//! frames and, on an in-process fabric, has the receiving device handle them in the same thread
+//! when its lock is free (so an ACK may come back and complete the request before the doorbell
+//! write returns). A frame from a UDP wire is handled in the thread that received it. A
+//! background engine thread does the rest: time-driven work (retransmission and RNR timers,
+//! delayed command completions) and frames that arrived while another thread held the device;
+//! it stops when the last handle is dropped.
 
 use crate::config::SimConfig;
 use crate::firmware::{Hca, HcaState, SimStats};
@@ -19,6 +27,46 @@ use umlx_hwdesc::enums::HealthSyndrome;
 struct Inner {
     hca: Mutex<Hca>,
     port: crate::port::Port,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Hca> {
+        // A panic while holding the lock leaves the model in an unknown state; keep going with
+        // what is there rather than poisoning every later access.
+        self.hca.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends what the transport queued and handles the frames that arrived meanwhile (the
+    /// answers of devices that handled those frames in this thread among them), until neither
+    /// remains, all under the device lock `h` held by this thread.
+    ///
+    /// Sending before the lock is released matters: a CQE is visible to the host as soon as it
+    /// is written, and a host that then tears the device down (its next command waits for the
+    /// lock) must not lose the ACK queued with that CQE.
+    fn run_to_completion(&self, h: &mut Hca) {
+        let _running = crate::port::Running::enter(&self.port);
+        loop {
+            let out = h.take_outbox();
+            self.port.transmit(out);
+            let frames = self.port.take_rx();
+            if frames.is_empty() {
+                return;
+            }
+            self.port.process(h, frames, Instant::now());
+        }
+    }
+}
+
+impl crate::port::Receiver for Inner {
+    fn try_receive(&self) -> bool {
+        let mut h = match self.hca.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        self.run_to_completion(&mut h);
+        true
+    }
 }
 
 /// A software ConnectX. Cloning gives another handle to the same device.
@@ -76,6 +124,8 @@ impl SimDevice {
     pub fn new(cfg: SimConfig) -> SimDevice {
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
         let inner = Arc::new(Inner { hca: Mutex::new(Hca::new(cfg)), port });
+        let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
+        inner.port.set_receiver(receiver);
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("umlx-sim-engine".into())
@@ -86,9 +136,7 @@ impl SimDevice {
 
     /// Locks the device state. The lock is never held across a call out of the device.
     pub fn lock(&self) -> MutexGuard<'_, Hca> {
-        // A panic while holding the lock leaves the model in an unknown state; keep going with
-        // what is there rather than poisoning every later access.
-        self.inner.hca.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock()
     }
 
     /// BAR0 size in bytes.
@@ -105,16 +153,14 @@ impl SimDevice {
     pub fn bar0_write32(&self, offset: u64, value: u32) {
         let mut h = self.lock();
         h.bar_write32(offset, value);
-        // Sent before the lock is released: see `engine`.
-        self.inner.port.transmit(h.take_outbox());
+        self.inner.run_to_completion(&mut h);
     }
 
     /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells.
     pub fn bar0_write64(&self, offset: u64, value: u64) {
         let mut h = self.lock();
         h.bar_write64(offset, value);
-        // Sent before the lock is released: see `engine`.
-        self.inner.port.transmit(h.take_outbox());
+        self.inner.run_to_completion(&mut h);
     }
 
     /// The device's Ethernet port (attach it to a [`crate::fabric::Fabric`] or a UDP wire).
@@ -270,26 +316,21 @@ impl SimDevice {
     }
 }
 
-/// The engine: time-driven device work, until the device is dropped.
-///
-/// Each round takes the frames the port received, hands them to the transport, runs the timers
-/// and sends what the transport queued, all under the device lock. Sending before the lock is
-/// released matters: a CQE is visible to the host as soon as it is written, and a host that
-/// then tears the device down (its next command waits for the lock) must not lose the ACK
-/// queued with that CQE. The port wakes the engine when a frame arrives.
+/// The engine: time-driven device work, and frames no other thread handled, until the device
+/// is dropped. The port wakes it when a frame waits for it.
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let frames = inner.port.take_rx();
         let busy = {
-            let mut h = inner.hca.lock().unwrap_or_else(|e| e.into_inner());
+            let mut h = inner.lock();
             let now = Instant::now();
+            let frames = inner.port.take_rx();
             inner.port.process(&mut h, frames, now);
             h.tick(now);
-            inner.port.transmit(h.take_outbox());
+            inner.run_to_completion(&mut h);
             h.has_timed_work()
         };
         drop(inner);

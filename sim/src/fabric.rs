@@ -142,8 +142,10 @@ impl State {
 }
 
 impl FabricShared {
-    /// A port sends a frame.
-    pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>) {
+    /// A port sends a frame. The ports it reaches at once are added to `reached`: the sender
+    /// notifies them ([`PortInner::notify`]) after its whole batch, so that a receiver handles
+    /// frames sent together together.
+    pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>, reached: &mut Vec<Arc<PortInner>>) {
         let now = Instant::now();
         let mut copies = 1;
         let mut hold = None;
@@ -188,12 +190,13 @@ impl FabricShared {
             return;
         }
         for _ in 1..copies {
-            self.deliver(from as *const PortInner as usize, frame.clone());
+            self.deliver(from as *const PortInner as usize, frame.clone(), reached);
         }
-        self.deliver(from as *const PortInner as usize, frame);
+        self.deliver(from as *const PortInner as usize, frame, reached);
     }
 
-    fn deliver(&self, from: usize, frame: Vec<u8>) {
+    /// Queues `frame` at the ports it is for (see [`FabricShared::send`] for `reached`).
+    fn deliver(&self, from: usize, frame: Vec<u8>, reached: &mut Vec<Arc<PortInner>>) {
         let Some(dst) = frame.get(0..6) else { return };
         let group = dst[0] & 1 != 0;
         let ports: Vec<Arc<PortInner>> = lock(&self.ports).iter().filter_map(|w| w.upgrade()).collect();
@@ -203,7 +206,10 @@ impl FabricShared {
                 continue;
             }
             if group || p.mac == dst {
-                p.inject(frame.clone());
+                p.enqueue(frame.clone());
+                if !reached.iter().any(|r| Arc::ptr_eq(r, &p)) {
+                    reached.push(p);
+                }
                 n += 1;
             }
         }
@@ -226,8 +232,12 @@ fn timer(weak: Weak<FabricShared>) {
             let due: Vec<_> = s.held.drain(..n).collect();
             (due, s.held.first().map(|h| h.0))
         };
+        let mut reached = Vec::new();
         for (_, _, from, frame) in due {
-            f.deliver(from, frame);
+            f.deliver(from, frame, &mut reached);
+        }
+        for p in reached {
+            p.notify();
         }
         drop(f);
         let wait = next.map_or(Duration::from_millis(5), |t| t.saturating_duration_since(Instant::now()));

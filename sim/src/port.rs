@@ -1,15 +1,17 @@
 //! The device's Ethernet port: what connects the transport to a wire.
 //!
 //! A [`Port`] has a MAC and the device's addresses. It owns the frames in both directions
-//! outside the device lock: frames arriving from a wire wait in its receive queue until the
-//! device's engine thread takes them (the port wakes the engine), and frames the transport
-//! built are handed to the port after the device lock is dropped. It answers ARP and IPv6
-//! neighbour solicitation for its own addresses ([`umlx_wire::arp`]), drops and counts
+//! outside the device lock: a frame arriving from a wire waits in its receive queue, and the
+//! port asks its device ([`Receiver`]) to handle it at once in the arriving thread; when another
+//! thread holds the device, that thread or the device's engine thread (which the port wakes)
+//! takes it. Frames the transport built are handed to the port under the device lock. It
+//! answers ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]), drops and counts
 //! malformed frames ([`WireStats`]), and can record every frame sent and received in a pcap.
 //!
-//! Wires: an in-process [`crate::fabric::Fabric`], or a UDP socket carrying one Ethernet
-//! frame per datagram (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so that
-//! another process or a VM can be the peer. The UDP socket asks for large buffers
+//! Wires: an in-process [`crate::fabric::Fabric`]; a UDP socket carrying one Ethernet frame
+//! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
+//! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
+//! between any number of processes on one machine. The UDP sockets ask for large buffers
 //! (`setsockopt`, this module's only `unsafe`), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
@@ -32,6 +34,163 @@ enum Link {
     Down,
     Fabric(Arc<FabricShared>),
     Udp { sock: Arc<UdpSocket>, peer: SocketAddr },
+    Lan(Arc<Lan>),
+}
+
+impl Link {
+    /// The UDP socket the link receives on.
+    fn socket(&self) -> Option<&Arc<UdpSocket>> {
+        match self {
+            Link::Udp { sock, .. } => Some(sock),
+            Link::Lan(lan) => Some(&lan.sock),
+            Link::Down | Link::Fabric(_) => None,
+        }
+    }
+}
+
+/// A LAN of processes on one machine, with no switch and no daemon: member `n` of a LAN based
+/// at UDP port `B` is the socket bound to 127.0.0.1:`B + n`, and a frame travels as one
+/// datagram (the UDP wire's encapsulation). A process joins by binding the first free member
+/// port ([`LoopbackLan::join`]). Each member learns which member port a MAC sends from, as a
+/// learning switch does: a frame to a learnt MAC goes to that member only; broadcast,
+/// multicast and frames to a MAC not learnt yet go to every other member (ARP requests find
+/// their target that way, and its reply teaches the asker). A member drops frames for unicast
+/// MACs other than its own.
+#[derive(Debug)]
+pub struct LoopbackLan {
+    sock: UdpSocket,
+    base: u16,
+    members: u16,
+    member: u16,
+}
+
+impl LoopbackLan {
+    /// Joins the LAN of `members` UDP ports from 127.0.0.1:`base` as the first member whose
+    /// port is free. Fails with `AddrInUse` when every member port is taken.
+    pub fn join(base: u16, members: u16) -> std::io::Result<LoopbackLan> {
+        for member in 0..members {
+            let Some(port) = base.checked_add(member) else { break };
+            match UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))) {
+                Ok(sock) => return Ok(LoopbackLan { sock, base, members, member }),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("every port of the loopback LAN (UDP 127.0.0.1:{base}..+{members}) is taken"),
+        ))
+    }
+
+    /// This process's member number (its port is the base plus this).
+    pub fn member(&self) -> u16 {
+        self.member
+    }
+
+    /// The LAN's first UDP port (member 0's).
+    pub fn base(&self) -> u16 {
+        self.base
+    }
+
+    /// The first member port that is free now (a look, not a reservation), if any.
+    pub fn first_free(base: u16, members: u16) -> Option<u16> {
+        (0..members).find(|&m| {
+            base.checked_add(m).is_some_and(|p| UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], p))).is_ok())
+        })
+    }
+}
+
+/// A joined [`LoopbackLan`] as a port's link.
+struct Lan {
+    sock: Arc<UdpSocket>,
+    base: u16,
+    members: u16,
+    member: u16,
+    /// MACs learnt from received frames and the member port they came from.
+    learnt: Mutex<Vec<(MacAddr, u16)>>,
+}
+
+/// Most MACs a LAN member remembers (the oldest is forgotten first).
+const LAN_LEARNT_LIMIT: usize = 256;
+
+impl Lan {
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// Sends `frame` to the member that has its destination MAC, or to every other member.
+    fn send(&self, frame: &[u8]) {
+        let Some(dst) = frame.get(0..6) else { return };
+        if dst[0] & 1 == 0
+            && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
+        {
+            let _ = self.sock.send_to(frame, Lan::addr(port));
+            return;
+        }
+        for m in (0..self.members).filter(|&m| m != self.member) {
+            if let Some(port) = self.base.checked_add(m) {
+                let _ = self.sock.send_to(frame, Lan::addr(port));
+            }
+        }
+    }
+
+    /// Whether a frame from `from` belongs to this member (learning its source MAC on the way).
+    fn accept(&self, frame: &[u8], from: SocketAddr, mine: &MacAddr) -> bool {
+        let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else { return false };
+        let member_port = from.ip().is_loopback()
+            && from.port() >= self.base
+            && u32::from(from.port()) < u32::from(self.base) + u32::from(self.members);
+        if member_port && src[0] & 1 == 0 {
+            let mut src_mac = [0u8; 6];
+            src_mac.copy_from_slice(src);
+            let mut l = lock(&self.learnt);
+            match l.iter_mut().find(|(m, _)| *m == src_mac) {
+                Some(e) => e.1 = from.port(),
+                None => {
+                    if l.len() >= LAN_LEARNT_LIMIT {
+                        l.remove(0);
+                    }
+                    l.push((src_mac, from.port()));
+                }
+            }
+        }
+        dst[0] & 1 != 0 || dst == &mine[..]
+    }
+}
+
+/// The device behind a port: handles the frames waiting in the port's receive queue.
+pub(crate) trait Receiver: Send + Sync {
+    /// Handles the waiting frames now in this thread, unless another thread holds the device
+    /// (then returns false, and the frames wait for that thread or the engine).
+    fn try_receive(&self) -> bool;
+}
+
+thread_local! {
+    /// The ports whose devices this thread holds while it runs them to completion (innermost
+    /// last): a frame for one of them is taken by that run before its lock is released.
+    static RUNNING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks a port's device as run to completion by this thread until dropped.
+pub(crate) struct Running(usize);
+
+impl Running {
+    pub(crate) fn enter(port: &Port) -> Running {
+        let id = Arc::as_ptr(&port.inner).addr();
+        RUNNING.with(|r| r.borrow_mut().push(id));
+        Running(id)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.with(|r| {
+            let mut r = r.borrow_mut();
+            if let Some(i) = r.iter().rposition(|&p| p == self.0) {
+                r.remove(i);
+            }
+        });
+    }
 }
 
 pub(crate) struct PortInner {
@@ -42,6 +201,7 @@ pub(crate) struct PortInner {
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
     waker: Mutex<Option<Thread>>,
+    receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
 }
@@ -77,6 +237,7 @@ impl Port {
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
                 waker: Mutex::new(None),
+                receiver: std::sync::OnceLock::new(),
                 neighbors: Mutex::new(Vec::new()),
             }),
         }
@@ -146,6 +307,24 @@ impl Port {
         Ok(bound)
     }
 
+    /// Connects the port to a loopback LAN it joined: see [`LoopbackLan`].
+    pub fn connect_lan(&self, lan: LoopbackLan) -> std::io::Result<()> {
+        lan.sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+        enlarge_buffers(&lan.sock);
+        let lan = Arc::new(Lan {
+            sock: Arc::new(lan.sock),
+            base: lan.base,
+            members: lan.members,
+            member: lan.member,
+            learnt: Mutex::new(Vec::new()),
+        });
+        let weak = Arc::downgrade(&self.inner);
+        let rsock = lan.sock.clone();
+        std::thread::Builder::new().name("umlx-sim-lan-rx".into()).spawn(move || udp_rx(weak, rsock))?;
+        *lock(&self.inner.link) = Link::Lan(lan);
+        Ok(())
+    }
+
     /// Disconnects the port from its wire.
     pub fn disconnect(&self) {
         *lock(&self.inner.link) = Link::Down;
@@ -183,29 +362,48 @@ impl Port {
         if frames.is_empty() {
             return;
         }
-        let link = match &*lock(&self.inner.link) {
+        enum To {
+            Fabric(Arc<FabricShared>),
+            Udp(Arc<UdpSocket>, SocketAddr),
+            Lan(Arc<Lan>),
+        }
+        let to = match &*lock(&self.inner.link) {
             Link::Down => return,
-            Link::Fabric(f) => Some(Ok(f.clone())),
-            Link::Udp { sock, peer } => Some(Err((sock.clone(), *peer))),
+            Link::Fabric(f) => To::Fabric(f.clone()),
+            Link::Udp { sock, peer } => To::Udp(sock.clone(), *peer),
+            Link::Lan(lan) => To::Lan(lan.clone()),
         };
-        match link {
-            Some(Ok(f)) => {
+        match to {
+            To::Fabric(f) => {
+                let mut reached = Vec::new();
                 for fr in frames {
-                    f.send(&self.inner, fr);
+                    f.send(&self.inner, fr, &mut reached);
+                }
+                for p in reached {
+                    p.notify();
                 }
             }
-            Some(Err((sock, peer))) => {
+            To::Udp(sock, peer) => {
                 for fr in frames {
                     let _ = sock.send_to(&fr, peer);
                 }
             }
-            None => {}
+            To::Lan(lan) => {
+                for fr in frames {
+                    lan.send(&fr);
+                }
+            }
         }
     }
 
     /// Frames waiting for the engine.
     pub(crate) fn take_rx(&self) -> Vec<Vec<u8>> {
         lock(&self.inner.rx).drain(..).collect()
+    }
+
+    /// The device that handles this port's frames.
+    pub(crate) fn set_receiver(&self, r: Weak<dyn Receiver>) {
+        let _ = self.inner.receiver.set(r);
     }
 
     /// The thread to wake when a frame arrives.
@@ -219,15 +417,15 @@ impl Port {
         if frames.is_empty() {
             return;
         }
-        let mut ips = self.inner.ips.clone();
-        for ip in hca.gid_ips() {
-            if !ips.contains(&ip) {
-                ips.push(ip);
-            }
-        }
         for f in &frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
+                let mut ips = self.inner.ips.clone();
+                for ip in hca.gid_ips() {
+                    if !ips.contains(&ip) {
+                        ips.push(ip);
+                    }
+                }
                 lock(&self.inner.stats).record_rx_frame(f.len());
                 if let Some((ip, mac)) = arp::learn(f) {
                     let mut n = lock(&self.inner.neighbors);
@@ -245,18 +443,38 @@ impl Port {
                 hca.receive_packet(&p, now);
             }
         }
+        hca.flush_acks();
     }
 }
 
 impl PortInner {
+    /// A frame arrives from the wire: it is queued and the device told.
     pub(crate) fn inject(&self, frame: Vec<u8>) {
+        self.enqueue(frame);
+        self.notify();
+    }
+
+    /// Queues a frame that arrived (dropped when the queue is full, as a NIC's receive buffer
+    /// overflows); [`PortInner::notify`] then has it handled.
+    pub(crate) fn enqueue(&self, frame: Vec<u8>) {
         self.record(std::slice::from_ref(&frame));
-        {
-            let mut q = lock(&self.rx);
-            if q.len() >= RX_QUEUE_LIMIT {
-                return;
-            }
+        let mut q = lock(&self.rx);
+        if q.len() < RX_QUEUE_LIMIT {
             q.push_back(frame);
+        }
+    }
+
+    /// Has the queued frames handled: by this thread's run of the device if there is one, else
+    /// now in this thread if the device is free, else by the thread holding it or the engine.
+    pub(crate) fn notify(&self) {
+        let me = std::ptr::from_ref(self).addr();
+        if RUNNING.with(|r| r.borrow().contains(&me)) {
+            return; // this thread's run of the device takes it
+        }
+        if let Some(r) = self.receiver.get().and_then(Weak::upgrade)
+            && r.try_receive()
+        {
+            return;
         }
         if let Some(t) = &*lock(&self.waker) {
             t.unpark();
@@ -311,12 +529,18 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
         let r = sock.recv_from(&mut buf);
         let Some(port) = weak.upgrade() else { return };
         // Stop when the port moved to another socket or wire.
-        let current = matches!(&*lock(&port.link), Link::Udp { sock: s, .. } if Arc::ptr_eq(s, &sock));
-        if !current {
-            return;
-        }
-        if let Ok((n, _)) = r {
-            port.inject(buf[..n].to_vec());
+        let lan = match &*lock(&port.link) {
+            l if l.socket().is_some_and(|s| Arc::ptr_eq(s, &sock)) => match l {
+                Link::Lan(lan) => Some(lan.clone()),
+                _ => None,
+            },
+            _ => return,
+        };
+        if let Ok((n, from)) = r {
+            let frame = &buf[..n];
+            if lan.is_none_or(|lan| lan.accept(frame, from, &port.mac)) {
+                port.inject(frame.to_vec());
+            }
         }
     }
 }

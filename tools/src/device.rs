@@ -1,15 +1,15 @@
 //! Opening the device a tool names with `-d`: `sim` (the default: a software ConnectX embedded
 //! in this process) or `pci:0000:3b:00.0` (an adapter bound to vfio-pci).
 //!
-//! With `-d sim` and no `--wire`, two processes on one machine reach each other with no
-//! configuration: the first one binds UDP 127.0.0.1:47901 and sends to :47902, the second one
-//! (finding :47901 taken) binds :47902 and sends to :47901. They get addresses 10.77.0.1 and
-//! 10.77.0.2 and find each other's MAC with ARP on that wire. `--wire udp:LOCAL,PEER` names the
+//! With `-d sim` and no `--wire`, processes on one machine reach each other with no
+//! configuration: each joins the automatic loopback LAN (`umlx_verbs::simwire`), binding the
+//! first free UDP port from 127.0.0.1:47901 (up to 64 processes), gets the address 10.77.0.N+1
+//! of its member number N, and finds its peers' MACs with ARP on that LAN. `--wire udp:LOCAL,PEER` names the
 //! endpoints instead (for a VM or a second machine), `--pcap FILE` records every frame.
 //!
 //! [`DeviceOpts`] holds these options (`-d/--ib-dev/--device`, `--wire`, `--pcap`, `--ip`,
 //! `--index`) as one clap `Args` struct each tool flattens into its own. A tool given no GID index
-//! uses `Context::default_gid` on RoCE (and prints [`auto_gid_line`]), so that the two processes
+//! uses `Context::default_gid` on RoCE (and prints [`auto_gid_line`]), so that the processes
 //! reach each other with no option at all.
 
 use clap::Args;
@@ -79,7 +79,7 @@ pub struct DeviceOpts {
         value_name = "udp:LOCAL,PEER",
         value_parser = parse_wire,
         help_heading = "umlx options",
-        help = "The sim's UDP wire (default: an automatic loopback pair)"
+        help = "The sim's UDP wire (default: the automatic loopback LAN)"
     )]
     pub wire: Option<WireArg>,
     /// `--pcap` (sim only).
@@ -110,7 +110,7 @@ impl DeviceOpts {
         self.device.clone().unwrap_or(DeviceArg::Sim)
     }
 
-    /// The wire `--wire` names (the automatic loopback pair when it was not given).
+    /// The wire `--wire` names (the automatic loopback LAN when it was not given).
     pub fn wire(&self) -> WireArg {
         self.wire.clone().unwrap_or_default()
     }

@@ -152,6 +152,14 @@ fn line_with<'a>(r: &'a Run, pat: &str) -> &'a str {
 /// Checks both sides exited 0, printed the two address lines that agree with each other and the
 /// result lines with `size * iters * 2` bytes and `iters` iterations.
 fn check_success(s: &Run, c: &Run, kind: &str, size: u64, iters: u64) {
+    let (sl, cl) = check_exchange(s, c, kind, size, iters);
+    assert_eq!(sl, "::ffff:10.77.0.1");
+    assert_eq!(cl, "::ffff:10.77.0.2");
+}
+
+/// Checks a successful run of both sides, wherever their addresses are; returns the server's
+/// and the client's GID.
+fn check_exchange(s: &Run, c: &Run, kind: &str, size: u64, iters: u64) -> (String, String) {
     for (who, r) in [("server", s), ("client", c)] {
         assert_eq!(r.code, Some(0), "{who} failed: {r:?}");
         assert!(r.stderr.is_empty(), "{who} wrote to stderr: {r:?}");
@@ -182,9 +190,8 @@ fn check_success(s: &Run, c: &Run, kind: &str, size: u64, iters: u64) {
     let (sl, cl) = (address(line_with(s, "local address")), address(line_with(c, "local address")));
     assert_eq!(address(line_with(c, "remote address")), sl);
     assert_eq!(address(line_with(s, "remote address")), cl);
-    assert_eq!(sl.2, "::ffff:10.77.0.1");
-    assert_eq!(cl.2, "::ffff:10.77.0.2");
     assert!(sl.1 <= 0xff_ffff && cl.1 <= 0xff_ffff);
+    (sl.2, cl.2)
 }
 
 #[test]
@@ -309,18 +316,37 @@ fn without_a_gid_both_sides_pick_their_ipv4_gid() {
 }
 
 #[test]
-fn zero_configuration_two_processes() {
-    // What the README promises: no -g, no --wire, no --index; the automatic loopback wire
-    // (UDP 127.0.0.1:47901/47902) and addresses 10.77.0.1 / 10.77.0.2. Only this test in this
-    // binary uses the automatic wire (the others name theirs), so it can run beside them.
+fn zero_configuration_four_pairs_at_once() {
+    // What the README promises: no -g, no --wire, no --index; every process joins the automatic
+    // loopback LAN (UDP 127.0.0.1:47901 and up) and gets its own sim number and address
+    // 10.77.0.N. Four client/server pairs run at once, eight processes on one LAN. Only this
+    // test in this binary uses the automatic LAN (the others name their wires), so it can run
+    // beside them.
     let tcp = 28622;
-    let mut server = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} -c -n 100")));
-    server.wait_line("local address");
-    let client = Proc::spawn(&args(&format!("rc-pingpong -p {tcp} -c -n 100 localhost")));
-    let c = client.finish();
-    let s = server.finish();
-    check_success(&s, &c, "rc", 4096, 100);
-    assert!(auto_gid_line(&s).contains("::ffff:10.77.0.1") && auto_gid_line(&c).contains("::ffff:10.77.0.2"));
+    let mut servers = Vec::new();
+    for k in 0..4 {
+        let mut server = Proc::spawn(&args(&format!("rc-pingpong -p {} -c -n 100", tcp + k)));
+        server.wait_line("local address");
+        servers.push(server);
+    }
+    let clients: Vec<Proc> =
+        (0..4).map(|k| Proc::spawn(&args(&format!("rc-pingpong -p {} -c -n 100 localhost", tcp + k)))).collect();
+    let mut gids = Vec::new();
+    for (client, server) in clients.into_iter().zip(servers) {
+        let c = client.finish();
+        let s = server.finish();
+        let (sg, cg) = check_exchange(&s, &c, "rc", 4096, 100);
+        assert!(auto_gid_line(&s).contains(&sg) && auto_gid_line(&c).contains(&cg), "{s:?}\n{c:?}");
+        gids.push(sg);
+        gids.push(cg);
+    }
+    for g in &gids {
+        assert!(g.starts_with("::ffff:10.77.0."), "{g}");
+    }
+    let mut distinct = gids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 8, "each process has its own address: {gids:?}");
 }
 
 /// A peer that sends an address with no GID (what rdma-core's tools send without -g), then

@@ -2,23 +2,30 @@
 //! shim both do it, so that two unmodified programs on one machine reach each other with no
 //! configuration.
 //!
-//! [`SimWire::Auto`]: the first process binds UDP 127.0.0.1:47901 and sends to :47902; the
-//! second one (finding :47901 taken) binds :47902 and sends to :47901. Each numbers its sim by
-//! the port it got (index 0 or 1: MAC 02:00:5e:10:00:N, IP 10.77.0.N+1), and peers find each
-//! other's MAC with ARP on that wire. [`SimWire::Udp`] names both endpoints instead (a VM, a
+//! [`SimWire::Auto`]: every process joins one loopback LAN ([`umlx_sim::port::LoopbackLan`])
+//! of [`AUTO_WIRE_MEMBERS`] UDP ports from 127.0.0.1:47901: the first process binds :47901,
+//! the next one :47902, and so on. Each numbers its sim by the member it became (N: MAC
+//! 02:00:5e:10:00:N, IP 10.77.0.N+1), and peers find each other's MAC with ARP on that LAN, so
+//! any number of processes (up to the member count) reach each other with no configuration and
+//! no daemon. [`SimWire::Udp`] names both endpoints of a point-to-point wire instead (a VM, a
 //! second machine).
 
 use crate::{Context, Error, ErrorKind, Result, SimBackend};
 use std::net::{IpAddr, SocketAddr};
+use umlx_sim::port::LoopbackLan;
 use umlx_sim::{SimConfig, SimDevice};
 
-/// The first of the two automatic loopback wire ports (the other is the next one).
+/// The first UDP port of the automatic loopback LAN (member 0).
 pub const AUTO_WIRE_BASE_PORT: u16 = 47901;
+
+/// How many processes the automatic loopback LAN holds (UDP ports 47901..=47964; sims 0..=63,
+/// IPs 10.77.0.1..=10.77.0.64).
+pub const AUTO_WIRE_MEMBERS: u16 = 64;
 
 /// Where a software ConnectX's port is connected.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum SimWire {
-    /// Loopback UDP, endpoints chosen automatically (see the module docs).
+    /// The automatic loopback LAN (see the module docs).
     #[default]
     Auto,
     /// UDP between two named endpoints (local, peer).
@@ -38,19 +45,10 @@ impl SimWire {
         Ok(SimWire::Udp(l, p))
     }
 
-    /// The loopback endpoints (local, peer) of automatic slot `n` (0 or 1).
-    pub fn auto_endpoints(n: u8) -> (SocketAddr, SocketAddr) {
-        let base = AUTO_WIRE_BASE_PORT;
-        let local = SocketAddr::from(([127, 0, 0, 1], base + n as u16));
-        let peer = SocketAddr::from(([127, 0, 0, 1], base + 1 - n as u16));
-        (local, peer)
-    }
-
-    /// The automatic slot a process opening the sim now would get: 0 when UDP
-    /// 127.0.0.1:47901 is free, 1 otherwise (a look, not a reservation).
+    /// The sim number a process opening the automatic LAN now would get: its first free member
+    /// (a look, not a reservation); the last member when all are taken (the open then fails).
     pub fn auto_slot_free_now() -> u8 {
-        let (local, _) = SimWire::auto_endpoints(0);
-        if std::net::UdpSocket::bind(local).is_ok() { 0 } else { 1 }
+        LoopbackLan::first_free(AUTO_WIRE_BASE_PORT, AUTO_WIRE_MEMBERS).unwrap_or(AUTO_WIRE_MEMBERS - 1) as u8
     }
 }
 
@@ -97,22 +95,12 @@ impl Context {
                 (dev, ips)
             }
             SimWire::Auto => {
-                let mut found = None;
-                for n in 0..2u8 {
-                    let (dev, ips) = sim_device(o.index.unwrap_or(n), &o.ips);
-                    let (local, peer) = SimWire::auto_endpoints(n);
-                    if dev.port().connect_udp(local, peer).is_ok() {
-                        found = Some((dev, ips));
-                        break;
-                    }
-                }
-                found.ok_or_else(|| {
-                    wire_error(format!(
-                        "both loopback wire ports (UDP 127.0.0.1:{} and :{}) are taken: name the wire (udp:LOCAL,PEER)",
-                        AUTO_WIRE_BASE_PORT,
-                        AUTO_WIRE_BASE_PORT + 1
-                    ))
-                })?
+                let lan = LoopbackLan::join(AUTO_WIRE_BASE_PORT, AUTO_WIRE_MEMBERS).map_err(|e| {
+                    wire_error(format!("wire: joining the loopback LAN: {e}; name the wire (udp:LOCAL,PEER)"))
+                })?;
+                let (dev, ips) = sim_device(o.index.unwrap_or(lan.member() as u8), &o.ips);
+                dev.port().connect_lan(lan).map_err(|e| wire_error(format!("wire: the loopback LAN: {e}")))?;
+                (dev, ips)
             }
         };
         if let Some(p) = &o.pcap {
@@ -133,15 +121,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wires_parse_and_auto_slots_face_each_other() {
+    fn wires_parse() {
         assert_eq!(SimWire::parse("auto"), Ok(SimWire::Auto));
         let w = SimWire::parse("udp:127.0.0.1:5000,127.0.0.1:5001").unwrap();
         assert_eq!(w, SimWire::Udp("127.0.0.1:5000".parse().unwrap(), "127.0.0.1:5001".parse().unwrap()));
         assert!(SimWire::parse("tcp:1").is_err());
         assert!(SimWire::parse("udp:127.0.0.1:5000").is_err());
-        let (l0, p0) = SimWire::auto_endpoints(0);
-        let (l1, p1) = SimWire::auto_endpoints(1);
-        assert_eq!((l0, p0), (p1, l1));
-        assert_eq!(l0.port(), 47901);
     }
 }

@@ -126,6 +126,9 @@ pub struct HcaTransport {
     pub outbox: Vec<Vec<u8>>,
     /// QPs whose retransmit or RNR timer is running, or which need service.
     pub timed: BTreeSet<u32>,
+    /// QPs with a coalesced ACK not sent yet ([`QpTransport`]'s `pending_ack`): sent when the
+    /// device has handled the frames that arrived together.
+    pub(crate) acks_pending: Vec<u32>,
     /// Counters.
     pub stats: TransportStats,
 }
@@ -341,6 +344,10 @@ pub struct QpTransport {
     pub(crate) cur: Option<RecvMsg>,
     pub(crate) resources: VecDeque<Resource>,
     pub(crate) last_ack_psn: Option<u32>,
+    /// The ACK (PSN and AETH) owed for the newest request received with AckReq, not sent yet:
+    /// requests that arrive together get one ACK, for the last of them, as a ConnectX
+    /// coalesces them (an ACK acknowledges every earlier PSN too).
+    pub(crate) pending_ack: Option<(u32, umlx_wire::packet::Aeth)>,
     /// PSN at which the requester last re-requested a READ/atomic after a gap.
     pub(crate) retry_psn: Option<u32>,
 }

@@ -171,7 +171,26 @@ impl Hca {
         self.emit(&t.path, None, bth, ext, &[]);
     }
 
+    /// A request arrives. An ACK the QP still owes is dropped when this request owes a newer one
+    /// and sends nothing else (the newer ACK covers both), kept when this request sends nothing,
+    /// and otherwise sent ahead of what this request sends.
     fn responder_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
+        let owed = t.pending_ack.take();
+        let before = self.objects.xport.outbox.len();
+        self.responder_handle(t, pkt);
+        let Some((psn, aeth)) = owed else { return };
+        let sent_more = self.objects.xport.outbox.len() > before;
+        match (t.pending_ack.is_some(), sent_more) {
+            (true, false) => {}
+            (false, false) => t.pending_ack = Some((psn, aeth)),
+            (_, true) => {
+                self.send_ack(t, psn, aeth);
+                self.objects.xport.outbox[before..].rotate_right(1);
+            }
+        }
+    }
+
+    fn responder_handle(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
         let psn = pkt.bth.psn;
         let diff = psn_cmp(psn, t.epsn);
         if diff > 0 {
@@ -369,9 +388,35 @@ impl Hca {
         t.epsn = psn_add(psn, 1);
         if pkt.bth.ack_req {
             t.last_ack_psn = Some(psn);
-            self.send_ack(t, psn, Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
+            if t.pending_ack.is_none() {
+                self.objects.xport.acks_pending.push(t.path.qpn);
+            }
+            t.pending_ack = Some((psn, Aeth::ack(t.msn, AETH_ACK_UNLIMITED)));
         }
         Ok(())
+    }
+
+    /// Sends the ACKs coalesced while the frames that arrived together were handled.
+    pub(crate) fn flush_acks(&mut self) {
+        let qpns = std::mem::take(&mut self.objects.xport.acks_pending);
+        for &qpn in &qpns {
+            self.flush_ack(qpn);
+        }
+        // Keep the list's allocation for the next batch.
+        let mut qpns = qpns;
+        qpns.clear();
+        if self.objects.xport.acks_pending.is_empty() {
+            self.objects.xport.acks_pending = qpns;
+        }
+    }
+
+    /// Sends the QP's coalesced ACK, if it owes one.
+    fn flush_ack(&mut self, qpn: u32) {
+        let Some(mut t) = self.take_transport(qpn) else { return };
+        if let Some((psn, aeth)) = t.pending_ack.take() {
+            self.send_ack(&t, psn, aeth);
+        }
+        self.put_transport(qpn, t);
     }
 
     fn push_resource(&mut self, t: &mut QpTransport, r: Resource) {
