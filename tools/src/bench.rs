@@ -435,6 +435,12 @@ fn instructions(k: Kernel) -> Option<f64> {
 pub enum BenchCmd {
     /// Data-path cost per operation: ns, and instructions (callgrind) where valgrind exists
     Datapath(DatapathArgs),
+    /// The software ConnectX: WRITE throughput and memory in process, latencies between two
+    /// processes, against a raw UDP reference measured here
+    Sim(crate::simbench::SimBenchArgs),
+    /// One side of the raw UDP ping-pong `bench sim` measures (a child process of it)
+    #[command(name = "udp-echo", hide = true)]
+    UdpEcho(crate::simbench::UdpEchoArgs),
 }
 
 /// The options of `umlx bench datapath`.
@@ -454,9 +460,17 @@ pub struct DatapathArgs {
     pub kernel: Option<String>,
 }
 
-/// Runs `umlx bench datapath`.
+/// Runs `umlx bench ...`.
 pub fn run(c: &BenchCmd) -> Result<(), String> {
-    let BenchCmd::Datapath(a) = c;
+    match c {
+        BenchCmd::Datapath(a) => run_datapath(a),
+        BenchCmd::Sim(a) => crate::simbench::run(a),
+        BenchCmd::UdpEcho(a) => crate::simbench::run_udp_echo(a),
+    }
+}
+
+/// Runs `umlx bench datapath`.
+fn run_datapath(a: &DatapathArgs) -> Result<(), String> {
     let json = a.json;
     if let Some(key) = &a.kernel {
         // Child mode for callgrind: run one kernel once.

@@ -19,6 +19,7 @@ mod layout;
 mod perf;
 mod pingpong;
 mod sim;
+mod simbench;
 mod vfio_selftest;
 mod wire;
 
@@ -55,7 +56,7 @@ pub enum Cmd {
     /// perftest's ib_{write,send,read}_{bw,lat} and ib_atomic_bw
     #[command(subcommand, args_override_self = true)]
     Perf(perf::PerfCmd),
-    /// Benchmarks: `bench datapath`, the data path's cost per operation
+    /// Benchmarks: `bench datapath` (the data path's cost per operation), `bench sim` (the software ConnectX)
     #[command(subcommand)]
     Bench(bench::BenchCmd),
     /// Move a ConnectX function to vfio-pci, checking IOMMU, group, huge pages, memlock

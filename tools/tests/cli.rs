@@ -123,6 +123,7 @@ const COMMANDS: &[&str] = &[
     "perf atomic-bw",
     "bench",
     "bench datapath",
+    "bench sim",
     "bind",
     "unbind",
     "rc-pingpong",
