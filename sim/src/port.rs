@@ -12,7 +12,7 @@
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
 //! between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`, this module's only `unsafe`), so that a burst of a long message survives while
+//! (`setsockopt`; with `recvfrom` the only `unsafe` of this module), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
@@ -523,10 +523,69 @@ fn enlarge_buffers(sock: &UdpSocket) {
     }
 }
 
+/// How long a UDP wire's receive thread keeps polling its socket without blocking after the
+/// last frame: a frame of a conversation in progress is taken as soon as it arrives, not after a
+/// scheduler wake-up; an idle wire sleeps in `recv`.
+const UDP_RX_SPIN: Duration = Duration::from_millis(2);
+
+/// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
+const UDP_RX_BATCH: usize = 64;
+
+/// Receives one datagram if one is waiting (`MSG_DONTWAIT`; the socket stays blocking for the
+/// other users of its descriptor).
+fn recv_dontwait(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    use std::os::fd::AsRawFd;
+    // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers and arrays).
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut addr_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: recvfrom writes at most `buf.len()` bytes into `buf` and at most `addr_len` bytes
+    // into `addr`, both exclusively borrowed locals that outlive the call; the descriptor is the
+    // socket's own, open while `sock` is borrowed.
+    let n = unsafe {
+        libc::recvfrom(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&raw mut addr).cast(),
+            &mut addr_len,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let from = match libc::c_int::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET), which fits in and is
+            // aligned within `sockaddr_storage`.
+            let a = unsafe { &*(&raw const addr).cast::<libc::sockaddr_in>() };
+            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a `sockaddr_in6` (family AF_INET6).
+            let a = unsafe { &*(&raw const addr).cast::<libc::sockaddr_in6>() };
+            SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            ))
+        }
+        _ => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a datagram from an unknown family")),
+    };
+    Ok((n as usize, from))
+}
+
+/// A UDP wire's receive thread: queues the datagrams that are waiting (up to
+/// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
+/// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks.
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; 65536];
+    let mut last_frame: Option<Instant> = None;
     loop {
-        let r = sock.recv_from(&mut buf);
+        let spinning = last_frame.is_some_and(|t| t.elapsed() < UDP_RX_SPIN);
+        let mut r = if spinning { recv_dontwait(&sock, &mut buf) } else { sock.recv_from(&mut buf) };
         let Some(port) = weak.upgrade() else { return };
         // Stop when the port moved to another socket or wire.
         let lan = match &*lock(&port.link) {
@@ -536,11 +595,23 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
             },
             _ => return,
         };
-        if let Ok((n, from)) = r {
+        let mut got = 0;
+        while let Ok((n, from)) = r {
             let frame = &buf[..n];
-            if lan.is_none_or(|lan| lan.accept(frame, from, &port.mac)) {
-                port.inject(frame.to_vec());
+            if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &port.mac)) {
+                port.enqueue(frame.to_vec());
             }
+            got += 1;
+            if got == UDP_RX_BATCH {
+                break;
+            }
+            r = recv_dontwait(&sock, &mut buf);
+        }
+        if got > 0 {
+            port.notify();
+            last_frame = Some(Instant::now());
+        } else if spinning {
+            std::thread::yield_now();
         }
     }
 }
