@@ -194,6 +194,57 @@ pingpong ibv_ud_pingpong ud-events 1024 "$named_wire_server" "$named_wire_client
 pingpong ibv_srq_pingpong srq-polled 4096 "$server_env" "$client_env" -g 1 -c -n "$iters"
 pingpong ibv_srq_pingpong srq-events 4096 "$named_wire_server" "$named_wire_client" -g 1 -c -e -n "$iters"
 
+# Several programs at once on the automatic loopback LAN (each process its own sim, MAC and
+# address, found with ARP): four ibv_rc_pingpong pairs and two umlx perf write-lat pairs run
+# together, twelve processes (only on the default device: named devices are two).
+at_once() {
+    local n=0 port pids=() name
+    local base=$((20000 + RANDOM % 20000))
+    for k in 0 1 2 3 4 5; do
+        port=$((base + k))
+        name=lan$k
+        if [ "$k" -lt 4 ]; then
+            (timeout 120 ibv_rc_pingpong -g 1 -c -n 200 -p "$port" >"$work/$name-server.out" 2>&1
+                echo $? >"$work/$name-server.rc") &
+        else
+            (timeout 120 "$umlx" perf write-lat -s 64 -n 200 -p "$port" >"$work/$name-server.out" 2>&1
+                echo $? >"$work/$name-server.rc") &
+        fi
+        pids+=($!)
+        wait_listen "$port" || bad "$name: the server does not listen on TCP port $port"
+    done
+    for k in 0 1 2 3 4 5; do
+        port=$((base + k))
+        name=lan$k
+        if [ "$k" -lt 4 ]; then
+            (timeout 120 ibv_rc_pingpong -g 1 -c -n 200 -p "$port" localhost >"$work/$name-client.out" 2>&1
+                echo $? >"$work/$name-client.rc") &
+        else
+            (timeout 120 "$umlx" perf write-lat -s 64 -n 200 -p "$port" 127.0.0.1 >"$work/$name-client.out" 2>&1
+                echo $? >"$work/$name-client.rc") &
+        fi
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for k in 0 1 2 3 4 5; do
+        for side in server client; do
+            name=lan$k-$side
+            exited0 "$name"
+            if [ "$k" -lt 4 ]; then
+                has "$name" '^200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$' "latency line"
+                n=$((n + 1))
+            fi
+        done
+        if [ "$k" -ge 4 ]; then has "lan$k-client" '^ 64 +200 ' "umlx perf's result row"; fi
+    done
+    grep -h 'local address' "$work"/lan[0-3]-*.out | sed 's/.*GID //' | sort | uniq -d >"$work/lan-dup"
+    if [ -s "$work/lan-dup" ]; then bad "two processes share an address: $(cat "$work/lan-dup")"; else ok "the eight ping-pong processes have eight addresses"; fi
+}
+if [ -z "$server_env$client_env" ]; then
+    echo "== twelve processes at once on the automatic loopback LAN"
+    at_once
+fi
+
 # What umlx does not implement fails cleanly, with the program's own message for it: UC QPs
 # (ibv_create_qp answers EOPNOTSUPP) and XRC domains (ibv_open_xrcd: EOPNOTSUPP).
 echo "== unsupported: ibv_uc_pingpong, ibv_xsrq_pingpong"

@@ -528,6 +528,12 @@ fn enlarge_buffers(sock: &UdpSocket) {
 /// scheduler wake-up; an idle wire sleeps in `recv`.
 const UDP_RX_SPIN: Duration = Duration::from_millis(2);
 
+/// A gap this long between two looks of a spinning receive thread means it was preempted.
+const UDP_RX_PREEMPTED: Duration = Duration::from_micros(200);
+
+/// How long a receive thread that was preempted while spinning blocks instead.
+const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
 const UDP_RX_BATCH: usize = 64;
 
@@ -579,12 +585,26 @@ fn recv_dontwait(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, So
 
 /// A UDP wire's receive thread: queues the datagrams that are waiting (up to
 /// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
-/// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks.
+/// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks. A
+/// thread preempted while spinning (the cores are wanted by others, e.g. applications that
+/// busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]: spinning then only
+/// delays those applications by a scheduler time slice.
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; 65536];
     let mut last_frame: Option<Instant> = None;
+    let mut last_look: Option<Instant> = None;
+    let mut spin_off_until: Option<Instant> = None;
     loop {
-        let spinning = last_frame.is_some_and(|t| t.elapsed() < UDP_RX_SPIN);
+        let now = Instant::now();
+        // A look that comes this late after the previous one means the thread waited for a
+        // core: other threads (a busy-polling application) need the CPUs, so stop spinning
+        // for a while and let a datagram's arrival wake the thread instead.
+        if last_look.is_some_and(|t| now.duration_since(t) > UDP_RX_PREEMPTED) {
+            spin_off_until = Some(now + UDP_RX_SPIN_BACKOFF);
+        }
+        let spinning =
+            last_frame.is_some_and(|t| now.duration_since(t) < UDP_RX_SPIN) && spin_off_until.is_none_or(|t| now >= t);
+        last_look = spinning.then_some(now);
         let mut r = if spinning { recv_dontwait(&sock, &mut buf) } else { sock.recv_from(&mut buf) };
         let Some(port) = weak.upgrade() else { return };
         // Stop when the port moved to another socket or wire.
