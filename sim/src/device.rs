@@ -46,13 +46,15 @@ impl Inner {
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
         loop {
-            let out = h.take_outbox();
-            self.port.transmit(out);
+            let mut out = h.take_outbox();
+            self.port.transmit_from(&mut out);
+            h.recycle_outbox(out);
             let frames = self.port.take_rx();
             if frames.is_empty() {
                 return;
             }
-            self.port.process(h, frames, Instant::now());
+            self.port.process(h, &frames, Instant::now());
+            self.port.recycle_rx(frames);
         }
     }
 }
@@ -328,7 +330,8 @@ fn engine(weak: Weak<Inner>) {
             let mut h = inner.lock();
             let now = Instant::now();
             let frames = inner.port.take_rx();
-            inner.port.process(&mut h, frames, now);
+            inner.port.process(&mut h, &frames, now);
+            inner.port.recycle_rx(frames);
             h.tick(now);
             inner.run_to_completion(&mut h);
             h.has_timed_work()

@@ -199,12 +199,12 @@ impl FabricShared {
     fn deliver(&self, from: usize, frame: Vec<u8>, reached: &mut Vec<Arc<PortInner>>) {
         let Some(dst) = frame.get(0..6) else { return };
         let group = dst[0] & 1 != 0;
-        let ports: Vec<Arc<PortInner>> = lock(&self.ports).iter().filter_map(|w| w.upgrade()).collect();
         let mut n = 0;
-        for p in ports {
-            if Arc::as_ptr(&p) as usize == from {
+        for w in lock(&self.ports).iter() {
+            if w.as_ptr() as usize == from {
                 continue;
             }
+            let Some(p) = w.upgrade() else { continue };
             if group || p.mac == dst {
                 p.enqueue(frame.clone());
                 if !reached.iter().any(|r| Arc::ptr_eq(r, &p)) {

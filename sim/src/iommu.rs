@@ -82,18 +82,27 @@ impl std::error::Error for MapError {}
 /// The IOVA page size the model's IOMMU uses (4 KiB; map requests must be aligned to it).
 pub const IOMMU_PAGE: u64 = 4096;
 
+/// How many recently used mappings the IOMMU remembers.
+const RECENT: usize = 4;
+
 /// The IOMMU table and its fault counter.
 #[derive(Debug, Default)]
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
+    /// The mappings the last accesses went through (start IOVA and the mapping), replaced
+    /// round robin: an access is most often in one of the few a message touches (its send
+    /// queue, its buffer, the peer's buffer, a CQ). Emptied by every unmap.
+    recent: [std::cell::Cell<Option<(u64, Mapping)>>; RECENT],
+    /// The entry of `recent` the next miss replaces.
+    recent_next: std::cell::Cell<usize>,
     faults: u64,
     last_fault: Option<IommuFault>,
     mapped_bytes: u64,
 }
 
 // SAFETY: the table holds host addresses as integers; every dereference happens in `read`/
-// `write`, whose validity the mapper guaranteed in `map`. The table itself has no interior
-// mutability and is always used behind the device lock.
+// `write`, whose validity the mapper guaranteed in `map`. Its one cell (`recent`) makes it
+// `!Sync`, and it is always used behind the device lock.
 unsafe impl Send for Iommu {}
 
 impl Iommu {
@@ -133,6 +142,7 @@ impl Iommu {
         match self.maps.get(&iova) {
             Some(m) if m.len == len => {
                 self.maps.remove(&iova);
+                self.forget_recent();
                 self.mapped_bytes -= len;
                 Ok(())
             }
@@ -140,9 +150,16 @@ impl Iommu {
         }
     }
 
+    fn forget_recent(&self) {
+        for r in &self.recent {
+            r.set(None);
+        }
+    }
+
     /// Removes every mapping (device reset does not do this; closing the container does).
     pub fn clear(&mut self) {
         self.maps.clear();
+        self.forget_recent();
         self.mapped_bytes = 0;
     }
 
@@ -178,12 +195,29 @@ impl Iommu {
             return Ok(());
         }
         let end = iova.checked_add(len as u64).ok_or(())?;
+        let allowed = |m: &Mapping| if write { m.write } else { m.read };
+        // The common case: inside one mapping used recently.
+        for r in &self.recent {
+            if let Some((s, m)) = r.get()
+                && iova >= s
+                && end <= s + m.len
+                && allowed(&m)
+            {
+                f(m.host + (iova - s) as usize, 0, len);
+                return Ok(());
+            }
+        }
         // First pass: check coverage and permission.
         let mut cur = iova;
         while cur < end {
             let (&s, m) = self.maps.range(..=cur).next_back().ok_or(())?;
-            if cur >= s + m.len || !(if write { m.write } else { m.read }) {
+            if cur >= s + m.len || !allowed(m) {
                 return Err(());
+            }
+            if cur == iova {
+                let i = self.recent_next.get();
+                self.recent[i].set(Some((s, *m)));
+                self.recent_next.set((i + 1) % RECENT);
             }
             cur = (s + m.len).min(end);
         }

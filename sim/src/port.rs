@@ -12,7 +12,7 @@
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
 //! between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`; with `recvfrom` the only `unsafe` of this module), so that a burst of a long message survives while
+//! (`setsockopt`; with `recvfrom` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
@@ -158,6 +158,13 @@ impl Lan {
     }
 }
 
+/// Where a port's frames go, taken from its link for one batch.
+enum To {
+    Fabric(Arc<FabricShared>),
+    Udp(Arc<UdpSocket>, SocketAddr),
+    Lan(Arc<Lan>),
+}
+
 /// The device behind a port: handles the frames waiting in the port's receive queue.
 pub(crate) trait Receiver: Send + Sync {
     /// Handles the waiting frames now in this thread, unless another thread holds the device
@@ -200,8 +207,12 @@ pub(crate) struct PortInner {
     link: Mutex<Link>,
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
+    /// Whether `pcap` holds a writer (read without its lock by every frame).
+    recording: std::sync::atomic::AtomicBool,
     waker: Mutex<Option<Thread>>,
     receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
+    /// Held by whichever thread takes datagrams from the UDP wire's socket.
+    drain: Mutex<()>,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
 }
@@ -236,8 +247,10 @@ impl Port {
                 link: Mutex::new(Link::Down),
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
+                recording: std::sync::atomic::AtomicBool::new(false),
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
+                drain: Mutex::new(()),
                 neighbors: Mutex::new(Vec::new()),
             }),
         }
@@ -282,11 +295,13 @@ impl Port {
     pub fn set_pcap(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let w = PcapWriter::new(BufWriter::new(File::create(path)?))?;
         *lock(&self.inner.pcap) = Some(w);
+        self.inner.recording.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     /// Stops recording and flushes the pcap file.
     pub fn stop_pcap(&self) -> std::io::Result<()> {
+        self.inner.recording.store(false, std::sync::atomic::Ordering::Relaxed);
         if let Some(mut w) = lock(&self.inner.pcap).take() {
             w.flush()?;
         }
@@ -341,64 +356,69 @@ impl Port {
 
     /// Sends frames on the wire (the device calls it under its own lock: it takes only port and
     /// fabric locks, never a device lock).
-    pub fn transmit(&self, frames: Vec<Vec<u8>>) {
+    pub fn transmit(&self, mut frames: Vec<Vec<u8>>) {
+        self.transmit_from(&mut frames);
+    }
+
+    /// [`Port::transmit`] of the frames in `frames`, which it leaves empty (its allocation is
+    /// the caller's to reuse).
+    pub(crate) fn transmit_from(&self, frames: &mut Vec<Vec<u8>>) {
         if frames.is_empty() {
             return;
         }
         {
             let mut s = lock(&self.inner.stats);
-            for f in &frames {
+            for f in frames.iter() {
                 s.record_tx(f.len());
             }
         }
-        self.inner.record(&frames);
-        // Frames to our own MAC never reach the wire: the adapter loops them back inside, as a
-        // ConnectX does for RoCE traffic between its own QPs.
-        let (looped, frames): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
-            frames.into_iter().partition(|f| f.get(0..6) == Some(&self.inner.mac[..]));
-        for f in looped {
-            self.inner.inject(f);
-        }
-        if frames.is_empty() {
-            return;
-        }
-        enum To {
-            Fabric(Arc<FabricShared>),
-            Udp(Arc<UdpSocket>, SocketAddr),
-            Lan(Arc<Lan>),
-        }
+        self.inner.record(frames);
         let to = match &*lock(&self.inner.link) {
-            Link::Down => return,
-            Link::Fabric(f) => To::Fabric(f.clone()),
-            Link::Udp { sock, peer } => To::Udp(sock.clone(), *peer),
-            Link::Lan(lan) => To::Lan(lan.clone()),
+            Link::Down => None,
+            Link::Fabric(f) => Some(To::Fabric(f.clone())),
+            Link::Udp { sock, peer } => Some(To::Udp(sock.clone(), *peer)),
+            Link::Lan(lan) => Some(To::Lan(lan.clone())),
         };
-        match to {
-            To::Fabric(f) => {
-                let mut reached = Vec::new();
-                for fr in frames {
-                    f.send(&self.inner, fr, &mut reached);
-                }
-                for p in reached {
-                    p.notify();
-                }
+        let mut reached = Vec::new();
+        let mut looped = false;
+        for f in frames.drain(..) {
+            // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
+            // a ConnectX does for RoCE traffic between its own QPs.
+            if f.get(0..6) == Some(&self.inner.mac[..]) {
+                self.inner.enqueue(f);
+                looped = true;
+                continue;
             }
-            To::Udp(sock, peer) => {
-                for fr in frames {
-                    let _ = sock.send_to(&fr, peer);
+            match &to {
+                None => {}
+                Some(To::Fabric(fabric)) => fabric.send(&self.inner, f, &mut reached),
+                Some(To::Udp(sock, peer)) => {
+                    let _ = sock.send_to(&f, *peer);
                 }
+                Some(To::Lan(lan)) => lan.send(&f),
             }
-            To::Lan(lan) => {
-                for fr in frames {
-                    lan.send(&fr);
-                }
-            }
+        }
+        if looped {
+            self.inner.notify();
+        }
+        for p in reached {
+            p.notify();
         }
     }
 
     /// Frames waiting for the engine.
-    pub(crate) fn take_rx(&self) -> Vec<Vec<u8>> {
-        lock(&self.inner.rx).drain(..).collect()
+    pub(crate) fn take_rx(&self) -> VecDeque<Vec<u8>> {
+        std::mem::take(&mut *lock(&self.inner.rx))
+    }
+
+    /// Gives back a queue [`Port::take_rx`] returned, emptied, so that its allocation serves
+    /// the next frames.
+    pub(crate) fn recycle_rx(&self, mut frames: VecDeque<Vec<u8>>) {
+        frames.clear();
+        let mut q = lock(&self.inner.rx);
+        if q.is_empty() && q.capacity() < frames.capacity() {
+            *q = frames;
+        }
     }
 
     /// The device that handles this port's frames.
@@ -413,11 +433,11 @@ impl Port {
 
     /// Hands received frames to the device (under its lock): ARP/ND are answered, RoCE
     /// packets verified and given to the transport, anything else counted and dropped.
-    pub(crate) fn process(&self, hca: &mut Hca, frames: Vec<Vec<u8>>, now: Instant) {
+    pub(crate) fn process(&self, hca: &mut Hca, frames: &VecDeque<Vec<u8>>, now: Instant) {
         if frames.is_empty() {
             return;
         }
-        for f in &frames {
+        for f in frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
                 let mut ips = self.inner.ips.clone();
@@ -482,6 +502,9 @@ impl PortInner {
     }
 
     fn record(&self, frames: &[Vec<u8>]) {
+        if !self.recording.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let mut p = lock(&self.pcap);
         if let Some(w) = p.as_mut() {
             let ts = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -583,12 +606,80 @@ fn recv_dontwait(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, So
     Ok((n as usize, from))
 }
 
-/// A UDP wire's receive thread: queues the datagrams that are waiting (up to
+/// Waits up to `timeout` for a datagram to be waiting at `sock` (`poll(2)`; an error or a
+/// signal only ends the wait early).
+fn wait_readable(sock: &UdpSocket, timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: poll reads and writes the one `pollfd` of the exclusively borrowed local `pfd`,
+    // which outlives the call; the descriptor is the socket's own, open while `sock` is
+    // borrowed.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
+}
+
+thread_local! {
+    /// A receive buffer for [`Port::poll_wire`] in each thread that calls it.
+    static WIRE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl PortInner {
+    /// Queues the datagrams waiting at the UDP wire's socket (up to [`UDP_RX_BATCH`]), if the
+    /// port is still on that socket; `None` when it is not. Datagrams are only ever taken under
+    /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
+    fn drain_wire(&self, sock: &Arc<UdpSocket>, buf: &mut [u8]) -> Option<usize> {
+        let lan = match &*lock(&self.link) {
+            l if l.socket().is_some_and(|s| Arc::ptr_eq(s, sock)) => match l {
+                Link::Lan(lan) => Some(lan.clone()),
+                _ => None,
+            },
+            _ => return None,
+        };
+        let mut got = 0;
+        while got < UDP_RX_BATCH {
+            let Ok((n, from)) = recv_dontwait(sock, buf) else { break };
+            let frame = &buf[..n];
+            if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
+                self.enqueue(frame.to_vec());
+            }
+            got += 1;
+        }
+        Some(got)
+    }
+}
+
+impl Port {
+    /// Takes what waits at the port's UDP wire now and has the device handle it, in the calling
+    /// thread: how an application that polls its CQ runs the device's receive side itself (as
+    /// a busy-polling DPDK program does), instead of waiting for the wire's receive thread to
+    /// get a core. Never blocks: returns false at once when another thread is taking the
+    /// wire's frames, when nothing waits, or when the port is not on a UDP wire.
+    pub fn poll_wire(&self) -> bool {
+        let Some(sock) = lock(&self.inner.link).socket().cloned() else { return false };
+        let Ok(_drain) = self.inner.drain.try_lock() else { return false };
+        let got = WIRE_BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.len() < 65536 {
+                b.resize(65536, 0);
+            }
+            self.inner.drain_wire(&sock, &mut b)
+        });
+        drop(_drain);
+        if got.unwrap_or(0) == 0 {
+            return false;
+        }
+        self.inner.notify();
+        true
+    }
+}
+
+/// A UDP wire's receive thread: waits for datagrams, queues those waiting (up to
 /// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
 /// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks. A
 /// thread preempted while spinning (the cores are wanted by others, e.g. applications that
 /// busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]: spinning then only
-/// delays those applications by a scheduler time slice.
+/// delays those applications by a scheduler time slice. An application polling its CQ may take
+/// the frames first ([`Port::poll_wire`]).
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
     let mut buf = vec![0u8; 65536];
     let mut last_frame: Option<Instant> = None;
@@ -605,28 +696,16 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
         let spinning =
             last_frame.is_some_and(|t| now.duration_since(t) < UDP_RX_SPIN) && spin_off_until.is_none_or(|t| now >= t);
         last_look = spinning.then_some(now);
-        let mut r = if spinning { recv_dontwait(&sock, &mut buf) } else { sock.recv_from(&mut buf) };
-        let Some(port) = weak.upgrade() else { return };
-        // Stop when the port moved to another socket or wire.
-        let lan = match &*lock(&port.link) {
-            l if l.socket().is_some_and(|s| Arc::ptr_eq(s, &sock)) => match l {
-                Link::Lan(lan) => Some(lan.clone()),
-                _ => None,
-            },
-            _ => return,
-        };
-        let mut got = 0;
-        while let Ok((n, from)) = r {
-            let frame = &buf[..n];
-            if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &port.mac)) {
-                port.enqueue(frame.to_vec());
-            }
-            got += 1;
-            if got == UDP_RX_BATCH {
-                break;
-            }
-            r = recv_dontwait(&sock, &mut buf);
+        if !spinning {
+            wait_readable(&sock, Duration::from_millis(50));
         }
+        let Some(port) = weak.upgrade() else { return };
+        let got = {
+            let _drain = lock(&port.drain);
+            port.drain_wire(&sock, &mut buf)
+        };
+        // Stop when the port moved to another socket or wire.
+        let Some(got) = got else { return };
         if got > 0 {
             port.notify();
             last_frame = Some(Instant::now());

@@ -58,6 +58,16 @@ impl Hca {
         std::mem::take(&mut self.objects.xport.outbox)
     }
 
+    /// Gives back an emptied outbox [`Hca::take_outbox`] returned, so that its allocation
+    /// holds the next frames.
+    pub fn recycle_outbox(&mut self, mut out: Vec<Vec<u8>>) {
+        out.clear();
+        let o = &mut self.objects.xport.outbox;
+        if o.is_empty() && o.capacity() < out.capacity() {
+            *o = out;
+        }
+    }
+
     /// Transport counters.
     pub fn transport_stats(&self) -> crate::transport::TransportStats {
         self.objects.xport.stats

@@ -171,13 +171,13 @@ pub enum Access {
 
 impl Mkey {
     /// Translates `va..va+len` into IOVA chunks after checking bounds and rights.
-    pub fn translate(
+    pub(crate) fn translate(
         &self,
         pd: u32,
         va: u64,
         len: u64,
         access: Access,
-        out: &mut Vec<(u64, u64)>,
+        out: &mut Chunks,
     ) -> Result<(), MkeyError> {
         if pd != self.pd {
             return Err(MkeyError::BadPd);
@@ -212,13 +212,53 @@ impl Mkey {
             let base = entry & !0xff;
             let in_page = cur & (ps - 1);
             let n = (ps - in_page).min(end - cur);
-            match out.last_mut() {
-                Some((a, l)) if *a + *l == base + in_page => *l += n,
-                _ => out.push((base + in_page, n)),
-            }
+            out.push(base + in_page, n);
             cur += n;
         }
         Ok(())
+    }
+}
+
+/// The IOVA chunks (address, length) an MKey range maps to, contiguous ones merged: the first
+/// [`Chunks::INLINE`] inline, so that the common range within one page or one contiguous
+/// mapping costs no allocation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chunks {
+    inline: [(u64, u64); Chunks::INLINE],
+    n: usize,
+    /// All the chunks once there are more than fit inline.
+    spilled: Vec<(u64, u64)>,
+}
+
+impl Chunks {
+    const INLINE: usize = 4;
+
+    /// Appends `len` bytes at `iova` (merged into the last chunk when they continue it).
+    pub(crate) fn push(&mut self, iova: u64, len: u64) {
+        let list: &mut [(u64, u64)] =
+            if self.spilled.is_empty() { &mut self.inline[..self.n] } else { &mut self.spilled };
+        if let Some((a, l)) = list.last_mut()
+            && *a + *l == iova
+        {
+            *l += len;
+            return;
+        }
+        if self.spilled.is_empty() && self.n < Chunks::INLINE {
+            self.inline[self.n] = (iova, len);
+            self.n += 1;
+            return;
+        }
+        if self.spilled.is_empty() {
+            self.spilled.extend_from_slice(&self.inline[..self.n]);
+        }
+        self.spilled.push((iova, len));
+    }
+}
+
+impl std::ops::Deref for Chunks {
+    type Target = [(u64, u64)];
+    fn deref(&self) -> &[(u64, u64)] {
+        if self.spilled.is_empty() { &self.inline[..self.n] } else { &self.spilled }
     }
 }
 

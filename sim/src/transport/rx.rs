@@ -181,7 +181,10 @@ impl Hca {
         let Some((psn, aeth)) = owed else { return };
         let sent_more = self.objects.xport.outbox.len() > before;
         match (t.pending_ack.is_some(), sent_more) {
-            (true, false) => {}
+            // The QP is listed in `acks_pending` since the owed ACK; this request listed it again.
+            (true, false) => {
+                self.objects.xport.acks_pending.pop();
+            }
             (false, false) => t.pending_ack = Some((psn, aeth)),
             (_, true) => {
                 self.send_ack(t, psn, aeth);
@@ -314,7 +317,7 @@ impl Hca {
                     let ok = self
                         .mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite)
                         .ok()
-                        .is_some_and(|c| self.write_chunks(&c, pl));
+                        .is_some_and(|c| self.write_chunks(&c[..], pl));
                     if !ok {
                         t.cur = None;
                         return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
@@ -570,7 +573,7 @@ impl Hca {
                 let ok = local.first().is_some_and(|&(lkey, va, _)| {
                     self.mkey_chunks(lkey, pd, va, 8, Access::LocalWrite)
                         .ok()
-                        .is_some_and(|c| self.write_chunks(&c, &orig.to_be_bytes()))
+                        .is_some_and(|c| self.write_chunks(&c[..], &orig.to_be_bytes()))
                 });
                 if !ok {
                     t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);

@@ -3,7 +3,7 @@
 
 use super::{Kind, Path, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
 use crate::firmware::Hca;
-use crate::firmware::objects::{Access, MkeyError};
+use crate::firmware::objects::{Access, Chunks, MkeyError};
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
 use umlx_hwdesc::ifc::qpc;
@@ -71,9 +71,9 @@ impl Hca {
         va: u64,
         len: u64,
         access: Access,
-    ) -> Result<Vec<(u64, u64)>, MkeyError> {
+    ) -> Result<Chunks, MkeyError> {
         let mk = self.mkey(key).ok_or(MkeyError::BadKey)?;
-        let mut v = Vec::new();
+        let mut v = Chunks::default();
         mk.translate(pd, va, len, access, &mut v)?;
         Ok(v)
     }

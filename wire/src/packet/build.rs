@@ -270,6 +270,11 @@ impl<'a> FrameBuilder<'a> {
     /// every byte of the frame is written (a reused buffer needs no clearing).
     pub fn build_into(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
         self.validate()?;
+        self.write_frame(buf)
+    }
+
+    /// [`FrameBuilder::build_into`] after [`FrameBuilder::validate`] passed.
+    fn write_frame(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
         let total = self.frame_len();
         let have = buf.len();
         let Some(out) = buf.get_mut(..total) else {
@@ -366,13 +371,14 @@ impl<'a> FrameBuilder<'a> {
         self.validate()?;
         out.clear();
         out.resize(self.frame_len(), 0);
-        self.build_into(out)
+        self.write_frame(out)
     }
 
-    /// Builds into a new vector.
+    /// Builds into a new vector (of the frame's exact length: one allocation).
     pub fn to_vec(&self) -> Result<Vec<u8>, BuildError> {
-        let mut v = Vec::new();
-        self.build_vec(&mut v)?;
+        self.validate()?;
+        let mut v = vec![0u8; self.frame_len()];
+        self.write_frame(&mut v)?;
         Ok(v)
     }
 }
