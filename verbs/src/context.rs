@@ -85,6 +85,10 @@ pub(crate) struct Shared {
     pub resolver: Mutex<Option<Resolver>>,
     /// Completion vectors in use (vector 0 is the async EQ's).
     pub vectors: Mutex<Vec<u32>>,
+    /// The software ConnectX port whose UDP wire an empty CQ poll drains
+    /// ([`Context::poll_sim_wire`]).
+    #[cfg(feature = "sim")]
+    pub wire: std::sync::OnceLock<umlx_sim::port::Port>,
 }
 
 /// An open device (`struct ibv_context`).
@@ -127,6 +131,19 @@ impl Context {
         self.shared.hca.backend().as_sim()
     }
 
+    /// Has every CQ created from now on that finds no completion take the frames waiting at the
+    /// software ConnectX's UDP wire and let the device handle them in the polling thread
+    /// ([`umlx_sim::port::Port::poll_wire`]), then look again: an application that busy-polls
+    /// then runs the device's receive side itself, as a DPDK program does, instead of waiting
+    /// for the wire's receive thread to get a core. An empty poll then costs a `recvfrom`.
+    pub fn poll_sim_wire(&self) -> Result<()> {
+        let Some(sim) = self.sim_backend() else {
+            return Err(Error::invalid(format!("{}: poll_sim_wire needs a software ConnectX", self.name())));
+        };
+        let _ = self.shared.wire.set(sim.device().port());
+        Ok(())
+    }
+
     /// Resolves neighbours by ARP / neighbour solicitation on the device's own wire.
     pub fn use_sim_arp(&self) -> Result<()> {
         let Some(sim) = self.sim_backend() else {
@@ -165,6 +182,8 @@ impl Context {
                 neighbors: Mutex::new(Vec::new()),
                 resolver: Mutex::new(None),
                 vectors: Mutex::new(Vec::new()),
+                #[cfg(feature = "sim")]
+                wire: std::sync::OnceLock::new(),
             }),
         })
     }

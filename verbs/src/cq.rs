@@ -136,6 +136,8 @@ impl Context {
             events: 0,
             qp_cache: QpCache::default(),
             send_info: SendInfo::of(SopDropQpn::new(0, 0)),
+            #[cfg(feature = "sim")]
+            wire: self.shared.wire.get().cloned(),
         })
     }
 }
@@ -206,6 +208,9 @@ pub struct Cq {
     /// completion (valid while `qp_cache` holds one).
     qp_cache: QpCache,
     send_info: SendInfo,
+    /// The sim port whose wire an empty poll drains ([`Context::poll_sim_wire`]).
+    #[cfg(feature = "sim")]
+    wire: Option<umlx_sim::port::Port>,
 }
 
 impl Drop for Cq {
@@ -332,8 +337,30 @@ impl Cq {
         });
         match taken {
             HeadTaken::Taken => 1,
-            HeadTaken::Empty => 0,
+            HeadTaken::Empty => self.empty(wc),
             HeadTaken::Other | HeadTaken::Declined => self.poll_batch(wc),
+        }
+    }
+
+    /// The CQ was empty: with a sim whose wire the poller drains, take what waits there and
+    /// look again (out of line, reached by a tail call: the fast paths keep no stack frame).
+    #[inline(always)]
+    fn empty(&mut self, wc: &mut [Wc]) -> usize {
+        #[cfg(feature = "sim")]
+        if self.wire.is_some() {
+            return self.drain_sim_wire(wc);
+        }
+        let _ = wc;
+        0
+    }
+
+    #[cfg(feature = "sim")]
+    #[cold]
+    #[inline(never)]
+    fn drain_sim_wire(&mut self, wc: &mut [Wc]) -> usize {
+        match &self.wire {
+            Some(p) if p.poll_wire() => self.poll_batch(wc),
+            _ => 0,
         }
     }
 

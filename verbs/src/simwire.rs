@@ -112,6 +112,9 @@ impl Context {
             Context::attach_sim(dev, "0", ips)?
         };
         ctx.use_sim_arp()?;
+        if !o.plain_doorbells {
+            ctx.poll_sim_wire()?;
+        }
         Ok(ctx)
     }
 }
