@@ -12,7 +12,7 @@
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
 //! between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`; with `recvfrom` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
+//! (`setsockopt`; with `sendmmsg`, `recvfrom` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
@@ -118,18 +118,19 @@ impl Lan {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
-    /// Sends `frame` to the member that has its destination MAC, or to every other member.
-    fn send(&self, frame: &[u8]) {
+    /// Where `frame` goes: to the member that has its destination MAC, or to every other
+    /// member.
+    fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) {
         let Some(dst) = frame.get(0..6) else { return };
         if dst[0] & 1 == 0
             && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
         {
-            let _ = self.sock.send_to(frame, Lan::addr(port));
+            to(Lan::addr(port));
             return;
         }
         for m in (0..self.members).filter(|&m| m != self.member) {
             if let Some(port) = self.base.checked_add(m) {
-                let _ = self.sock.send_to(frame, Lan::addr(port));
+                to(Lan::addr(port));
             }
         }
     }
@@ -381,6 +382,9 @@ impl Port {
         };
         let mut reached = Vec::new();
         let mut looped = false;
+        // Frames for a UDP wire, and (frame, destination) pairs: sent together below.
+        let mut datagrams: Vec<Vec<u8>> = Vec::new();
+        let mut dests: Vec<(usize, SocketAddr)> = Vec::new();
         for f in frames.drain(..) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
@@ -392,11 +396,21 @@ impl Port {
             match &to {
                 None => {}
                 Some(To::Fabric(fabric)) => fabric.send(&self.inner, f, &mut reached),
-                Some(To::Udp(sock, peer)) => {
-                    let _ = sock.send_to(&f, *peer);
+                Some(To::Udp(_, peer)) => {
+                    dests.push((datagrams.len(), *peer));
+                    datagrams.push(f);
                 }
-                Some(To::Lan(lan)) => lan.send(&f),
+                Some(To::Lan(lan)) => {
+                    let i = datagrams.len();
+                    lan.destinations(&f, |a| dests.push((i, a)));
+                    datagrams.push(f);
+                }
             }
+        }
+        match &to {
+            Some(To::Udp(sock, _)) => send_datagrams(sock, &datagrams, &dests),
+            Some(To::Lan(lan)) => send_datagrams(&lan.sock, &datagrams, &dests),
+            _ => {}
         }
         if looped {
             self.inner.notify();
@@ -604,6 +618,74 @@ fn recv_dontwait(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, So
         _ => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a datagram from an unknown family")),
     };
     Ok((n as usize, from))
+}
+
+/// Most datagrams one `sendmmsg` call sends.
+const SEND_BATCH: usize = 64;
+
+/// Sends `frames[i]` to `addr` for each `(i, addr)` of `dests`, up to [`SEND_BATCH`] per
+/// `sendmmsg` call. A datagram the kernel refuses is skipped, as a wire loses a frame (the RC
+/// transport retransmits).
+fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
+    use std::os::fd::AsRawFd;
+    for chunk in dests.chunks(SEND_BATCH) {
+        // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays
+        // and null pointers).
+        let (mut names, mut iovs, mut msgs): (
+            [libc::sockaddr_storage; SEND_BATCH],
+            [libc::iovec; SEND_BATCH],
+            [libc::mmsghdr; SEND_BATCH],
+        ) = unsafe { std::mem::zeroed() };
+        let mut n = 0;
+        for &(i, addr) in chunk {
+            let Some(frame) = frames.get(i) else { continue };
+            let name_len = put_sockaddr(&mut names[n], addr);
+            iovs[n] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+            msgs[n].msg_hdr.msg_name = (&raw mut names[n]).cast();
+            msgs[n].msg_hdr.msg_namelen = name_len;
+            msgs[n].msg_hdr.msg_iov = &raw mut iovs[n];
+            msgs[n].msg_hdr.msg_iovlen = 1;
+            n += 1;
+        }
+        let mut sent = 0;
+        while sent < n {
+            // SAFETY: `msgs[sent..n]` are initialized headers whose name and iovec pointers
+            // point into `names` and `iovs` (locals that outlive the call) and whose buffers are
+            // the borrowed `frames`, which the kernel only reads; the descriptor is the
+            // socket's own, open while `sock` is borrowed.
+            let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
+            sent += if r > 0 { r as usize } else { 1 };
+        }
+    }
+}
+
+/// Writes `addr` as a C socket address into `out`; returns its length.
+fn put_sockaddr(out: &mut libc::sockaddr_storage, addr: SocketAddr) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a `sockaddr_in` fits in and is aligned within a `sockaddr_storage`.
+            unsafe { (&raw mut *out).cast::<libc::sockaddr_in>().write(sin) };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: a `sockaddr_in6` fits in and is aligned within a `sockaddr_storage`.
+            unsafe { (&raw mut *out).cast::<libc::sockaddr_in6>().write(sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
 }
 
 /// Waits up to `timeout` for a datagram to be waiting at `sock` (`poll(2)`; an error or a
