@@ -12,7 +12,7 @@
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
 //! between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`; with `sendmmsg`, `recvfrom` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
+//! (`setsockopt`; with `sendmmsg`, `recvmmsg` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
 //! the receiving sim's thread waits for a core.
 
 use crate::fabric::FabricShared;
@@ -574,50 +574,88 @@ const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
 /// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
 const UDP_RX_BATCH: usize = 64;
 
-/// Receives one datagram if one is waiting (`MSG_DONTWAIT`; the socket stays blocking for the
-/// other users of its descriptor).
-fn recv_dontwait(sock: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+/// How many datagrams one `recvmmsg` call takes at most, and the size of each receive slot (a
+/// longer datagram is truncated: counted as a truncated frame and dropped).
+const RECV_BATCH: usize = 16;
+const RECV_SLOT: usize = 65536;
+
+/// Receive slots for [`recv_batch`]: [`RECV_BATCH`] buffers of [`RECV_SLOT`] bytes (zeroed
+/// memory the kernel maps in as it is first written).
+pub(crate) struct RecvSlots(Vec<u8>);
+
+impl RecvSlots {
+    pub(crate) fn new() -> RecvSlots {
+        RecvSlots(vec![0u8; RECV_BATCH * RECV_SLOT])
+    }
+}
+
+/// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], one `recvmmsg` with
+/// `MSG_DONTWAIT`: the socket stays blocking for the other users of its descriptor) and calls
+/// `each(datagram, sender, truncated)` for each; returns how many.
+fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], Option<SocketAddr>, bool)) -> usize {
     use std::os::fd::AsRawFd;
-    // SAFETY: all-zero bytes are a valid `sockaddr_storage` (plain integers and arrays).
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut addr_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: recvfrom writes at most `buf.len()` bytes into `buf` and at most `addr_len` bytes
-    // into `addr`, both exclusively borrowed locals that outlive the call; the descriptor is the
-    // socket's own, open while `sock` is borrowed.
+    // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays and
+    // null pointers).
+    let (mut names, mut iovs, mut msgs): (
+        [libc::sockaddr_storage; RECV_BATCH],
+        [libc::iovec; RECV_BATCH],
+        [libc::mmsghdr; RECV_BATCH],
+    ) = unsafe { std::mem::zeroed() };
+    for (k, slot) in slots.0.chunks_exact_mut(RECV_SLOT).enumerate().take(RECV_BATCH) {
+        iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
+        msgs[k].msg_hdr.msg_name = (&raw mut names[k]).cast();
+        msgs[k].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msgs[k].msg_hdr.msg_iov = &raw mut iovs[k];
+        msgs[k].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: each header points at its own name in `names` and its own iovec in `iovs`
+    // (locals that outlive the call), each iovec at its own `RECV_SLOT` bytes of the
+    // exclusively borrowed `slots`; the kernel writes at most those. No timeout is passed. The
+    // descriptor is the socket's own, open while `sock` is borrowed.
     let n = unsafe {
-        libc::recvfrom(
+        libc::recvmmsg(
             sock.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
+            msgs.as_mut_ptr(),
+            RECV_BATCH as libc::c_uint,
             libc::MSG_DONTWAIT,
-            (&raw mut addr).cast(),
-            &mut addr_len,
+            std::ptr::null_mut(),
         )
     };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
+    let n = if n > 0 { n as usize } else { 0 };
+    for k in 0..n {
+        let len = (msgs[k].msg_len as usize).min(RECV_SLOT);
+        let truncated = msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let data = &slots.0[k * RECV_SLOT..k * RECV_SLOT + len];
+        each(data, sockaddr_of(&names[k]), truncated);
     }
-    let from = match libc::c_int::from(addr.ss_family) {
+    n
+}
+
+/// The socket address the kernel wrote into `addr`, if IPv4 or IPv6.
+fn sockaddr_of(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match libc::c_int::from(addr.ss_family) {
         libc::AF_INET => {
             // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET), which fits in and is
             // aligned within `sockaddr_storage`.
-            let a = unsafe { &*(&raw const addr).cast::<libc::sockaddr_in>() };
-            SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port)))
+            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
         }
         libc::AF_INET6 => {
             // SAFETY: as above, a `sockaddr_in6` (family AF_INET6).
-            let a = unsafe { &*(&raw const addr).cast::<libc::sockaddr_in6>() };
-            SocketAddr::V6(SocketAddrV6::new(
+            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(a.sin6_addr.s6_addr),
                 u16::from_be(a.sin6_port),
                 a.sin6_flowinfo,
                 a.sin6_scope_id,
-            ))
+            )))
         }
-        _ => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a datagram from an unknown family")),
-    };
-    Ok((n as usize, from))
+        _ => None,
+    }
 }
 
 /// Most datagrams one `sendmmsg` call sends.
@@ -701,15 +739,15 @@ fn wait_readable(sock: &UdpSocket, timeout: Duration) {
 }
 
 thread_local! {
-    /// A receive buffer for [`Port::poll_wire`] in each thread that calls it.
-    static WIRE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
+    static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }
 
 impl PortInner {
     /// Queues the datagrams waiting at the UDP wire's socket (up to [`UDP_RX_BATCH`]), if the
     /// port is still on that socket; `None` when it is not. Datagrams are only ever taken under
     /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
-    fn drain_wire(&self, sock: &Arc<UdpSocket>, buf: &mut [u8]) -> Option<usize> {
+    fn drain_wire(&self, sock: &Arc<UdpSocket>, slots: &mut RecvSlots) -> Option<usize> {
         let lan = match &*lock(&self.link) {
             l if l.socket().is_some_and(|s| Arc::ptr_eq(s, sock)) => match l {
                 Link::Lan(lan) => Some(lan.clone()),
@@ -719,12 +757,22 @@ impl PortInner {
         };
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let Ok((n, from)) = recv_dontwait(sock, buf) else { break };
-            let frame = &buf[..n];
-            if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
-                self.enqueue(frame.to_vec());
+            let n = recv_batch(sock, slots, |frame, from, truncated| {
+                if truncated {
+                    let mut s = lock(&self.stats);
+                    s.record_rx_frame(frame.len());
+                    s.drop_truncated += 1;
+                    return;
+                }
+                let Some(from) = from else { return };
+                if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
+                    self.enqueue(frame.to_vec());
+                }
+            });
+            got += n;
+            if n < RECV_BATCH {
+                break;
             }
-            got += 1;
         }
         Some(got)
     }
@@ -739,12 +787,9 @@ impl Port {
     pub fn poll_wire(&self) -> bool {
         let Some(sock) = lock(&self.inner.link).socket().cloned() else { return false };
         let Ok(_drain) = self.inner.drain.try_lock() else { return false };
-        let got = WIRE_BUF.with(|b| {
+        let got = WIRE_SLOTS.with(|b| {
             let mut b = b.borrow_mut();
-            if b.len() < 65536 {
-                b.resize(65536, 0);
-            }
-            self.inner.drain_wire(&sock, &mut b)
+            self.inner.drain_wire(&sock, b.get_or_insert_with(RecvSlots::new))
         });
         drop(_drain);
         if got.unwrap_or(0) == 0 {
@@ -763,7 +808,7 @@ impl Port {
 /// delays those applications by a scheduler time slice. An application polling its CQ may take
 /// the frames first ([`Port::poll_wire`]).
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
-    let mut buf = vec![0u8; 65536];
+    let mut slots = RecvSlots::new();
     let mut last_frame: Option<Instant> = None;
     let mut last_look: Option<Instant> = None;
     let mut spin_off_until: Option<Instant> = None;
@@ -784,7 +829,7 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
         let Some(port) = weak.upgrade() else { return };
         let got = {
             let _drain = lock(&port.drain);
-            port.drain_wire(&sock, &mut buf)
+            port.drain_wire(&sock, &mut slots)
         };
         // Stop when the port moved to another socket or wire.
         let Some(got) = got else { return };
