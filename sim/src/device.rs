@@ -328,11 +328,10 @@ fn engine(weak: Weak<Inner>) {
         let Some(inner) = weak.upgrade() else { return };
         let busy = {
             let mut h = inner.lock();
-            let now = Instant::now();
-            let frames = inner.port.take_rx();
-            inner.port.process(&mut h, &frames, now);
-            inner.port.recycle_rx(frames);
-            h.tick(now);
+            // The frames that arrived first (an ACK must count before its retransmit timer),
+            // then the timers and what they queued.
+            inner.run_to_completion(&mut h);
+            h.tick(Instant::now());
             inner.run_to_completion(&mut h);
             h.has_timed_work()
         };

@@ -5,15 +5,17 @@
 //! port asks its device ([`Receiver`]) to handle it at once in the arriving thread; when another
 //! thread holds the device, that thread or the device's engine thread (which the port wakes)
 //! takes it. Frames the transport built are handed to the port under the device lock. It
-//! answers ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]), drops and counts
-//! malformed frames ([`WireStats`]), and can record every frame sent and received in a pcap.
+//! answers ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]),
+//! drops and counts malformed frames ([`WireStats`]), and can record every frame sent and
+//! received in a pcap.
 //!
 //! Wires: an in-process [`crate::fabric::Fabric`]; a UDP socket carrying one Ethernet frame
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
 //! between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`; with `sendmmsg`, `recvmmsg` and `poll`, the `unsafe` of this module), so that a burst of a long message survives while
-//! the receiving sim's thread waits for a core.
+//! (`setsockopt`), so that a burst of a long message survives while the receiving sim's thread
+//! waits for a core, and move datagrams in batches (`sendmmsg`, `recvmmsg`, `poll`): these
+//! calls are the `unsafe` of this module.
 
 use crate::fabric::FabricShared;
 use crate::firmware::Hca;
@@ -30,6 +32,7 @@ use umlx_wire::pcap::PcapWriter;
 use umlx_wire::{WireStats, arp, parse_frame_verified};
 
 /// Where the port's frames go.
+#[derive(Clone)]
 enum Link {
     Down,
     Fabric(Arc<FabricShared>),
@@ -70,7 +73,7 @@ impl LoopbackLan {
     pub fn join(base: u16, members: u16) -> std::io::Result<LoopbackLan> {
         for member in 0..members {
             let Some(port) = base.checked_add(member) else { break };
-            match UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], port))) {
+            match UdpSocket::bind(loopback(port)) {
                 Ok(sock) => return Ok(LoopbackLan { sock, base, members, member }),
                 Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
                 Err(e) => return Err(e),
@@ -94,10 +97,13 @@ impl LoopbackLan {
 
     /// The first member port that is free now (a look, not a reservation), if any.
     pub fn first_free(base: u16, members: u16) -> Option<u16> {
-        (0..members).find(|&m| {
-            base.checked_add(m).is_some_and(|p| UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], p))).is_ok())
-        })
+        (0..members).find(|&m| base.checked_add(m).is_some_and(|p| UdpSocket::bind(loopback(p)).is_ok()))
     }
+}
+
+/// UDP `port` on 127.0.0.1 (a LAN member's address).
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// A joined [`LoopbackLan`] as a port's link.
@@ -114,10 +120,6 @@ struct Lan {
 const LAN_LEARNT_LIMIT: usize = 256;
 
 impl Lan {
-    fn addr(port: u16) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
     /// Where `frame` goes: to the member that has its destination MAC, or to every other
     /// member.
     fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) {
@@ -125,12 +127,12 @@ impl Lan {
         if dst[0] & 1 == 0
             && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
         {
-            to(Lan::addr(port));
+            to(loopback(port));
             return;
         }
         for m in (0..self.members).filter(|&m| m != self.member) {
             if let Some(port) = self.base.checked_add(m) {
-                to(Lan::addr(port));
+                to(loopback(port));
             }
         }
     }
@@ -157,13 +159,6 @@ impl Lan {
         }
         dst[0] & 1 != 0 || dst == &mine[..]
     }
-}
-
-/// Where a port's frames go, taken from its link for one batch.
-enum To {
-    Fabric(Arc<FabricShared>),
-    Udp(Arc<UdpSocket>, SocketAddr),
-    Lan(Arc<Lan>),
 }
 
 /// The device behind a port: handles the frames waiting in the port's receive queue.
@@ -313,31 +308,36 @@ impl Port {
     /// and every datagram arriving at `local` is a received frame. Returns the bound address.
     pub fn connect_udp(&self, local: SocketAddr, peer: SocketAddr) -> std::io::Result<SocketAddr> {
         let sock = Arc::new(UdpSocket::bind(local)?);
-        sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-        enlarge_buffers(&sock);
         let bound = sock.local_addr()?;
-        let weak = Arc::downgrade(&self.inner);
-        let rsock = sock.clone();
-        std::thread::Builder::new().name("umlx-sim-udp-rx".into()).spawn(move || udp_rx(weak, rsock))?;
-        *lock(&self.inner.link) = Link::Udp { sock, peer };
+        self.connect_socket(sock.clone(), Link::Udp { sock, peer })?;
         Ok(bound)
     }
 
     /// Connects the port to a loopback LAN it joined: see [`LoopbackLan`].
     pub fn connect_lan(&self, lan: LoopbackLan) -> std::io::Result<()> {
-        lan.sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-        enlarge_buffers(&lan.sock);
-        let lan = Arc::new(Lan {
-            sock: Arc::new(lan.sock),
+        let sock = Arc::new(lan.sock);
+        let link = Link::Lan(Arc::new(Lan {
+            sock: sock.clone(),
             base: lan.base,
             members: lan.members,
             member: lan.member,
             learnt: Mutex::new(Vec::new()),
-        });
+        }));
+        self.connect_socket(sock, link)
+    }
+
+    /// Makes `link`, a wire on the UDP socket `sock`, the port's link, and starts the socket's
+    /// receive thread (after the link is in place: the thread stops when the port is on another
+    /// link).
+    fn connect_socket(&self, sock: Arc<UdpSocket>, link: Link) -> std::io::Result<()> {
+        enlarge_buffers(&sock);
+        *lock(&self.inner.link) = link;
         let weak = Arc::downgrade(&self.inner);
-        let rsock = lan.sock.clone();
-        std::thread::Builder::new().name("umlx-sim-lan-rx".into()).spawn(move || udp_rx(weak, rsock))?;
-        *lock(&self.inner.link) = Link::Lan(lan);
+        let spawned = std::thread::Builder::new().name("umlx-sim-udp-rx".into()).spawn(move || udp_rx(weak, sock));
+        if let Err(e) = spawned {
+            *lock(&self.inner.link) = Link::Down;
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -374,12 +374,8 @@ impl Port {
             }
         }
         self.inner.record(frames);
-        let to = match &*lock(&self.inner.link) {
-            Link::Down => None,
-            Link::Fabric(f) => Some(To::Fabric(f.clone())),
-            Link::Udp { sock, peer } => Some(To::Udp(sock.clone(), *peer)),
-            Link::Lan(lan) => Some(To::Lan(lan.clone())),
-        };
+        // The link of this batch (taken once: a port may be moved to another wire meanwhile).
+        let link = lock(&self.inner.link).clone();
         let mut reached = Vec::new();
         let mut looped = false;
         // Frames for a UDP wire, and (frame, destination) pairs: sent together below.
@@ -393,24 +389,22 @@ impl Port {
                 looped = true;
                 continue;
             }
-            match &to {
-                None => {}
-                Some(To::Fabric(fabric)) => fabric.send(&self.inner, f, &mut reached),
-                Some(To::Udp(_, peer)) => {
+            match &link {
+                Link::Down => {}
+                Link::Fabric(fabric) => fabric.send(&self.inner, f, &mut reached),
+                Link::Udp { peer, .. } => {
                     dests.push((datagrams.len(), *peer));
                     datagrams.push(f);
                 }
-                Some(To::Lan(lan)) => {
+                Link::Lan(lan) => {
                     let i = datagrams.len();
                     lan.destinations(&f, |a| dests.push((i, a)));
                     datagrams.push(f);
                 }
             }
         }
-        match &to {
-            Some(To::Udp(sock, _)) => send_datagrams(sock, &datagrams, &dests),
-            Some(To::Lan(lan)) => send_datagrams(&lan.sock, &datagrams, &dests),
-            _ => {}
+        if let Some(sock) = link.socket() {
+            send_datagrams(sock, &datagrams, &dests);
         }
         if looped {
             self.inner.notify();

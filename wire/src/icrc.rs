@@ -1,8 +1,8 @@
 //! CRC-32 and the RoCE invariant CRC (ICRC).
 //!
 //! This module owns the checksum arithmetic of the wire: the IEEE 802.3 CRC-32 ([`crc32`],
-//! [`Crc32`]) and the ICRC of RoCEv2 and RoCEv1 frames
-//! ([`compute`], [`verify`]), following the wire doc §3:
+//! [`Crc32`]) and the ICRC of RoCEv2 and RoCEv1 frames ([`compute`], [`verify`]), following
+//! the wire doc §3:
 //!
 //! * the input is 8 bytes of `0xFF` (the masked IB LRH), then the IP header with IPv4 TOS,
 //!   TTL and header checksum (IPv6/GRH: traffic class, flow label, hop limit) set to all

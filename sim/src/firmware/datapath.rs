@@ -60,12 +60,8 @@ impl Hca {
 
     /// Gives back an emptied outbox [`Hca::take_outbox`] returned, so that its allocation
     /// holds the next frames.
-    pub fn recycle_outbox(&mut self, mut out: Vec<Vec<u8>>) {
-        out.clear();
-        let o = &mut self.objects.xport.outbox;
-        if o.is_empty() && o.capacity() < out.capacity() {
-            *o = out;
-        }
+    pub fn recycle_outbox(&mut self, out: Vec<Vec<u8>>) {
+        crate::transport::reuse(&mut self.objects.xport.outbox, out);
     }
 
     /// Transport counters.

@@ -119,6 +119,15 @@ pub struct TransportStats {
     pub ud_too_long: u64,
 }
 
+/// Puts `spare`, emptied, in place of `slot` when `slot` is empty and has less room: a list
+/// taken for a batch gives its allocation back for the next one.
+pub(crate) fn reuse<T>(slot: &mut Vec<T>, mut spare: Vec<T>) {
+    spare.clear();
+    if slot.is_empty() && slot.capacity() < spare.capacity() {
+        *slot = spare;
+    }
+}
+
 /// Device-wide transport state: frames waiting for the port and QPs with running timers.
 #[derive(Debug, Default)]
 pub struct HcaTransport {

@@ -405,12 +405,7 @@ impl Hca {
         for &qpn in &qpns {
             self.flush_ack(qpn);
         }
-        // Keep the list's allocation for the next batch.
-        let mut qpns = qpns;
-        qpns.clear();
-        if self.objects.xport.acks_pending.is_empty() {
-            self.objects.xport.acks_pending = qpns;
-        }
+        super::reuse(&mut self.objects.xport.acks_pending, qpns);
     }
 
     /// Sends the QP's coalesced ACK, if it owes one.
