@@ -106,6 +106,57 @@ fn bench_datapath_json_reports_every_kernel() {
     assert!(out.contains("\"rdma_core_instructions\": 83, \"target_instructions\": 25"), "{out}");
 }
 
+#[test]
+fn bench_sim_json_reports_every_figure() {
+    // Shortened with the hidden knobs. The command supervises its own child processes (each is
+    // killed after 120 s) and fails on a stalled WRITE stream or a wrong last message, so a
+    // success means the in-process data check passed. Speed is not asserted.
+    let args =
+        ["bench", "sim", "--json", "--messages", "20000", "--bulk-mib", "8", "--round-trips", "1000", "--iters", "100"];
+    let (ok, out, err) = umlx(&args);
+    assert!(ok, "`umlx {}` failed:\nstdout: {out}\nstderr: {err}", args.join(" "));
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one JSON line expected: {out}");
+    // Strict: a key twice or a non-finite number is an error; every figure and target a
+    // positive number; the derived figures consistent with the measured ones.
+    let verdict = python(
+        r#"
+import json, math, sys
+def pairs(kv):
+    d = {}
+    for k, v in kv:
+        if k in d: sys.exit('key %r twice' % k)
+        d[k] = v
+    return d
+def constant(c): sys.exit('non-finite number ' + c)
+d = json.loads(sys.stdin.read(), object_pairs_hook=pairs, parse_constant=constant)
+def num(k):
+    v = d.get(k)
+    if type(v) not in (int, float): sys.exit('%s: %r' % (k, v))
+    return v
+keys = ['inprocess_write64_msgs_per_s', 'inprocess_write64k_gb_per_s', 'rss_kib_after_warmup',
+        'rss_kib_after_run', 'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
+        'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us',
+        'target_inprocess_write64_msgs_per_s', 'target_inprocess_write64k_gb_per_s',
+        'target_send_lat_p50_us', 'target_write_lat_p50_us', 'target_rc_pingpong_4k_us']
+checks = [
+    ([k for k in keys if not (math.isfinite(num(k)) and num(k) > 0)] == [], 'a figure not positive'),
+    (d.get('inprocess_write_data_verified') is True, 'inprocess_write_data_verified'),
+    (num('inprocess_write64_messages') == 20000, 'inprocess_write64_messages'),
+    (num('inprocess_write64k_bytes') == 8 << 20, 'inprocess_write64k_bytes'),
+    (num('rss_kib_growth') == num('rss_kib_after_run') - num('rss_kib_after_warmup'), 'rss_kib_growth'),
+    (abs(num('raw_udp_half_rtt_us') - num('raw_udp_rtt_p50_us') / 2) < 1e-3, 'raw_udp_half_rtt_us'),
+    (num('target_rss_kib_growth') == 0, 'target_rss_kib_growth'),
+    (all(isinstance(d.get(k), dict) and d[k] for k in ('ratio_to_target', 'pass')), 'ratio_to_target, pass'),
+    (isinstance(d.get('all_pass'), bool), 'all_pass'),
+]
+print(' '.join(m for good, m in checks if not good) or 'ok')
+"#,
+        lines[0],
+    );
+    assert_eq!(verdict.as_deref(), Some("ok"), "{out}");
+}
+
 /// Every command path, with the word its usage line starts with after `umlx`.
 const COMMANDS: &[&str] = &[
     "demo",

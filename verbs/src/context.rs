@@ -135,7 +135,7 @@ impl Context {
     /// software ConnectX's UDP wire and let the device handle them in the polling thread
     /// ([`umlx_sim::port::Port::poll_wire`]), then look again: an application that busy-polls
     /// then runs the device's receive side itself, as a DPDK program does, instead of waiting
-    /// for the wire's receive thread to get a core. An empty poll then costs a `recvfrom`.
+    /// for the wire's receive thread to get a core. An empty poll then costs a `recvmmsg`.
     pub fn poll_sim_wire(&self) -> Result<()> {
         let Some(sim) = self.sim_backend() else {
             return Err(Error::invalid(format!("{}: poll_sim_wire needs a software ConnectX", self.name())));
