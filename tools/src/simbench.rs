@@ -449,7 +449,7 @@ fn finish_pair(server: &mut Kid, client: &mut Kid, deadline: Instant) -> Result<
     }
 }
 
-/// A free UDP port and a free TCP port count on 127.0.0.1: bound to port 0, noted, released.
+/// Two free UDP ports on 127.0.0.1: bound to port 0, noted, released.
 fn free_udp_ports() -> Result<(u16, u16), String> {
     let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("finding a free UDP port: {e}"))?;
     let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("finding a free UDP port: {e}"))?;
@@ -485,12 +485,18 @@ fn run_pair(tool: &[&str], args: &[String], ready: &str) -> Result<Vec<String>, 
         ]));
         v
     };
-    let deadline = Instant::now() + CHILD_LIMIT;
-    let mut server = Kid::spawn(&side(ua, ub, "0"))?;
-    server.wait_line(ready, deadline)?;
     let mut cargs = side(ub, ua, "1");
     cargs.push("127.0.0.1".into());
-    let mut client = Kid::spawn(&cargs)?;
+    run_two(&side(ua, ub, "0"), &cargs, ready)
+}
+
+/// Runs `umlx SERVER_ARGS`, then, once it printed a line with `ready`, `umlx CLIENT_ARGS`, both
+/// within [`CHILD_LIMIT`]; returns the client's stdout.
+fn run_two(server_args: &[String], client_args: &[String], ready: &str) -> Result<Vec<String>, String> {
+    let deadline = Instant::now() + CHILD_LIMIT;
+    let mut server = Kid::spawn(server_args)?;
+    server.wait_line(ready, deadline)?;
+    let mut client = Kid::spawn(client_args)?;
     let (_, out) = finish_pair(&mut server, &mut client, deadline)?;
     Ok(out)
 }
@@ -615,15 +621,12 @@ fn raw_udp(round_trips: u64) -> Result<(f64, f64), String> {
             &(round_trips / 10).to_string(),
         ])
     };
-    let deadline = Instant::now() + CHILD_LIMIT;
-    let mut server = Kid::spawn(&side("server", ua, ub))?;
-    server.wait_line("ready", deadline)?;
-    let mut client = Kid::spawn(&side("client", ub, ua))?;
-    let (_, out) = finish_pair(&mut server, &mut client, deadline)?;
+    let client = side("client", ub, ua);
+    let out = run_two(&side("server", ua, ub), &client, "ready")?;
     let line = out
         .iter()
         .find(|l| l.starts_with("udp-echo:"))
-        .ok_or_else(|| format!("`{}` printed no result line (stdout: {out:?})", client.cmd))?;
+        .ok_or_else(|| format!("`umlx {}` printed no result line (stdout: {out:?})", client.join(" ")))?;
     let num = |key: &str| -> Result<f64, String> {
         line.split(key)
             .nth(1)
