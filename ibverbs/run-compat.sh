@@ -144,8 +144,7 @@ wait_listen() {
 pair() {
     local name=$1 server=$2 client=$3
     local port=$((20000 + RANDOM % 20000))
-    (env $server_env timeout 120 $server -p $port >"$work/$name-server.out" 2>&1
-        echo $? >"$work/$name-server.rc") &
+    run "$name-server" env $server_env $server -p $port &
     local spid=$!
     if ! wait_listen $port; then
         bad "$name: the server does not listen on TCP port $port"
@@ -198,42 +197,25 @@ pingpong ibv_srq_pingpong srq-events 4096 "$named_wire_server" "$named_wire_clie
 # address, found with ARP): four ibv_rc_pingpong pairs and two umlx perf write-lat pairs run
 # together, twelve processes (only on the default device: named devices are two).
 at_once() {
-    local n=0 port pids=() name
-    local base=$((20000 + RANDOM % 20000))
+    local base=$((20000 + RANDOM % 20000)) pids=() k side
+    # The program of pair K: ibv_rc_pingpong for 0-3, umlx perf write-lat for 4-5.
+    lan_prog() {
+        if [ "$1" -lt 4 ]; then echo "ibv_rc_pingpong -g 1 -c -n 200"; else echo "$umlx perf write-lat -s 64 -n 200"; fi
+    }
     for k in 0 1 2 3 4 5; do
-        port=$((base + k))
-        name=lan$k
-        if [ "$k" -lt 4 ]; then
-            (timeout 120 ibv_rc_pingpong -g 1 -c -n 200 -p "$port" >"$work/$name-server.out" 2>&1
-                echo $? >"$work/$name-server.rc") &
-        else
-            (timeout 120 "$umlx" perf write-lat -s 64 -n 200 -p "$port" >"$work/$name-server.out" 2>&1
-                echo $? >"$work/$name-server.rc") &
-        fi
+        run "lan$k-server" $(lan_prog $k) -p $((base + k)) &
         pids+=($!)
-        wait_listen "$port" || bad "$name: the server does not listen on TCP port $port"
+        wait_listen $((base + k)) || bad "lan$k: the server does not listen on TCP port $((base + k))"
     done
     for k in 0 1 2 3 4 5; do
-        port=$((base + k))
-        name=lan$k
-        if [ "$k" -lt 4 ]; then
-            (timeout 120 ibv_rc_pingpong -g 1 -c -n 200 -p "$port" localhost >"$work/$name-client.out" 2>&1
-                echo $? >"$work/$name-client.rc") &
-        else
-            (timeout 120 "$umlx" perf write-lat -s 64 -n 200 -p "$port" 127.0.0.1 >"$work/$name-client.out" 2>&1
-                echo $? >"$work/$name-client.rc") &
-        fi
+        run "lan$k-client" $(lan_prog $k) -p $((base + k)) localhost &
         pids+=($!)
     done
     wait "${pids[@]}"
     for k in 0 1 2 3 4 5; do
         for side in server client; do
-            name=lan$k-$side
-            exited0 "$name"
-            if [ "$k" -lt 4 ]; then
-                has "$name" '^200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$' "latency line"
-                n=$((n + 1))
-            fi
+            exited0 "lan$k-$side"
+            if [ "$k" -lt 4 ]; then has "lan$k-$side" '^200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter$' "latency line"; fi
         done
         if [ "$k" -ge 4 ]; then has "lan$k-client" '^ 64 +200 ' "umlx perf's result row"; fi
     done
