@@ -267,14 +267,10 @@ impl SendInfo {
 
 /// Fills `w` from a requester success CQE of the QP whose rings are `ring`.
 #[inline(always)]
-fn fill_send(w: &mut Wc, ring: &WrRing, cqe: CqeRef<'_>, info: &SendInfo) {
-    w.wr_id = ring.complete_send(cqe.wqe_counter());
-    w.opcode = info.opcode;
-    w.status = WcStatus::Success;
-    w.qp_num = info.qpn;
-    w.wc_flags = WcFlags(0);
+fn fill_send<W: WcEntry>(w: &mut W, ring: &WrRing, cqe: CqeRef<'_>, info: &SendInfo) {
+    w.send_success(ring.complete_send(cqe.wqe_counter()), info.opcode, info.qpn);
     if info.with_len {
-        w.byte_len = cqe.byte_cnt();
+        w.set_byte_len(cqe.byte_cnt());
     }
 }
 
@@ -319,6 +315,13 @@ impl Cq {
     /// ```
     #[inline(always)]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        self.poll_into(wc)
+    }
+
+    /// [`Cq::poll`] into entries of another type: a binding's own completion entries (the C
+    /// ABI's `struct ibv_wc`), written directly with no copy through [`Wc`].
+    #[inline(always)]
+    pub fn poll_into<W: WcEntry>(&mut self, wc: &mut [W]) -> usize {
         // Straight-line for the common calls: latency-bound programs poll for one completion,
         // and a batch poll often finds none or one. One look at the head CQE and, for a
         // requester success with the QP and opcode of the previous one, one entry filled.
@@ -345,7 +348,7 @@ impl Cq {
     /// The CQ was empty: with a sim whose wire the poller drains, take what waits there and
     /// look again (out of line, reached by a tail call: the fast paths keep no stack frame).
     #[inline(always)]
-    fn empty(&mut self, wc: &mut [Wc]) -> usize {
+    fn empty<W: WcEntry>(&mut self, wc: &mut [W]) -> usize {
         #[cfg(feature = "sim")]
         if self.wire.is_some() {
             return self.drain_sim_wire(wc);
@@ -357,7 +360,7 @@ impl Cq {
     #[cfg(feature = "sim")]
     #[cold]
     #[inline(never)]
-    fn drain_sim_wire(&mut self, wc: &mut [Wc]) -> usize {
+    fn drain_sim_wire<W: WcEntry>(&mut self, wc: &mut [W]) -> usize {
         match &self.wire {
             Some(p) if p.poll_wire() => self.poll_batch(wc),
             _ => 0,
@@ -366,7 +369,7 @@ impl Cq {
 
     /// Polls into `wc` (the general case).
     #[inline(never)]
-    fn poll_batch(&mut self, wc: &mut [Wc]) -> usize {
+    fn poll_batch<W: WcEntry>(&mut self, wc: &mut [W]) -> usize {
         let shared = &*self.ctx.shared;
         // The QP of the previous CQE (rdma-core's `cur_rsc`), kept between polls; the rings
         // found stay allocated until `last` ends the poll.
@@ -375,7 +378,7 @@ impl Cq {
         let mut ring_cursor = self.ring.cursor();
         // Requester successes go through a loop that calls nothing, so its state stays in
         // registers; any other CQE goes through `translate_other`, one at a time.
-        let take = |cursor: &mut CqCursor<'_>, out: &mut [Wc], last: &mut Pinned<'_>, info: &mut SendInfo| {
+        let take = |cursor: &mut CqCursor<'_>, out: &mut [W], last: &mut Pinned<'_>, info: &mut SendInfo| {
             cursor.take_requesters(out, |cqe, w| {
                 let word = cqe.sop_drop_qpn();
                 let ring = match last.hit(word) {
@@ -409,7 +412,7 @@ impl Cq {
     /// Any CQE but a requester success: responder successes (RESP_WR_IMM, RESP_SEND,
     /// RESP_SEND_IMM) and errors (REQ_ERR, RESP_ERR); others are not work completions.
     #[inline(never)]
-    fn translate_other(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_other<W: WcEntry>(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut W) -> bool {
         match CqeOpcode(cqe.opcode()) {
             CqeOpcode::REQ => match rings.qp(cqe.qpn()) {
                 Some(ring) => {
@@ -428,33 +431,39 @@ impl Cq {
 
     /// A responder success CQE.
     #[inline(always)]
-    fn translate_recv(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut Wc) -> bool {
+    fn translate_recv<W: WcEntry>(rings: &Pinned<'_>, cqe: CqeRef<'_>, w: &mut W) -> bool {
         let qpn = cqe.qpn();
         let srqn = cqe.srqn();
         let srq = if srqn != 0 { rings.srq(srqn) } else { None };
         let Some(ring) = srq.or_else(|| rings.qp(qpn)) else { return false };
         let with_imm = cqe.with_imm();
-        w.wr_id = ring.complete_recv(cqe.wqe_counter());
-        w.status = WcStatus::Success;
-        w.opcode =
-            if CqeOpcode(cqe.opcode()) == CqeOpcode::RESP_WR_IMM { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv };
-        w.byte_len = cqe.byte_cnt();
-        w.imm_data = if with_imm { cqe.imm() } else { 0 };
-        w.qp_num = qpn;
-        w.src_qp = cqe.src_qp();
         let imm_flag = if with_imm { WcFlags::WITH_IMM.0 } else { 0 };
         let grh_flag = if cqe.has_grh() { WcFlags::GRH.0 } else { 0 };
-        w.wc_flags = WcFlags(imm_flag | grh_flag);
-        w.pkey_index = 0;
-        w.slid = 0;
-        w.sl = cqe.sl();
+        w.recv_success(&Wc {
+            wr_id: ring.complete_recv(cqe.wqe_counter()),
+            status: WcStatus::Success,
+            opcode: if CqeOpcode(cqe.opcode()) == CqeOpcode::RESP_WR_IMM {
+                WcOpcode::RecvRdmaWithImm
+            } else {
+                WcOpcode::Recv
+            },
+            vendor_err: 0,
+            byte_len: cqe.byte_cnt(),
+            imm_data: if with_imm { cqe.imm() } else { 0 },
+            qp_num: qpn,
+            src_qp: cqe.src_qp(),
+            wc_flags: WcFlags(imm_flag | grh_flag),
+            pkey_index: 0,
+            slid: 0,
+            sl: cqe.sl(),
+        });
         true
     }
 
     /// Error CQEs (REQ_ERR, RESP_ERR): off the fast path.
     #[cold]
     #[inline(never)]
-    fn translate_error(rings: &Pinned<'_>, cqe: &Cqe, w: &mut Wc) -> bool {
+    fn translate_error<W: WcEntry>(rings: &Pinned<'_>, cqe: &Cqe, w: &mut W) -> bool {
         let (wr_id, opcode) = if CqeOpcode(cqe.opcode()) == CqeOpcode::REQ_ERR {
             let Some(ring) = rings.qp(cqe.qpn()) else { return false };
             (ring.complete_send(cqe.wqe_counter()), SEND_WC[cqe.wqe_opcode() as usize])
@@ -463,14 +472,14 @@ impl Cq {
             let Some(ring) = srq.or_else(|| rings.qp(cqe.qpn())) else { return false };
             (ring.complete_recv(cqe.wqe_counter()), WcOpcode::Recv)
         };
-        *w = Wc {
+        w.error(&Wc {
             wr_id,
             status: status_of(cqe.syndrome()),
             opcode,
             vendor_err: cqe.vendor_syndrome() as u32,
             qp_num: cqe.qpn(),
             ..Wc::default()
-        };
+        });
         true
     }
 

@@ -758,22 +758,37 @@ impl Qp {
         remote: Remote,
         imm: u32,
     ) -> Result<()> {
+        if self.try_post_send_one(wr_id, op, flags, sge, remote, imm) {
+            return Ok(());
+        }
+        self.post_send_one_general(wr_id, op, flags, sge, remote, imm)
+    }
+
+    /// The short path of [`Qp::post_send_one`] alone: `true` when the request is posted;
+    /// `false`, with nothing done, when only the general post can answer (a full ring as last
+    /// seen, an empty SGE, another QP type, a state that refuses sends, a dead device). A
+    /// binding then makes the general post of its own request, which posts it or gives the
+    /// error.
+    #[inline(always)]
+    pub fn try_post_send_one(
+        &mut self,
+        wr_id: u64,
+        op: OneSgeOp,
+        flags: SendFlags,
+        sge: &Sge,
+        remote: Remote,
+        imm: u32,
+    ) -> bool {
         if self.send_ok && self.qp_type == QpType::Rc && !self.fatal.load(Ordering::Relaxed) && !sge.is_empty() {
             let mut chain = self.sq.begin();
             if chain.has_room() {
-                let (opc, imm, remote) = match op {
-                    OneSgeOp::Write => (opcode::RDMA_WRITE, 0, Some(remote)),
-                    OneSgeOp::Send => (opcode::SEND, 0, None),
-                    OneSgeOp::Read => (opcode::RDMA_READ, 0, Some(remote)),
-                    OneSgeOp::SendImm => (opcode::SEND_IMM, imm, None),
-                    OneSgeOp::WriteImm => (opcode::RDMA_WRITE_IMM, imm, Some(remote)),
-                };
-                chain.put_simple(wr_id, opc, flags.0, imm, remote, sge);
+                let imm = if op.with_imm() { imm } else { 0 };
+                chain.put_simple(wr_id, op as u8, flags.0, imm, op.is_rdma().then_some(remote), sge);
                 chain.finish();
-                return Ok(());
+                return true;
             }
         }
-        self.post_send_one_general(wr_id, op, flags, sge, remote, imm)
+        false
     }
 
     /// `post_send_one` when the short path does not take it (a full ring, an empty SGE, another
@@ -897,13 +912,25 @@ impl Qp {
     /// checks, WQE and result as `post_recv(&[RecvWr { wr_id, sg_list: &[sge] }])`.
     #[inline(always)]
     pub fn post_recv_one(&mut self, wr_id: u64, sge: &Sge) -> Result<()> {
+        if self.try_post_recv_one(wr_id, sge) {
+            return Ok(());
+        }
+        self.post_recv_one_general(wr_id, sge)
+    }
+
+    /// The short path of [`Qp::post_recv_one`] alone: `true` when the receive is posted;
+    /// `false`, with nothing done, when only the general post can answer (a full ring as last
+    /// seen, an empty SGE, an SRQ, a QP in RESET). A binding then makes the general post of
+    /// its own request, which posts it or gives the error.
+    #[inline(always)]
+    pub fn try_post_recv_one(&mut self, wr_id: u64, sge: &Sge) -> bool {
         if let Some(rq) = &mut self.rq
             && rq.try_write_one(wr_id, sge)
         {
             rq.ring_doorbell();
-            return Ok(());
+            return true;
         }
-        self.post_recv_one_general(wr_id, sge)
+        false
     }
 
     /// `post_recv_one` when the short path does not take it.

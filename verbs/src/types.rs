@@ -391,6 +391,47 @@ impl Default for Wc {
     }
 }
 
+/// An entry a CQ poll writes one work completion into: verbs' own [`Wc`], or a binding's entry
+/// type (the C ABI's `struct ibv_wc`), so that [`Cq::poll_into`](crate::Cq::poll_into) fills the caller's
+/// array with no second copy. Each method is given what its kind of completion carries; an
+/// implementation stores it (and may leave what the kind does not set, as [`Wc`] does).
+pub trait WcEntry {
+    /// A requester success: `status` Success, no `wc_flags`.
+    fn send_success(&mut self, wr_id: u64, opcode: WcOpcode, qp_num: u32);
+    /// The `byte_len` of the requester success just written, for a READ or an atomic only.
+    fn set_byte_len(&mut self, byte_len: u32);
+    /// A responder success: every field of `wc` but `vendor_err`.
+    fn recv_success(&mut self, wc: &Wc);
+    /// An error: every field of `wc` (those an error does not carry at their defaults).
+    fn error(&mut self, wc: &Wc);
+}
+
+impl WcEntry for Wc {
+    #[inline(always)]
+    fn send_success(&mut self, wr_id: u64, opcode: WcOpcode, qp_num: u32) {
+        self.wr_id = wr_id;
+        self.opcode = opcode;
+        self.status = WcStatus::Success;
+        self.qp_num = qp_num;
+        self.wc_flags = WcFlags(0);
+    }
+
+    #[inline(always)]
+    fn set_byte_len(&mut self, byte_len: u32) {
+        self.byte_len = byte_len;
+    }
+
+    #[inline(always)]
+    fn recv_success(&mut self, wc: &Wc) {
+        *self = Wc { vendor_err: self.vendor_err, ..*wc };
+    }
+
+    #[inline(always)]
+    fn error(&mut self, wc: &Wc) {
+        *self = *wc;
+    }
+}
+
 /// The global routing part of an address (`struct ibv_global_route`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GlobalRoute {

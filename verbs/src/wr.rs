@@ -18,6 +18,7 @@
 
 use crate::qp::Ah;
 use crate::types::{SendFlags, WrOpcode};
+use umlx_driver::datapath::opcode as wqe_opcode;
 
 /// A scatter/gather element (`struct ibv_sge`): address, length, lkey.
 pub use umlx_driver::datapath::Sge;
@@ -183,18 +184,33 @@ pub struct RecvWr<'a> {
     pub sg_list: &'a [Sge],
 }
 
-/// The operation of a one-SGE request given as fields ([`crate::Qp::post_send_one`]).
+/// The operation of a one-SGE request given as fields ([`crate::Qp::post_send_one`]). Each
+/// value is the send WQE opcode the request is posted with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum OneSgeOp {
     /// SEND.
-    Send,
+    Send = wqe_opcode::SEND,
     /// SEND with immediate.
-    SendImm,
+    SendImm = wqe_opcode::SEND_IMM,
     /// RDMA WRITE.
-    Write,
+    Write = wqe_opcode::RDMA_WRITE,
     /// RDMA WRITE with immediate.
-    WriteImm,
+    WriteImm = wqe_opcode::RDMA_WRITE_IMM,
     /// RDMA READ.
-    Read,
+    Read = wqe_opcode::RDMA_READ,
+}
+
+impl OneSgeOp {
+    /// Whether the request carries immediate data.
+    #[inline(always)]
+    pub fn with_imm(self) -> bool {
+        matches!(self, OneSgeOp::SendImm | OneSgeOp::WriteImm)
+    }
+
+    /// Whether the request names remote memory (an RDMA WRITE or READ).
+    #[inline(always)]
+    pub fn is_rdma(self) -> bool {
+        matches!(self, OneSgeOp::Write | OneSgeOp::WriteImm | OneSgeOp::Read)
+    }
 }

@@ -7,10 +7,13 @@
 
 use super::objects::{UAh, UCq, UQp, USrq, is_ud, uah};
 use crate::abi::*;
-use crate::convert;
+use crate::convert::c_wc;
 use libc::{EINVAL, EOPNOTSUPP, c_int};
 use std::cell::UnsafeCell;
-use umlx_verbs::{Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr};
+use std::mem::MaybeUninit;
+use umlx_verbs::{
+    Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr, Wc, WcEntry, WcOpcode,
+};
 
 /// SGEs per work request that a post translates on the stack; a QP is never created with
 /// more (`ibv_create_qp` reports the device's limit, which is below this).
@@ -52,20 +55,6 @@ unsafe fn set_bad<T>(bad: *mut *mut T, wr: *mut T) {
         // SAFETY: the function's contract.
         unsafe { bad.write(wr) };
     }
-}
-
-/// A refused one-request post: `*bad_wr` names the request, the errno is the answer (out of
-/// line, so that the post itself keeps no error handling).
-///
-/// # Safety
-///
-/// `bad` is NULL or points to a writable pointer.
-#[cold]
-#[inline(never)]
-unsafe fn refused<T>(e: umlx_verbs::Error, bad: *mut *mut T, wr: *mut T) -> c_int {
-    // SAFETY: the function's contract.
-    unsafe { set_bad(bad, wr) };
-    e.errno()
 }
 
 /// Translates a C scatter/gather list into `out`.
@@ -216,6 +205,17 @@ unsafe fn rc_wr<'a>(
     Ok(SendWr { wr_id: w.wr_id, op, flags })
 }
 
+/// The one-SGE operation of each `enum ibv_wr_opcode` value that has one: the first five.
+const ONE_SGE_OPS: [OneSgeOp; 5] = {
+    let mut t = [OneSgeOp::Write; 5];
+    t[wr_opcode::RDMA_WRITE as usize] = OneSgeOp::Write;
+    t[wr_opcode::RDMA_WRITE_WITH_IMM as usize] = OneSgeOp::WriteImm;
+    t[wr_opcode::SEND as usize] = OneSgeOp::Send;
+    t[wr_opcode::SEND_WITH_IMM as usize] = OneSgeOp::SendImm;
+    t[wr_opcode::RDMA_READ as usize] = OneSgeOp::Read;
+    t
+};
+
 /// `ops.post_send`: the chain `wr` on `qp`. A single one-SGE request (the common post) goes
 /// straight to the verbs post; longer chains are translated and posted one request at a time.
 /// As ibverbs: the requests before a failing one are posted, `*bad_wr` names it.
@@ -236,34 +236,19 @@ pub(super) unsafe extern "C" fn post_send(
         {
             // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
             let q = unsafe { qp_of(qp) };
-            if !is_ud(q) && q.cap.max_send_sge >= 1 {
+            // A UD QP leaves at the verbs short path (another QP type) for the general post.
+            if q.cap.max_send_sge >= 1
+                && let Some(&op) = ONE_SGE_OPS.get(w.opcode as usize)
+            {
                 // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
                 let s = unsafe { w.sg_list.read() };
                 let sge = Sge::new(s.addr, s.length, s.lkey);
                 // SAFETY: `wr.rdma` is plain integers, read only for the RDMA opcodes.
                 let r = unsafe { w.wr.rdma };
-                let op = match w.opcode {
-                    wr_opcode::RDMA_WRITE => OneSgeOp::Write,
-                    wr_opcode::SEND => OneSgeOp::Send,
-                    wr_opcode::RDMA_READ => OneSgeOp::Read,
-                    wr_opcode::SEND_WITH_IMM => OneSgeOp::SendImm,
-                    wr_opcode::RDMA_WRITE_WITH_IMM => OneSgeOp::WriteImm,
-                    // SAFETY: the caller's arguments, unchanged.
-                    _ => return unsafe { post_send_general(qp, wr, bad_wr) },
-                };
                 let remote = Remote { addr: r.remote_addr, rkey: r.rkey };
-                return match q.post_send_one(
-                    w.wr_id,
-                    op,
-                    SendFlags(w.send_flags),
-                    &sge,
-                    remote,
-                    u32::from_be(w.imm_data),
-                ) {
-                    Ok(()) => 0,
-                    // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
-                    Err(e) => unsafe { refused(e, bad_wr, wr) },
-                };
+                if q.try_post_send_one(w.wr_id, op, SendFlags(w.send_flags), &sge, remote, u32::from_be(w.imm_data)) {
+                    return 0;
+                }
             }
         }
     }
@@ -274,7 +259,7 @@ pub(super) unsafe extern "C" fn post_send(
 /// `post_send` for every other chain: several requests, SGEs, inline data, atomics, UD.
 #[inline(never)]
 #[cold]
-unsafe fn post_send_general(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
+unsafe extern "C" fn post_send_general(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
     if qp.is_null() {
         // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
         unsafe { set_bad(bad_wr, wr) };
@@ -385,11 +370,9 @@ pub(super) unsafe extern "C" fn post_recv(
             if q.cap.max_recv_sge >= 1 {
                 // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
                 let s = unsafe { w.sg_list.read() };
-                return match q.post_recv_one(w.wr_id, &Sge::new(s.addr, s.length, s.lkey)) {
-                    Ok(()) => 0,
-                    // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
-                    Err(e) => unsafe { refused(e, bad_wr, wr) },
-                };
+                if q.try_post_recv_one(w.wr_id, &Sge::new(s.addr, s.length, s.lkey)) {
+                    return 0;
+                }
             }
         }
     }
@@ -400,7 +383,7 @@ pub(super) unsafe extern "C" fn post_recv(
 /// `post_recv` for every other chain.
 #[inline(never)]
 #[cold]
-unsafe fn post_recv_general(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
+unsafe extern "C" fn post_recv_general(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
     if qp.is_null() {
         // SAFETY: `bad_wr` is NULL or writable (the ibverbs contract).
         unsafe { set_bad(bad_wr, wr) };
@@ -476,29 +459,46 @@ unsafe fn post_recv_chain(
     0
 }
 
-/// `ops.poll_cq`: up to `ne` completions into `wc`; how many, or a negative errno.
+/// One entry of the array a C program hands `ibv_poll_cq`, possibly uninitialised: a poll
+/// writes each completion into it whole, as a `struct ibv_wc` (the fields its kind of
+/// completion does not carry are 0).
+#[repr(transparent)]
+struct CWc(MaybeUninit<ibv_wc>);
+
+impl WcEntry for CWc {
+    #[inline(always)]
+    fn send_success(&mut self, wr_id: u64, opcode: WcOpcode, qp_num: u32) {
+        self.0.write(ibv_wc { wr_id, opcode: opcode as u32, qp_num, ..ibv_wc::default() });
+    }
+
+    #[inline(always)]
+    fn set_byte_len(&mut self, byte_len: u32) {
+        // SAFETY: called right after `send_success`, which initialised the entry.
+        unsafe { self.0.assume_init_mut().byte_len = byte_len };
+    }
+
+    #[inline(always)]
+    fn recv_success(&mut self, wc: &Wc) {
+        self.0.write(c_wc(wc));
+    }
+
+    #[inline(always)]
+    fn error(&mut self, wc: &Wc) {
+        self.0.write(c_wc(wc));
+    }
+}
+
+/// `ops.poll_cq`: up to `ne` completions into `wc`; how many, or a negative errno. The poll
+/// writes each completion straight into the caller's array.
 pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, ne: c_int, wc: *mut ibv_wc) -> c_int {
-    if cq.is_null() || ne < 0 || (ne > 0 && wc.is_null()) {
-        return -EINVAL;
+    if cq.is_null() || ne <= 0 || wc.is_null() || !wc.is_aligned() {
+        return if ne == 0 && !cq.is_null() { 0 } else { -EINVAL };
     }
-    // SAFETY: a live CQ handle polled by one thread at a time (the crate's contract); its
-    // scratch entries are in a cell only this function borrows.
-    let (c, scratch) = unsafe { (cq_of(cq), &mut *UnsafeCell::raw_get(&raw const (*cq.cast::<UCq>()).scratch)) };
-    let ne = ne as usize;
-    let mut done = 0;
-    while done < ne {
-        let want = (ne - done).min(scratch.len());
-        let n = c.poll(&mut scratch[..want]);
-        for (i, w) in scratch[..n].iter().enumerate() {
-            // SAFETY: done + i < ne entries at `wc` (the ibverbs contract).
-            unsafe { wc.add(done + i).write(convert::c_wc(w)) };
-        }
-        done += n;
-        if n < want {
-            break;
-        }
-    }
-    done as c_int
+    // SAFETY: a live CQ handle polled by one thread at a time (the crate's contract); `wc` is
+    // the caller's array of `ne` entries (the ibverbs contract; non-NULL and aligned, checked),
+    // seen as possibly uninitialised entries (`CWc` is a transparent `MaybeUninit<ibv_wc>`).
+    let (c, out) = unsafe { (cq_of(cq), std::slice::from_raw_parts_mut(wc.cast::<CWc>(), ne as usize)) };
+    c.poll_into(out) as c_int
 }
 
 /// `ops.req_notify_cq`: arms the CQ for its channel's next event (a CQ without a channel has

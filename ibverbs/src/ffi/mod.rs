@@ -809,7 +809,8 @@ mod tests {
 
             let pd = ibv_alloc_pd(ctx);
             buf[..5].copy_from_slice(b"hello");
-            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+            // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (the READ below reads it).
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1 | 2 | 4);
             assert!(!mr.is_null());
             assert_eq!((*mr).addr, buf.as_mut_ptr().cast(), "registered in place");
             assert_eq!(ibv_reg_mr(pd, buf.as_mut_ptr().cast(), 16, 1 << 6), null_mut(), "ODP");
@@ -870,23 +871,45 @@ mod tests {
             swr.num_sge = 1;
             assert_eq!(ops.post_send.unwrap()(qp, &mut swr, &mut bad), 0);
 
+            // An RDMA READ of those 5 bytes back into 6000 (the one-SGE fast entry).
+            let mut read_sge = ibv_sge { addr: base + 6000, length: 5, lkey };
+            let mut read =
+                send_wr(4, &mut read_sge, wr_opcode::RDMA_READ, send_flags::SIGNALED, 0, (base + 4096, (*mr).rkey));
+            assert_eq!(ops.post_send.unwrap()(qp, &mut read, &mut bad), 0);
+
+            // The poll writes each entry whole, straight into the program's array: entries start
+            // as garbage, and every field must come out as the completion says.
             let mut wc = [ibv_wc::default(); 4];
             let mut got = Vec::new();
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while got.len() < 2 && std::time::Instant::now() < deadline {
+            while got.len() < 3 && std::time::Instant::now() < deadline {
+                std::ptr::write_bytes(wc.as_mut_ptr(), 0xa5, wc.len());
                 let n = ops.poll_cq.unwrap()(cq, 4, wc.as_mut_ptr());
                 assert!(n >= 0);
                 got.extend_from_slice(&wc[..n as usize]);
             }
-            assert_eq!(got.len(), 2, "{got:?}");
+            assert_eq!(got.len(), 3, "{got:?}");
+            let qpn = (*qp).qp_num;
             let recv = got.iter().find(|w| w.wr_id == 1).expect("the receive");
-            assert_eq!((recv.status, recv.opcode, recv.byte_len), (0, 128, 5));
+            assert_eq!((recv.status, recv.opcode, recv.byte_len, recv.vendor_err), (0, 128, 5, 0));
             assert_eq!(u32::from_be(recv.imm_data), 0x1234_5678);
-            assert_eq!(recv.wc_flags & 2, 2, "IBV_WC_WITH_IMM");
+            assert_eq!(recv.wc_flags, 2, "IBV_WC_WITH_IMM only");
+            assert_eq!(
+                (recv.qp_num, recv.src_qp, recv.pkey_index, recv.slid, recv.dlid_path_bits),
+                (qpn, qpn, 0, 0, 0)
+            );
             let send = got.iter().find(|w| w.wr_id == 2).expect("the send");
-            assert_eq!((send.status, send.opcode), (0, 0));
+            assert_eq!((send.status, send.opcode, send.qp_num, send.wc_flags), (0, 0, qpn, 0));
+            assert_eq!((send.vendor_err, send.byte_len, send.imm_data, send.src_qp, send.sl), (0, 0, 0, 0, 0));
+            let read = got.iter().find(|w| w.wr_id == 4).expect("the READ");
+            assert_eq!((read.status, read.opcode, read.byte_len, read.qp_num), (0, 2, 5, qpn), "IBV_WC_RDMA_READ of 5");
             assert_eq!(&buf[4096..4101], b"hello", "landed in the program's own buffer");
+            assert_eq!(&buf[6000..6005], b"hello", "read back");
             assert_eq!(ops.poll_cq.unwrap()(cq, -1, wc.as_mut_ptr()), -EINVAL);
+            assert_eq!(ops.poll_cq.unwrap()(cq, 0, null_mut()), 0, "no entries asked for");
+            assert_eq!(ops.poll_cq.unwrap()(cq, 1, null_mut()), -EINVAL);
+            let misaligned = wc.as_mut_ptr().cast::<u8>().add(1).cast::<ibv_wc>();
+            assert_eq!(ops.poll_cq.unwrap()(cq, 1, misaligned), -EINVAL);
 
             let (mut qa, mut qi) = (ibv_qp_attr::default(), std::mem::zeroed::<ibv_qp_init_attr>());
             assert_eq!(ibv_query_qp(qp, &mut qa, qp_attr_mask::CAP, &mut qi), 0);
@@ -917,7 +940,8 @@ mod tests {
             let mut gid = ibv_gid::default();
             assert_eq!(ibv_query_gid(ctx, 1, 1, &mut gid), 0);
             let pd = ibv_alloc_pd(ctx);
-            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1);
+            // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ (the READ below reads it).
+            let mr = ibv_reg_mr(pd, buf.as_mut_ptr().cast(), buf.len(), 1 | 2 | 4);
             let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
             let mut sinit = ibv_srq_init_attr {
                 srq_context: 0x5151 as *mut c_void,

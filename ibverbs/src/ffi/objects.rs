@@ -388,9 +388,6 @@ pub(crate) struct UCq {
     tag: AtomicU64,
     /// Reached mutably by the data path only (`poll_cq`, `req_notify_cq`).
     pub(crate) cq: UnsafeCell<Cq>,
-    /// The completions a poll takes before writing them out as `struct ibv_wc` (initialised
-    /// once, here, not at every poll).
-    pub(crate) scratch: UnsafeCell<[umlx_verbs::Wc; 16]>,
     channel: Option<&'static UChannel>,
     /// QPs that complete on it.
     users: AtomicU32,
@@ -446,7 +443,6 @@ pub unsafe extern "C" fn ibv_create_cq(
                 }),
                 tag: AtomicU64::new(tag::CQ),
                 cq: UnsafeCell::new(cq),
-                scratch: UnsafeCell::new([umlx_verbs::Wc::default(); 16]),
                 channel: ch,
                 users: AtomicU32::new(0),
             });
