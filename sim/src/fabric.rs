@@ -200,24 +200,38 @@ impl FabricShared {
         let Some(dst) = frame.get(0..6) else { return };
         let group = dst[0] & 1 != 0;
         let mut n = 0;
+        // Each receiver but the last gets a copy; the last (the only one, for unicast) gets the
+        // frame itself.
+        let mut last: Option<Arc<PortInner>> = None;
         for w in lock(&self.ports).iter() {
             if w.as_ptr() as usize == from {
                 continue;
             }
             let Some(p) = w.upgrade() else { continue };
             if group || p.mac == dst {
-                p.enqueue(frame.clone());
-                if !reached.iter().any(|r| Arc::ptr_eq(r, &p)) {
-                    reached.push(p);
+                if let Some(prev) = last.replace(p) {
+                    prev.enqueue(frame.clone());
+                    reach(reached, prev);
                 }
                 n += 1;
             }
+        }
+        if let Some(p) = last {
+            p.enqueue(frame);
+            reach(reached, p);
         }
         let mut s = lock(&self.state);
         if n == 0 {
             s.stats.unroutable += 1;
         }
         s.stats.delivered += n;
+    }
+}
+
+/// Notes that a frame reached port `p` (each port once).
+fn reach(reached: &mut Vec<Arc<PortInner>>, p: Arc<PortInner>) {
+    if !reached.iter().any(|r| Arc::ptr_eq(r, &p)) {
+        reached.push(p);
     }
 }
 

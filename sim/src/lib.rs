@@ -9,9 +9,11 @@
 //! Modules: [`device`] (the public device: BAR0, PCI config, IOMMU map/unmap, interrupts, the
 //! engine thread), [`firmware`] (command processor and objects), [`iommu`] (the only path to
 //! host memory) and [`hostmem`] (its loads and stores: atomic, never plain copies), [`config`] (identity and hostile knobs), [`port`] (the wire side of the port),
-//! [`host`] (a minimal software host that drives the device directly: tests and benchmarks).
+//! [`host`] (a minimal software host that drives the device directly: tests and benchmarks),
+//! [`buffers`] (the frame and payload buffers it reuses).
 //! Frames are parsed and built by the `umlx-wire` crate.
 
+pub mod buffers;
 pub mod config;
 pub mod device;
 pub mod fabric;

@@ -406,6 +406,7 @@ impl Port {
         if let Some(sock) = link.socket() {
             send_datagrams(sock, &datagrams, &dests);
         }
+        datagrams.into_iter().for_each(crate::buffers::give);
         if looped {
             self.inner.notify();
         }
@@ -422,7 +423,7 @@ impl Port {
     /// Gives back a queue [`Port::take_rx`] returned, emptied, so that its allocation serves
     /// the next frames.
     pub(crate) fn recycle_rx(&self, mut frames: VecDeque<Vec<u8>>) {
-        frames.clear();
+        frames.drain(..).for_each(crate::buffers::give);
         let mut q = lock(&self.inner.rx);
         if q.is_empty() && q.capacity() < frames.capacity() {
             *q = frames;

@@ -43,7 +43,7 @@ impl Hca {
     pub(crate) fn qp_query_transport(&self, qpn: u32, out: &mut [u8]) {
         use umlx_hwdesc::ifc::{qpc, query_qp_out};
         let Some(qp) = self.objects.qps.get(&qpn) else { return };
-        let t = &qp.transport;
+        let Some(t) = qp.transport.as_deref() else { return };
         let q = query_qp_out::qpc;
         if qp.state != QpState::RST && qp.state != QpState::INIT {
             q.inner(qpc::next_rcv_psn).set(out, t.epsn as u64);

@@ -328,8 +328,9 @@ pub struct Qp {
     pub rq_consumed: u32,
     /// Last SQ doorbell value (WQE counter) seen.
     pub sq_doorbell: u16,
-    /// Transport state (requester and responder), owned by `crate::transport`.
-    pub transport: crate::transport::QpTransport,
+    /// Transport state (requester and responder), owned by `crate::transport`; boxed so that
+    /// the transport takes it out and puts it back as a pointer. `None` only while taken.
+    pub transport: Option<Box<crate::transport::QpTransport>>,
 }
 
 impl Qp {
@@ -1407,7 +1408,7 @@ impl Hca {
                 sq_fetched: 0,
                 rq_consumed: 0,
                 sq_doorbell: 0,
-                transport: Default::default(),
+                transport: Some(Box::default()),
             },
         );
         let mut o = out(create_qp_out::SIZE_BYTES);

@@ -748,7 +748,7 @@ impl Hca {
         match to {
             QpState::RST => {
                 let path = std::mem::take(&mut t.path);
-                t = QpTransport { path, ..Default::default() };
+                *t = QpTransport { path, ..Default::default() };
             }
             QpState::RTR if from == QpState::INIT => {
                 t.epsn = get(qpc::next_rcv_psn) & 0xff_ffff;

@@ -37,18 +37,18 @@ impl Hca {
     // ---------------------------------------------------------------- transport take/put
 
     /// Takes the transport state out of a QP (put it back with [`Hca::put_transport`]).
-    pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<QpTransport> {
-        self.objects.qps.get_mut(&qpn).map(|qp| std::mem::take(&mut qp.transport))
+    pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<Box<QpTransport>> {
+        self.objects.qps.get_mut(&qpn).and_then(|qp| qp.transport.take())
     }
 
     /// Puts a QP's transport state back and mirrors its counters into the QP.
-    pub(crate) fn put_transport(&mut self, qpn: u32, t: QpTransport) {
+    pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
         let timed = t.deadline.is_some() || t.rnr_until.is_some();
         if let Some(qp) = self.objects.qps.get_mut(&qpn) {
             qp.sq_fetched = t.sq_head;
             qp.rq_consumed = t.rq_consumed;
             let err_rq = qp.state == QpState::ERR && !qp.no_rq;
-            qp.transport = t;
+            qp.transport = Some(t);
             if timed || err_rq {
                 self.objects.xport.timed.insert(qpn);
             } else {
@@ -160,7 +160,8 @@ impl Hca {
             .with_udp_src_port(sport)
             .with_hop_limit(if hop == 0 { 64 } else { hop })
             .with_traffic_class(tc);
-        if let Ok(f) = b.to_vec() {
+        let mut f = crate::buffers::take();
+        if b.build_vec(&mut f).is_ok() {
             self.objects.xport.stats.tx_packets += 1;
             self.objects.xport.outbox.push(f);
         }
@@ -313,8 +314,12 @@ impl Hca {
             if nbb > pending {
                 return; // the rest of the WQE is not posted yet
             }
-            let mut bytes = Vec::with_capacity(nbb as usize * w::SEND_WQE_BB);
-            bytes.extend_from_slice(&first);
+            // A WQE of one WQEBB is parsed where it was read; a longer one is gathered.
+            let mut longer = Vec::new();
+            if nbb > 1 {
+                longer.reserve_exact(nbb as usize * w::SEND_WQE_BB);
+                longer.extend_from_slice(&first);
+            }
             for i in 1..nbb {
                 let j = (idx + i) & (size - 1);
                 let mut bb = [0u8; w::SEND_WQE_BB];
@@ -326,10 +331,11 @@ impl Hca {
                 if !ok {
                     return;
                 }
-                bytes.extend_from_slice(&bb);
+                longer.extend_from_slice(&bb);
             }
+            let bytes: &[u8] = if nbb > 1 { &longer } else { &first };
             let (opcode, index) = opcode_index(&ctrl);
-            let wqe = match self.parse_wqe(&t.path, &bytes, ds) {
+            let wqe = match self.parse_wqe(&t.path, bytes, ds) {
                 Ok(wq) => wq,
                 Err(BadWqe(synd)) => {
                     self.objects.xport.stats.bad_wqes += 1;
@@ -353,6 +359,7 @@ impl Hca {
         }
         let b = &b[..len];
         let mut wq = blank_wqe(opcode, index, &ctrl);
+        wq.data = crate::buffers::take();
         let mut at = wqe_ctrl_seg::SIZE;
         if path.ud {
             let av = seg::<wqe_av>(b, at).ok_or(bad)?;
@@ -508,6 +515,7 @@ impl Hca {
             let path = std::mem::take(&mut t.path);
             self.req_cqe(&path, &wq);
             t.path = path;
+            crate::buffers::give(wq.data);
         }
     }
 
