@@ -320,22 +320,33 @@ impl SimDevice {
 
 /// The engine: time-driven device work, and frames no other thread handled, until the device
 /// is dropped. The port wakes it when a frame waits for it.
+/// The longest the engine sleeps: what the firmware's own periodic work (it touches the pages it
+/// holds every few milliseconds) can wait.
+const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
+/// The shortest: a QP that needs service whatever the time is served every 100 µs.
+const ENGINE_MIN_PARK: Duration = Duration::from_micros(100);
+
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let busy = {
+        let wait = {
             let mut h = inner.lock();
             // The frames that arrived first (an ACK must count before its retransmit timer),
             // then the timers and what they queued.
             inner.run_to_completion(&mut h);
             h.tick(Instant::now());
             inner.run_to_completion(&mut h);
-            h.has_timed_work()
+            // Sleep until the next timer is due (frames wake the engine when no other thread
+            // takes them): at least ENGINE_MIN_PARK, at most ENGINE_IDLE_PARK.
+            let now = Instant::now();
+            h.next_due(now)
+                .map_or(ENGINE_IDLE_PARK, |due| due.saturating_duration_since(now))
+                .clamp(ENGINE_MIN_PARK, ENGINE_IDLE_PARK)
         };
         drop(inner);
-        std::thread::park_timeout(if busy { Duration::from_micros(100) } else { Duration::from_millis(1) });
+        std::thread::park_timeout(wait);
     }
 }

@@ -458,8 +458,13 @@ impl Hca {
         }
     }
 
-    /// Whether there is time-driven work pending.
-    pub fn has_timed_work(&self) -> bool {
-        !self.delayed.is_empty() || !self.objects.xport.timed.is_empty()
+    /// When the timers next need running ([`Hca::tick`]): the earliest of the delayed command
+    /// completions and the transport's deadlines; `None` if nothing is timed.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        let cmds = self.delayed.iter().map(|d| d.due).min();
+        match (cmds, self.transport_next_due(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

@@ -736,6 +736,25 @@ impl Hca {
         }
     }
 
+    /// When the transport's timers next need the engine: the earliest retransmit or RNR
+    /// deadline of the QPs with a timer running, or `now` for one that needs service whatever
+    /// the time (a QP in ERR whose receive queue is flushed as receives are posted).
+    pub(crate) fn transport_next_due(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for qpn in &self.objects.xport.timed {
+            let Some(qp) = self.objects.qps.get(qpn) else { continue };
+            let due = match qp.transport.as_deref() {
+                Some(t) if qp.state == QpState::RTS => match (t.deadline, t.rnr_until) {
+                    (Some(d), Some(r)) => d.min(r),
+                    (d, r) => d.or(r).unwrap_or(now),
+                },
+                _ => now,
+            };
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        next
+    }
+
     /// Applies a QP state change to the transport.
     pub(crate) fn transport_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
         let Some(mut t) = self.take_transport(qpn) else { return };
