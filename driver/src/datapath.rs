@@ -505,6 +505,10 @@ pub struct SendQueue<B: Backend> {
     limit: u32,
     /// The first 8 bytes of the last WQE written, as stored: the doorbell value.
     last_ctrl: u64,
+    /// A batch is open ([`SendQueue::hold_doorbell`]): finished chains ring no doorbell, and
+    /// the batch is published or discarded as a whole. Where it started: the producer counter
+    /// and `last_ctrl` then.
+    held: Option<(u32, u64)>,
     /// The SQ counter of the doorbell record (dword 1; in `_mem`).
     dbr: *mut u32,
     /// Whether the backend lets stores reach the UAR page's BlueFlame registers directly
@@ -595,6 +599,7 @@ impl<B: Backend> SendQueue<B> {
             tail: &*ring.sq_tail as *const AtomicU32,
             limit: 1 << geo.log_bbs,
             last_ctrl: 0,
+            held: None,
             dbr: dbr_sq,
             bf_direct,
             bf: bf_start,
@@ -636,6 +641,7 @@ impl<B: Backend> SendQueue<B> {
         self.cur_post = 0;
         self.limit = self.mask + 1;
         self.last_ctrl = 0;
+        self.held = None;
         self.ring.sq_tail.store(0, Ordering::Release);
         self.bf = self.bf_start;
     }
@@ -650,6 +656,34 @@ impl<B: Backend> SendQueue<B> {
         slot.wr_id.store(wr_id, Ordering::Relaxed);
         slot.head.store(next, Ordering::Release);
         self.cur_post = next;
+    }
+
+    /// Opens a batch (the new post-send API's `ibv_wr_start`): the chains posted until
+    /// [`SendQueue::release_doorbell`] are written but not published, so that the device sees
+    /// them all at once, or none of them after [`SendQueue::discard_held`]. Nothing if a batch
+    /// is open already.
+    pub fn hold_doorbell(&mut self) {
+        if self.held.is_none() {
+            self.held = Some((self.cur_post, self.last_ctrl));
+        }
+    }
+
+    /// Closes the batch and publishes what it wrote with one doorbell.
+    pub fn release_doorbell(&mut self) {
+        if let Some((start, _)) = self.held.take()
+            && self.cur_post != start
+        {
+            self.ring_doorbell();
+        }
+    }
+
+    /// Closes the batch and drops what it wrote: the producer state goes back to where the
+    /// batch started (the device never saw those WQEs; the next posts overwrite them).
+    pub fn discard_held(&mut self) {
+        if let Some((start, last_ctrl)) = self.held.take() {
+            self.cur_post = start;
+            self.last_ctrl = last_ctrl;
+        }
     }
 
     /// Starts posting a chain: the producer state moves into the returned [`SqChain`] (kept in
@@ -912,13 +946,13 @@ impl<B: Backend> SqChain<'_, B> {
     }
 
     /// Ends the chain: the producer state goes back to the queue and, if any WQE was written,
-    /// the doorbell rings once.
+    /// the doorbell rings once (unless a batch holds it: [`SendQueue::hold_doorbell`]).
     #[inline(always)]
     pub fn finish(self) {
         // (`limit` is written back where it changes.)
         self.sq.cur_post = self.bb;
         self.sq.last_ctrl = self.last_ctrl;
-        if self.bb != self.start {
+        if self.bb != self.start && self.sq.held.is_none() {
             self.sq.ring_doorbell();
         }
     }

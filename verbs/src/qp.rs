@@ -908,6 +908,25 @@ impl Qp {
         Error::post(0, why, self.state)
     }
 
+    /// Starts a batch of sends (ibverbs' `ibv_wr_start`): the posts that follow write their
+    /// WQEs, but the device sees none of them until [`Qp::complete_batch`] publishes them all
+    /// with one doorbell; [`Qp::abort_batch`] drops them all instead. A post's errors are
+    /// reported as ever; requests it refused are not in the batch.
+    pub fn start_batch(&mut self) {
+        self.sq.hold_doorbell();
+    }
+
+    /// Publishes the batch [`Qp::start_batch`] opened (nothing if none is open).
+    pub fn complete_batch(&mut self) {
+        self.sq.release_doorbell();
+    }
+
+    /// Drops every request posted since [`Qp::start_batch`]: none of them executes or
+    /// completes (nothing if no batch is open).
+    pub fn abort_batch(&mut self) {
+        self.sq.discard_held();
+    }
+
     /// One receive of one SGE given as its fields (a binding's `ibv_post_recv`): the same
     /// checks, WQE and result as `post_recv(&[RecvWr { wr_id, sg_list: &[sge] }])`.
     #[inline(always)]

@@ -27,7 +27,7 @@ const MAX_GATHERED_INLINE: usize = 4096;
 ///
 /// `qp` is a live QP handle and no other call uses the QP's verbs object meanwhile.
 #[inline(always)]
-unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a mut Qp {
+pub(super) unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a mut Qp {
     // SAFETY: the handle is the first field of a live UQp (see `objects::leak`); the verbs QP is
     // in a cell the data path alone borrows mutably, one call at a time (the crate's contract).
     unsafe { &mut *UnsafeCell::raw_get(&raw const (*qp.cast::<UQp>()).qp) }

@@ -1116,10 +1116,55 @@ mod tests {
             assert_eq!((n, wc[0].wr_id, wc[0].status, wc[0].opcode), (1, 77, 0, 1), "an RDMA WRITE completion");
             assert_eq!(&buf[4096..4102], b"wr api", "landed in remote memory");
 
-            // A request that never gets its data fails the batch.
+            // Completions within `wait`, polling all along (the sim runs in this thread: a
+            // doorbell executes its WQEs before the write returns).
+            let poll_for = |wait: std::time::Duration| {
+                let mut got = Vec::new();
+                let until = std::time::Instant::now() + wait;
+                while std::time::Instant::now() < until {
+                    let mut wc = [ibv_wc::default(); 4];
+                    let n = (*ctx).ops.poll_cq.unwrap()(cq, 4, wc.as_mut_ptr());
+                    assert!(n >= 0);
+                    got.extend(wc[..n as usize].iter().map(|w| (w.wr_id, w.status)));
+                }
+                got
+            };
+            let write = |wr_id: u64, to: u64| {
+                (*x).wr_id = wr_id;
+                (*x).wr_flags = send_flags::SIGNALED;
+                (*x).wr_rdma_write.unwrap()(x, rkey, base + to);
+                (*x).wr_set_sge.unwrap()(x, lkey, base, 6);
+            };
+            let short = std::time::Duration::from_millis(50);
+
+            // A batch reaches the device only at wr_complete, all of it at once.
             (*x).wr_start.unwrap()(x);
+            write(80, 5000);
+            write(81, 5100);
+            assert_eq!(poll_for(short), vec![], "nothing executes before wr_complete");
+            assert_eq!(&buf[5000..5006], &[0; 6]);
+            assert_eq!((*x).wr_complete.unwrap()(x), 0);
+            assert_eq!(poll_for(short), vec![(80, 0), (81, 0)]);
+            assert_eq!((&buf[5000..5006], &buf[5100..5106]), (&b"wr api"[..], &b"wr api"[..]));
+
+            // wr_abort drops the whole batch: its WRITE never executes, and the next batch's
+            // request takes its place in the ring.
+            (*x).wr_start.unwrap()(x);
+            write(90, 6000);
+            (*x).wr_abort.unwrap()(x);
+            (*x).wr_start.unwrap()(x);
+            write(91, 6100);
+            assert_eq!((*x).wr_complete.unwrap()(x), 0);
+            assert_eq!(poll_for(short), vec![(91, 0)], "only the request after the abort");
+            assert_eq!((&buf[6000..6006], &buf[6100..6106]), (&[0u8; 6][..], &b"wr api"[..]));
+
+            // A request that never gets its data fails the batch, and the batch is dropped.
+            (*x).wr_start.unwrap()(x);
+            write(92, 6200);
             (*x).wr_rdma_write.unwrap()(x, rkey, base + 4096);
             assert_eq!((*x).wr_complete.unwrap()(x), EINVAL);
+            assert_eq!(poll_for(short), vec![], "the failed batch's good request is dropped too");
+            assert_eq!(&buf[6200..6206], &[0; 6]);
 
             let mut plain = ibv_qp_init_attr {
                 qp_context: null_mut(),

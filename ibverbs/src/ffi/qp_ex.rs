@@ -5,12 +5,13 @@
 //! Each work request is assembled from the builder (opcode, remote address, immediate or atomic
 //! operands, with the `wr_id` and `wr_flags` the program set in `struct ibv_qp_ex`) and its
 //! setters (UD address, data) into a `struct ibv_send_wr` on the stack and posted through the
-//! same `ops.post_send` path as `ibv_post_send` once its last setter is called. So each request
-//! rings its own doorbell, and `ibv_wr_abort` can drop only a request whose setters are not all
-//! called yet (rdma-core's mlx5 defers the doorbell to `ibv_wr_complete` and can drop the whole
-//! batch). The first failure is kept and `ibv_wr_complete` returns it, as in rdma-core.
+//! same `ops.post_send` path as `ibv_post_send` once its last setter is called, inside the
+//! verbs QP's batch (`Qp::start_batch`): as with rdma-core's mlx5, the WQEs are written as the
+//! requests are built, and the device sees them only at `ibv_wr_complete`, with one doorbell for
+//! the whole batch. `ibv_wr_abort` drops the whole batch, and so does `ibv_wr_complete` after a
+//! failure, which it returns (the first one), as rdma-core does.
 
-use super::datapath::post_send;
+use super::datapath::{post_send, qp_of};
 use super::objects::UQp;
 use super::*;
 
@@ -156,16 +157,32 @@ unsafe fn post(qpx: *mut ibv_qp_ex, sg_list: *mut ibv_sge, num_sge: usize, inlin
     }
 }
 
-/// `wr_start`.
+/// The verbs QP behind an extended QP handle.
+///
+/// # Safety
+///
+/// As [`parts`].
+unsafe fn verbs_qp<'a>(qpx: *mut ibv_qp_ex) -> &'a mut umlx_verbs::Qp {
+    // SAFETY: the function's contract; an extended QP handle is its QP handle.
+    unsafe { qp_of(qpx.cast::<ibv_qp>()) }
+}
+
+/// `wr_start`: opens a batch (a batch left open before is dropped, as a new `ibv_wr_start`
+/// on mlx5 starts over).
 unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
     // SAFETY: the ibverbs contract: a live extended QP of this library.
     let (_, b) = unsafe { parts(qpx) };
     b.open = false;
     b.kept = None;
     b.error = 0;
+    // SAFETY: as above.
+    let q = unsafe { verbs_qp(qpx) };
+    q.abort_batch();
+    q.start_batch();
 }
 
-/// `wr_complete`: the first failure since `wr_start` (0: every request posted).
+/// `wr_complete`: publishes the batch with one doorbell and returns 0; after a failure since
+/// `wr_start`, drops the whole batch and returns the first failure.
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     // SAFETY: as `wr_start`.
     let (_, b) = unsafe { parts(qpx) };
@@ -173,16 +190,26 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
         b.error = EINVAL;
     }
     b.open = false;
-    std::mem::take(&mut b.error)
+    let error = std::mem::take(&mut b.error);
+    // SAFETY: as `wr_start`.
+    let q = unsafe { verbs_qp(qpx) };
+    if error == 0 {
+        q.complete_batch();
+    } else {
+        q.abort_batch();
+    }
+    error
 }
 
-/// `wr_abort`: drops the request being built (posted ones are on the wire).
+/// `wr_abort`: drops every request since `wr_start`; none of them executes.
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     // SAFETY: as `wr_start`.
     let (_, b) = unsafe { parts(qpx) };
     b.open = false;
     b.kept = None;
     b.error = 0;
+    // SAFETY: as `wr_start`.
+    unsafe { verbs_qp(qpx) }.abort_batch();
 }
 
 unsafe extern "C" fn wr_rdma_write(qpx: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
