@@ -43,6 +43,10 @@ impl Inner {
     /// Sending before the lock is released matters: a CQE is visible to the host as soon as it
     /// is written, and a host that then tears the device down (its next command waits for the
     /// lock) must not lose the ACK queued with that CQE.
+    ///
+    /// Then the timers, when due: whichever thread runs the device runs them, so a device its
+    /// application keeps busy needs no engine for them (the frames that arrived first: an ACK
+    /// must count before its retransmit timer).
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
         loop {
@@ -51,7 +55,12 @@ impl Inner {
             h.recycle_outbox(out);
             let frames = self.port.take_rx();
             if frames.is_empty() {
-                return;
+                let now = Instant::now();
+                if now < h.timers_due {
+                    return;
+                }
+                run_timers(h, now);
+                continue; // send what the timers queued
             }
             self.port.process(h, &frames, Instant::now());
             self.port.recycle_rx(frames);
@@ -318,14 +327,29 @@ impl SimDevice {
     }
 }
 
-/// The engine: time-driven device work, and frames no other thread handled, until the device
-/// is dropped. The port wakes it when a frame waits for it.
-/// The longest the engine sleeps: what the firmware's own periodic work (it touches the pages it
-/// holds every few milliseconds) can wait.
+/// The longest the engine sleeps, and the longest between two runs of the timers: what the
+/// firmware's own periodic work (it touches the pages it holds every few milliseconds) can wait.
 const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
-/// The shortest: a QP that needs service whatever the time is served every 100 µs.
+/// How often the engine looks while timers run; a QP that needs service whatever the time is
+/// served this often.
 const ENGINE_MIN_PARK: Duration = Duration::from_micros(100);
 
+/// Runs the device's timers at `now` and notes when they are next due.
+fn run_timers(h: &mut Hca, now: Instant) {
+    h.tick(now);
+    let wait = h
+        .next_due(now)
+        .map_or(ENGINE_IDLE_PARK, |due| due.saturating_duration_since(now))
+        .clamp(ENGINE_MIN_PARK, ENGINE_IDLE_PARK);
+    h.timers_due = now + wait;
+}
+
+/// The engine: time-driven device work, and frames no other thread handled, until the device
+/// is dropped. The port wakes it when a frame waits for it.
+///
+/// It never queues for the device lock: a thread that holds it runs the device to completion,
+/// which takes the frames waiting and runs the timers when due, so the engine only looks
+/// again later (every 100 µs while timers run, else every millisecond).
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
@@ -333,18 +357,23 @@ fn engine(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let wait = {
-            let mut h = inner.lock();
-            // The frames that arrived first (an ACK must count before its retransmit timer),
-            // then the timers and what they queued.
-            inner.run_to_completion(&mut h);
-            h.tick(Instant::now());
-            inner.run_to_completion(&mut h);
-            // Sleep until the next timer is due (frames wake the engine when no other thread
-            // takes them): at least ENGINE_MIN_PARK, at most ENGINE_IDLE_PARK.
-            let now = Instant::now();
-            h.next_due(now)
-                .map_or(ENGINE_IDLE_PARK, |due| due.saturating_duration_since(now))
-                .clamp(ENGINE_MIN_PARK, ENGINE_IDLE_PARK)
+            let guard = match inner.hca.try_lock() {
+                Ok(h) => Some(h),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            match guard {
+                Some(mut h) => {
+                    // A timer armed since the last run may be due before `timers_due`.
+                    let now = Instant::now();
+                    if h.next_due(now).is_some_and(|due| due <= now) {
+                        h.timers_due = now;
+                    }
+                    inner.run_to_completion(&mut h);
+                    if h.next_due(Instant::now()).is_some() { ENGINE_MIN_PARK } else { ENGINE_IDLE_PARK }
+                }
+                None => ENGINE_MIN_PARK,
+            }
         };
         drop(inner);
         std::thread::park_timeout(wait);

@@ -162,6 +162,9 @@ pub struct Hca {
     pub(crate) vport: vport::Vport,
     pub(crate) irqs: Vec<Option<File>>,
     pub(crate) delayed: Vec<DelayedCmd>,
+    /// When [`Hca::tick`] is next needed, as of its last run (a timer armed since may be due
+    /// earlier; the engine looks at [`Hca::next_due`] every 100 µs while timers run).
+    pub(crate) timers_due: Instant,
     pub(crate) stats: SimStats,
     pub(crate) host_endianness: u8,
     pub(crate) driver_version: Vec<u8>,
@@ -197,6 +200,7 @@ impl Hca {
             vport,
             irqs: (0..cfg.num_msix).map(|_| None).collect(),
             delayed: Vec::new(),
+            timers_due: Instant::now(),
             stats: SimStats::default(),
             host_endianness: 0,
             driver_version: Vec::new(),
