@@ -50,10 +50,23 @@ impl AsyncEventFd {
             ));
         }
         let owned = fd.as_fd().try_clone_to_owned()?;
-        // SAFETY: the AsyncFd owns `owned`: the descriptor stays open while it is registered
-        // and is closed only when the AsyncFd drops, after it has deregistered it.
-        let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) }
-            .map_err(|e| e.into_parts().1)?;
+        // A runtime built without its IO driver makes the registration panic, and tokio offers
+        // no way to ask first: the panic is caught and becomes this error (the panic hook has
+        // printed its message by then).
+        let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: the AsyncFd owns `owned`: the descriptor stays open while it is
+            // registered and is closed only when the AsyncFd drops, after it has deregistered it.
+            unsafe { tokio::io::unix::AsyncFd::register_with_interest(owned, tokio::io::Interest::READABLE) }
+        }));
+        let fd = match registered {
+            Ok(r) => r.map_err(|e| e.into_parts().1)?,
+            Err(_) => {
+                return Err(std::io::Error::other(
+                    "the tokio runtime on this thread has its IO driver disabled (an async CQ needs \
+                     `enable_io`)",
+                ));
+            }
+        };
         Ok(AsyncEventFd { fd })
     }
 

@@ -82,3 +82,15 @@ fn an_async_cq_outside_a_runtime_is_an_error_not_a_panic() {
     assert_eq!(e.kind(), ErrorKind::Os);
     assert!(e.to_string().contains("tokio"), "{e}");
 }
+
+#[test]
+fn an_async_cq_on_a_runtime_without_io_is_an_error_not_a_panic() {
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let ctx = Context::open_sim(Default::default()).unwrap();
+    let e = rt.block_on(async { ctx.create_async_cq(16) }).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Os);
+    assert!(e.to_string().contains("enable_io"), "{e}");
+    // The context is still usable: a CQ on a runtime with IO works.
+    let io = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    io.block_on(async { ctx.create_async_cq(16) }).expect("with IO enabled");
+}
