@@ -202,9 +202,10 @@ impl Pd {
         }
         let srq = Arc::new(DrvSrq::new(&self.pd, wqes.trailing_zeros(), stride.trailing_zeros(), limit)?);
         let ring = Arc::new(WrRing::new_srq(srq.srqn(), wqes as usize));
-        self.ctx.shared.qps.insert_srq(ring.clone());
-        let rq = RecvQueue::new(srq.mem().clone(), 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring, true)
-            .map_err(|e| Error::invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+        let rq =
+            RecvQueue::new(srq.mem().clone(), 0, wqes.trailing_zeros(), stride.trailing_zeros(), ring.clone(), true)
+                .map_err(|e| Error::invalid(format!("SRQ does not fit its buffer: {e:?}")))?;
+        self.ctx.shared.qps.insert_srq(ring);
         Ok(Srq { ctx: self.ctx.clone(), srq, rq })
     }
 
@@ -984,6 +985,18 @@ impl Drop for Qp {
     }
 }
 
+impl Drop for Srq {
+    fn drop(&mut self) {
+        // Its rings leave the pollers' table (freed once no poll can be reading them), unless
+        // QPs still take receives from it: they keep the device's SRQ alive, and its
+        // completions must still find their wr_ids (the rings then stay until the context
+        // drops, as `ibv_destroy_srq` would have refused with EBUSY).
+        if Arc::strong_count(&self.srq) == 1 {
+            self.ctx.shared.qps.remove_srq(self.srq.srqn());
+        }
+    }
+}
+
 /// Posts receive WRs on `rq` and updates its doorbell record once. As ibverbs: the requests
 /// before the first failing one are posted. One-SGE requests with room known are written here;
 /// at the first other one, [`post_recv_rest`] takes over the rest of the chain (out of line, so
@@ -1148,4 +1161,35 @@ fn send_wqe<'a>(
         Payload::Inline(b) => (&[][..], Some(b)),
     };
     SendWqe { wr_id, opcode, send_flags: flags.0 & 7, imm, remote, atomic, sges, inline, av }
+}
+
+#[cfg(all(test, feature = "sim"))]
+mod tests {
+    use crate::Context;
+
+    #[test]
+    fn a_dropped_srq_leaves_the_ring_table() {
+        let ctx = Context::open_sim(Default::default()).expect("sim");
+        let pd = ctx.alloc_pd().expect("pd");
+        let table = &ctx.shared.qps;
+        let before = table.retained();
+        for _ in 0..200 {
+            let srq = pd.create_srq(16, 1, 0).expect("srq");
+            assert_eq!(table.retained(), before + 1, "the SRQ's rings are in the table");
+            drop(srq);
+        }
+        table.reclaim();
+        if table.reclaims() {
+            assert_eq!(table.retained(), before, "200 SRQs created and dropped: none left");
+        }
+        // An SRQ dropped while a QP takes receives from it keeps its rings for that QP's
+        // completions.
+        let cq = ctx.create_cq(16, None).expect("cq");
+        let srq = pd.create_srq(16, 1, 0).expect("srq");
+        let qp = pd.create_qp(crate::QpType::Rc, &cq).srq(&srq).build().expect("qp on the SRQ");
+        let with_qp = table.retained();
+        drop(srq);
+        assert_eq!(table.retained(), with_qp, "kept while the QP uses the SRQ");
+        drop(qp);
+    }
 }
