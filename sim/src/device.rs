@@ -36,6 +36,15 @@ impl Inner {
         self.hca.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// [`Inner::lock`] if no other thread holds the device.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Hca>> {
+        match self.hca.try_lock() {
+            Ok(h) => Some(h),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Sends what the transport queued and handles the frames that arrived meanwhile (the
     /// answers of devices that handled those frames in this thread among them), until neither
     /// remains, all under the device lock `h` held by this thread.
@@ -70,11 +79,7 @@ impl Inner {
 
 impl crate::port::Receiver for Inner {
     fn try_receive(&self) -> bool {
-        let mut h = match self.hca.try_lock() {
-            Ok(h) => h,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-        };
+        let Some(mut h) = self.try_lock() else { return false };
         self.run_to_completion(&mut h);
         true
     }
@@ -357,12 +362,7 @@ fn engine(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let wait = {
-            let guard = match inner.hca.try_lock() {
-                Ok(h) => Some(h),
-                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            };
-            match guard {
+            match inner.try_lock() {
                 Some(mut h) => {
                     // A timer armed since the last run may be due before `timers_due`.
                     let now = Instant::now();

@@ -216,9 +216,11 @@ const ONE_SGE_OPS: [OneSgeOp; 5] = {
     t
 };
 
-/// `ops.post_send`: the chain `wr` on `qp`. A single one-SGE request (the common post) goes
-/// straight to the verbs post; longer chains are translated and posted one request at a time.
-/// As ibverbs: the requests before a failing one are posted, `*bad_wr` names it.
+/// `ops.post_send`: the chain `wr` on `qp`. A single one-SGE request (the common post) takes
+/// verbs' short path (`Qp::try_post_send_one`); any other chain, and a request the short path
+/// declines, goes to the general post (by a tail call), which translates and posts one request
+/// at a time or gives the error. As ibverbs: the requests before a failing one are posted,
+/// `*bad_wr` names it.
 pub(super) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -354,7 +356,8 @@ unsafe fn post_send_ud(q: &mut Qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_s
     0
 }
 
-/// `ops.post_recv`: the chain `wr` on `qp`'s receive queue.
+/// `ops.post_recv`: the chain `wr` on `qp`'s receive queue (one request of one SGE by verbs'
+/// `Qp::try_post_recv_one`, anything else and its errors by the general post).
 pub(super) unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
