@@ -1,8 +1,10 @@
-//! Byte buffers the device reuses: frames and gathered WQE payloads.
+//! Byte buffers the device reuses: frames, gathered WQE payloads, and WQEs of more than one
+//! WQEBB.
 //!
-//! A frame is built into a buffer taken here, crosses the in-process fabric by move, and after
-//! the receiving device has handled it, its buffer comes back here; a SEND or WRITE's gathered
-//! payload does the same when its WQE completes. With run to completion the thread that rings
+//! A frame is built into a buffer taken here (or, from a UDP wire, copied into one), crosses
+//! the in-process fabric by move, and after the receiving device has handled it, its buffer
+//! comes back here; a SEND or WRITE's gathered payload does the same when its WQE completes,
+//! and a long WQE once it is parsed. With run to completion the thread that rings
 //! a doorbell usually also handles the frames it caused, so a thread's own list of spare
 //! buffers serves it without allocation once warm. The list is per thread (no lock) and
 //! bounded in count and in buffer size, so it never holds more than

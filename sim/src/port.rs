@@ -761,7 +761,9 @@ impl PortInner {
                 }
                 let Some(from) = from else { return };
                 if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
-                    self.enqueue(frame.to_vec());
+                    let mut buf = crate::buffers::take();
+                    buf.extend_from_slice(frame);
+                    self.enqueue(buf);
                 }
             });
             got += n;

@@ -317,7 +317,7 @@ impl Hca {
             // A WQE of one WQEBB is parsed where it was read; a longer one is gathered.
             let mut longer = Vec::new();
             if nbb > 1 {
-                longer.reserve_exact(nbb as usize * w::SEND_WQE_BB);
+                longer = crate::buffers::take();
                 longer.extend_from_slice(&first);
             }
             for i in 1..nbb {
@@ -344,6 +344,7 @@ impl Hca {
                     wq
                 }
             };
+            crate::buffers::give(longer);
             t.sq.push_back(wqe);
             t.sq_head = t.sq_head.wrapping_add(nbb as u16);
         }
