@@ -24,6 +24,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -209,6 +210,9 @@ pub(crate) struct PortInner {
     receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
     /// Held by whichever thread takes datagrams from the UDP wire's socket.
     drain: Mutex<()>,
+    /// Set by each [`Port::poll_wire`]; the wire's receive thread clears it as it looks. While
+    /// an application keeps polling, the receive thread leaves the socket to it.
+    polled: AtomicBool,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
 }
@@ -247,6 +251,7 @@ impl Port {
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
                 drain: Mutex::new(()),
+                polled: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
             }),
         }
@@ -566,6 +571,22 @@ const UDP_RX_PREEMPTED: Duration = Duration::from_micros(200);
 /// How long a receive thread that was preempted while spinning blocks instead.
 const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long a UDP wire's receive thread sleeps, instead of waiting at its socket, when an
+/// application polled the wire since its last look ([`Port::poll_wire`]). Waking at each
+/// datagram only to find it taken would take a core from the polling threads (on a machine
+/// with as many busy pollers as cores, every datagram would cost a context switch there). When
+/// the polling stops, a datagram waits at most this long for the receive thread (and pausing
+/// stops for a while: [`UDP_RX_PAUSE_HOLDOFF`]).
+const UDP_RX_POLLED_PAUSE: Duration = Duration::from_millis(1);
+
+/// How long a UDP wire's receive thread stops pausing for pollers after
+/// [`UDP_RX_PAUSE_MISSES`] pauses in a row delayed an application that had stopped polling
+/// ([`Pause::Missed`]). An application that alternates polling with watching memory then waits
+/// that many pauses in this long; one that was preempted while it polled, twice in a row,
+/// loses the pauses for this long.
+const UDP_RX_PAUSE_HOLDOFF: Duration = Duration::from_millis(100);
+const UDP_RX_PAUSE_MISSES: u32 = 2;
+
 /// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
 const UDP_RX_BATCH: usize = 64;
 
@@ -722,15 +743,16 @@ fn put_sockaddr(out: &mut libc::sockaddr_storage, addr: SocketAddr) -> libc::soc
 }
 
 /// Waits up to `timeout` for a datagram to be waiting at `sock` (`poll(2)`; an error or a
-/// signal only ends the wait early).
-fn wait_readable(sock: &UdpSocket, timeout: Duration) {
+/// signal only ends the wait early), and says whether one waits.
+fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
     use std::os::fd::AsRawFd;
     let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
     // SAFETY: poll reads and writes the one `pollfd` of the exclusively borrowed local `pfd`,
     // which outlives the call; the descriptor is the socket's own, open while `sock` is
     // borrowed.
-    unsafe { libc::poll(&mut pfd, 1, ms) };
+    let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+    ready > 0 && pfd.revents & libc::POLLIN != 0
 }
 
 thread_local! {
@@ -783,6 +805,9 @@ impl Port {
     /// wire's frames, when nothing waits, or when the port is not on a UDP wire.
     pub fn poll_wire(&self) -> bool {
         let Some(sock) = lock(&self.inner.link).socket().cloned() else { return false };
+        if !self.inner.polled.load(Ordering::Relaxed) {
+            self.inner.polled.store(true, Ordering::Relaxed);
+        }
         let Ok(_drain) = self.inner.drain.try_lock() else { return false };
         let got = WIRE_SLOTS.with(|b| {
             let mut b = b.borrow_mut();
@@ -797,19 +822,74 @@ impl Port {
     }
 }
 
+/// What a receive thread's [`pause_for_poller`] found.
+enum Pause {
+    /// No application polled the wire since the last look: the thread serves the socket.
+    NotPolled,
+    /// An application polled, and the thread paused; it took what arrived, or still polls.
+    Polled,
+    /// The thread paused for an application that stopped polling, and datagrams waited for
+    /// the thread: the application waits for the device some other way (watching memory an
+    /// RDMA WRITE fills, as `ib_write_lat` does), so pausing only delays it.
+    Missed,
+}
+
+/// When an application polled the wire since the receive thread's last look, sleeps
+/// [`UDP_RX_POLLED_PAUSE`] without watching the socket, and says whether the application took
+/// what arrived meanwhile. `None` when the port is gone or moved to another socket or wire.
+fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pause> {
+    let port = weak.upgrade()?;
+    if !port.polled.swap(false, Ordering::Relaxed) {
+        return Some(Pause::NotPolled);
+    }
+    if !lock(&port.link).socket().is_some_and(|s| Arc::ptr_eq(s, sock)) {
+        return None;
+    }
+    drop(port);
+    std::thread::sleep(UDP_RX_POLLED_PAUSE);
+    let port = weak.upgrade()?;
+    if port.polled.load(Ordering::Relaxed) || !wait_readable(sock, Duration::ZERO) {
+        return Some(Pause::Polled);
+    }
+    Some(Pause::Missed)
+}
+
 /// A UDP wire's receive thread: waits for datagrams, queues those waiting (up to
 /// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
 /// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks. A
 /// thread preempted while spinning (the cores are wanted by others, e.g. applications that
 /// busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]: spinning then only
-/// delays those applications by a scheduler time slice. An application polling its CQ may take
-/// the frames first ([`Port::poll_wire`]).
+/// delays those applications by a scheduler time slice. While an application polls the wire
+/// itself ([`Port::poll_wire`]), the thread leaves the socket to it ([`pause_for_poller`]).
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
     let mut slots = RecvSlots::new();
     let mut last_frame: Option<Instant> = None;
     let mut last_look: Option<Instant> = None;
     let mut spin_off_until: Option<Instant> = None;
+    let mut pause_off_until: Option<Instant> = None;
+    let mut misses = 0;
     loop {
+        if pause_off_until.is_none_or(|t| Instant::now() >= t) {
+            match pause_for_poller(&weak, &sock) {
+                None => return,
+                Some(Pause::NotPolled) => {}
+                Some(Pause::Polled) => {
+                    misses = 0;
+                    // Neither a sign of preemption nor of a conversation to spin for.
+                    (last_look, last_frame) = (None, None);
+                    continue;
+                }
+                Some(Pause::Missed) => {
+                    // One miss may only mean the application was preempted while it polled.
+                    misses += 1;
+                    if misses == UDP_RX_PAUSE_MISSES {
+                        pause_off_until = Some(Instant::now() + UDP_RX_PAUSE_HOLDOFF);
+                        misses = 0;
+                    }
+                    (last_look, last_frame) = (None, None);
+                }
+            }
+        }
         let now = Instant::now();
         // A look that comes this late after the previous one means the thread waited for a
         // core: other threads (a busy-polling application) need the CPUs, so stop spinning
@@ -821,7 +901,7 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
             last_frame.is_some_and(|t| now.duration_since(t) < UDP_RX_SPIN) && spin_off_until.is_none_or(|t| now >= t);
         last_look = spinning.then_some(now);
         if !spinning {
-            wait_readable(&sock, Duration::from_millis(50));
+            let _ = wait_readable(&sock, Duration::from_millis(50));
         }
         let Some(port) = weak.upgrade() else { return };
         let got = {
