@@ -336,6 +336,7 @@ impl Port {
     /// link).
     fn connect_socket(&self, sock: Arc<UdpSocket>, link: Link) -> std::io::Result<()> {
         enlarge_buffers(&sock);
+        enable_gro(&sock);
         *lock(&self.inner.link) = link;
         let weak = Arc::downgrade(&self.inner);
         let spawned = std::thread::Builder::new().name("umlx-sim-udp-rx".into()).spawn(move || udp_rx(weak, sock));
@@ -534,6 +535,26 @@ impl PortInner {
 /// the kernel grants at most `net.core.rmem_max` / `wmem_max`.
 const WIRE_SOCKET_BUFFER: libc::c_int = 16 << 20;
 
+/// Asks the kernel to deliver a segmented datagram (`UDP_SEGMENT`, as [`send_datagrams`] sends
+/// frames) to `sock` as one datagram with its segment size (`UDP_GRO`), which [`recv_batch`]
+/// splits: one pass through the receive path for the whole burst. A kernel without it (before
+/// Linux 5.0) delivers the frames one per datagram, as it does to any other socket.
+fn enable_gro(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&on`, a local that outlives the
+    // call; the descriptor is the socket's own, open while `sock` is borrowed.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer: beyond the sysctl limits
 /// where the process may (`SO_RCVBUFFORCE`, CAP_NET_ADMIN), else up to them (best effort: a
 /// smaller grant only means earlier drops, which the RC transport retransmits).
@@ -605,9 +626,15 @@ impl RecvSlots {
     }
 }
 
+/// Control-message space per received datagram: room for the `UDP_GRO` segment size (an
+/// `int`), in `u64`s for the alignment of a `cmsghdr`.
+const RECV_CONTROL_WORDS: usize = 8;
+
 /// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], one `recvmmsg` with
 /// `MSG_DONTWAIT`: the socket stays blocking for the other users of its descriptor) and calls
-/// `each(datagram, sender, truncated)` for each; returns how many.
+/// `each(frame, sender, truncated)` for each frame; returns how many datagrams it took. A
+/// datagram the kernel coalesced from a segmented send (`UDP_GRO`, see [`enable_gro`]) is
+/// split back into its frames at the segment size it reports.
 fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], Option<SocketAddr>, bool)) -> usize {
     use std::os::fd::AsRawFd;
     // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays and
@@ -617,17 +644,22 @@ fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8
         [libc::iovec; RECV_BATCH],
         [libc::mmsghdr; RECV_BATCH],
     ) = unsafe { std::mem::zeroed() };
+    let mut control = [[0u64; RECV_CONTROL_WORDS]; RECV_BATCH];
     for (k, slot) in slots.0.chunks_exact_mut(RECV_SLOT).enumerate().take(RECV_BATCH) {
         iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
-        msgs[k].msg_hdr.msg_name = (&raw mut names[k]).cast();
-        msgs[k].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        msgs[k].msg_hdr.msg_iov = &raw mut iovs[k];
-        msgs[k].msg_hdr.msg_iovlen = 1;
+        let hdr = &mut msgs[k].msg_hdr;
+        hdr.msg_name = (&raw mut names[k]).cast();
+        hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = &raw mut iovs[k];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = control[k].as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&control[k]);
     }
-    // SAFETY: each header points at its own name in `names` and its own iovec in `iovs`
-    // (locals that outlive the call), each iovec at its own `RECV_SLOT` bytes of the
-    // exclusively borrowed `slots`; the kernel writes at most those. No timeout is passed. The
-    // descriptor is the socket's own, open while `sock` is borrowed.
+    // SAFETY: each header points at its own name in `names`, its own iovec in `iovs` and its
+    // own control buffer in `control` (locals that outlive the call, with their sizes), each
+    // iovec at its own `RECV_SLOT` bytes of the exclusively borrowed `slots`; the kernel writes
+    // at most those. No timeout is passed. The descriptor is the socket's own, open while
+    // `sock` is borrowed.
     let n = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
@@ -642,9 +674,33 @@ fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8
         let len = (msgs[k].msg_len as usize).min(RECV_SLOT);
         let truncated = msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let data = &slots.0[k * RECV_SLOT..k * RECV_SLOT + len];
-        each(data, sockaddr_of(&names[k]), truncated);
+        let from = sockaddr_of(&names[k]);
+        match gro_segment_size(&msgs[k].msg_hdr) {
+            Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, from, false)),
+            _ => each(data, from, truncated),
+        }
     }
     n
+}
+
+/// The segment size of a datagram the kernel coalesced (its `UDP_GRO` control message), if
+/// `hdr`, as `recvmmsg` left it, carries one.
+fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `hdr` is a header `recvmmsg` filled: its control pointer and length describe the
+    // control messages the kernel wrote into the caller's buffer (or nothing), which the
+    // CMSG_* functions walk within that length; a UDP_GRO message carries an `int`, read
+    // unaligned.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                let size = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+                return usize::try_from(size).ok().filter(|&s| s > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    None
 }
 
 /// The socket address the kernel wrote into `addr`, if IPv4 or IPv6.
@@ -677,12 +733,53 @@ fn sockaddr_of(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
 /// Most datagrams one `sendmmsg` call sends.
 const SEND_BATCH: usize = 64;
 
-/// Sends `frames[i]` to `addr` for each `(i, addr)` of `dests`, up to [`SEND_BATCH`] per
-/// `sendmmsg` call. A datagram the kernel refuses is skipped, as a wire loses a frame (the RC
-/// transport retransmits).
+/// Most frames, and most bytes, one segmented datagram carries (`UDP_SEGMENT`: the kernel's
+/// limits are 64 segments and a UDP datagram's 65,507 bytes).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 60 * 1024;
+
+/// Set once the kernel refused a segmented send (a kernel without `UDP_SEGMENT`, or a route
+/// through a device without checksum offload): every wire then sends one datagram per frame.
+static GSO_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// One datagram of a [`send_datagrams`] batch: consecutive entries of its `dests`, all to
+/// one address, whose frames are as long as the first except a shorter last one.
+#[derive(Clone, Copy, Default)]
+struct Datagram {
+    /// Its first entry of `dests` and its first iovec.
+    first: usize,
+    iov: usize,
+    /// Its frames, the length of its first, and its bytes.
+    frames: usize,
+    segment: usize,
+    bytes: usize,
+}
+
+impl Datagram {
+    /// Whether `len` more bytes to the same address join this datagram as one more segment.
+    fn takes(&self, len: usize) -> bool {
+        self.bytes == self.frames * self.segment
+            && len <= self.segment
+            && self.frames < GSO_MAX_SEGMENTS
+            && self.bytes + len <= GSO_MAX_BYTES
+    }
+}
+
+/// Sends `frames[i]` to `addr` for each `(i, addr)` of `dests`, up to [`SEND_BATCH`] datagrams
+/// per `sendmmsg` call. Consecutive frames to one address go as one segmented datagram
+/// (`UDP_SEGMENT`, generic segmentation offload) where they can: the kernel then carries them
+/// through its stack once and delivers them as separate datagrams (or as one, to a socket that
+/// asked for `UDP_GRO`, see [`recv_batch`]); a receiver sees the same frames either way. A
+/// datagram the kernel refuses is skipped, as a wire loses a frame (the RC transport
+/// retransmits); a refused segmented send is sent again one frame per datagram.
 fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
+    send_datagrams_segmented(sock, frames, dests, !GSO_REFUSED.load(Ordering::Relaxed));
+}
+
+fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], gso: bool) {
     use std::os::fd::AsRawFd;
-    for chunk in dests.chunks(SEND_BATCH) {
+    let mut next = 0;
+    while next < dests.len() {
         // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays
         // and null pointers).
         let (mut names, mut iovs, mut msgs): (
@@ -690,30 +787,77 @@ fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketA
             [libc::iovec; SEND_BATCH],
             [libc::mmsghdr; SEND_BATCH],
         ) = unsafe { std::mem::zeroed() };
-        let mut n = 0;
-        for &(i, addr) in chunk {
+        let mut control = [[0u64; 4]; SEND_BATCH];
+        let mut grams = [Datagram::default(); SEND_BATCH];
+        let (mut n, mut k) = (0, 0);
+        let mut last_addr = None;
+        // Up to SEND_BATCH frames (iovecs) per call, grouped into datagrams.
+        while next < dests.len() && k < SEND_BATCH {
+            let (i, addr) = dests[next];
+            next += 1;
             let Some(frame) = frames.get(i) else { continue };
-            let name_len = put_sockaddr(&mut names[n], addr);
-            iovs[n] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
-            msgs[n].msg_hdr.msg_name = (&raw mut names[n]).cast();
-            msgs[n].msg_hdr.msg_namelen = name_len;
-            msgs[n].msg_hdr.msg_iov = &raw mut iovs[n];
-            msgs[n].msg_hdr.msg_iovlen = 1;
-            n += 1;
+            iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+            if gso && n > 0 && last_addr == Some(addr) && grams[n - 1].takes(frame.len()) {
+                let g = &mut grams[n - 1];
+                g.frames += 1;
+                g.bytes += frame.len();
+            } else {
+                msgs[n].msg_hdr.msg_namelen = put_sockaddr(&mut names[n], addr);
+                let len = frame.len();
+                grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
+                last_addr = Some(addr);
+                n += 1;
+            }
+            k += 1;
+        }
+        for (m, g) in grams[..n].iter().enumerate() {
+            let hdr = &mut msgs[m].msg_hdr;
+            hdr.msg_name = (&raw mut names[m]).cast();
+            hdr.msg_iov = &raw mut iovs[g.iov];
+            hdr.msg_iovlen = g.frames;
+            if g.frames > 1 {
+                hdr.msg_control = control[m].as_mut_ptr().cast();
+                // The segment size is a u16; a frame is never longer than 64 KiB.
+                let segment = g.segment as u16;
+                // SAFETY: `control[m]` (32 bytes, aligned for a `cmsghdr`) holds the one control
+                // message of CMSG_SPACE(2) = 24 bytes written here: its header and, at
+                // CMSG_DATA, the two bytes of the segment size.
+                unsafe {
+                    hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                    let cmsg = libc::CMSG_FIRSTHDR(hdr);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+                }
+            }
         }
         let mut sent = 0;
         while sent < n {
-            // SAFETY: `msgs[sent..n]` are initialized headers whose name and iovec pointers
-            // point into `names` and `iovs` (locals that outlive the call) and whose buffers are
-            // the borrowed `frames`, which the kernel only reads; the descriptor is the
-            // socket's own, open while `sock` is borrowed.
+            // SAFETY: `msgs[sent..n]` are initialized headers whose name, iovec and control
+            // pointers point into `names`, `iovs` and `control` (locals that outlive the call,
+            // within their lengths) and whose buffers are the borrowed `frames`, which the
+            // kernel only reads; the descriptor is the socket's own, open while `sock` is
+            // borrowed.
             let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
-            sent += if r > 0 { r as usize } else { 1 };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            let g = grams[sent];
+            if g.frames > 1 {
+                let err = std::io::Error::last_os_error().raw_os_error();
+                if matches!(err, Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)) {
+                    GSO_REFUSED.store(true, Ordering::Relaxed);
+                }
+                let end = if sent + 1 < n { grams[sent + 1].first } else { next };
+                send_datagrams_segmented(sock, frames, &dests[g.first..end], false);
+            }
+            sent += 1;
         }
     }
 }
 
-/// Writes `addr` as a C socket address into `out`; returns its length.
 fn put_sockaddr(out: &mut libc::sockaddr_storage, addr: SocketAddr) -> libc::socklen_t {
     match addr {
         SocketAddr::V4(a) => {
