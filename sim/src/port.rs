@@ -600,13 +600,18 @@ const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
 /// stops for a while: [`UDP_RX_PAUSE_HOLDOFF`]).
 const UDP_RX_POLLED_PAUSE: Duration = Duration::from_millis(1);
 
-/// How long a UDP wire's receive thread stops pausing for pollers after
-/// [`UDP_RX_PAUSE_MISSES`] pauses in a row delayed an application that had stopped polling
-/// ([`Pause::Missed`]). An application that alternates polling with watching memory then waits
-/// that many pauses in this long; one that was preempted while it polled, twice in a row,
-/// loses the pauses for this long.
+/// How long a UDP wire's receive thread stops pausing for pollers after two pauses within
+/// [`UDP_RX_PAUSE_MISS_WINDOW`] ended with datagrams waiting ([`Pause::Missed`]). An
+/// application that alternates polling with watching memory then waits two pauses in this
+/// long; one that was preempted while it polled, twice in that window, loses the pauses for
+/// this long.
 const UDP_RX_PAUSE_HOLDOFF: Duration = Duration::from_millis(100);
-const UDP_RX_PAUSE_MISSES: u32 = 2;
+const UDP_RX_PAUSE_MISS_WINDOW: Duration = Duration::from_millis(50);
+
+/// How long datagrams found waiting at the end of a pause are left to the application before
+/// the receive thread decides it stopped polling: a poller busy with the frames it took (the
+/// device's work, the application's own) comes back well within it.
+const UDP_RX_PAUSE_GRACE: Duration = Duration::from_micros(100);
 
 /// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
 const UDP_RX_BATCH: usize = 64;
@@ -972,15 +977,15 @@ enum Pause {
     NotPolled,
     /// An application polled, and the thread paused; it took what arrived, or still polls.
     Polled,
-    /// The thread paused for an application that stopped polling, and datagrams waited for
-    /// the thread: the application waits for the device some other way (watching memory an
-    /// RDMA WRITE fills, as `ib_write_lat` does), so pausing only delays it.
+    /// The thread paused, and datagrams still wait a grace after its end, with no poll since:
+    /// the application stopped polling. If it waits for the device some other way (watching memory an RDMA WRITE
+    /// fills, as `ib_write_lat` does), pausing only delays it.
     Missed,
 }
 
 /// When an application polled the wire since the receive thread's last look, sleeps
-/// [`UDP_RX_POLLED_PAUSE`] without watching the socket, and says whether the application took
-/// what arrived meanwhile. `None` when the port is gone or moved to another socket or wire.
+/// [`UDP_RX_POLLED_PAUSE`] without watching the socket, and says whether datagrams were left
+/// waiting for the thread. `None` when the port is gone or moved to another socket or wire.
 fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pause> {
     let port = weak.upgrade()?;
     if !port.polled.swap(false, Ordering::Relaxed) {
@@ -991,8 +996,14 @@ fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pau
     }
     drop(port);
     std::thread::sleep(UDP_RX_POLLED_PAUSE);
-    let port = weak.upgrade()?;
-    if port.polled.load(Ordering::Relaxed) || !wait_readable(sock, Duration::ZERO) {
+    if !wait_readable(sock, Duration::ZERO) {
+        return Some(Pause::Polled);
+    }
+    // Datagrams wait: the application may be busy with what it took, or have stopped polling.
+    // One that polls again within the grace takes them.
+    weak.upgrade()?.polled.store(false, Ordering::Relaxed);
+    std::thread::sleep(UDP_RX_PAUSE_GRACE);
+    if weak.upgrade()?.polled.load(Ordering::Relaxed) || !wait_readable(sock, Duration::ZERO) {
         return Some(Pause::Polled);
     }
     Some(Pause::Missed)
@@ -1011,24 +1022,26 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
     let mut last_look: Option<Instant> = None;
     let mut spin_off_until: Option<Instant> = None;
     let mut pause_off_until: Option<Instant> = None;
-    let mut misses = 0;
+    let mut last_miss: Option<Instant> = None;
     loop {
         if pause_off_until.is_none_or(|t| Instant::now() >= t) {
             match pause_for_poller(&weak, &sock) {
                 None => return,
                 Some(Pause::NotPolled) => {}
                 Some(Pause::Polled) => {
-                    misses = 0;
                     // Neither a sign of preemption nor of a conversation to spin for.
                     (last_look, last_frame) = (None, None);
                     continue;
                 }
                 Some(Pause::Missed) => {
-                    // One miss may only mean the application was preempted while it polled.
-                    misses += 1;
-                    if misses == UDP_RX_PAUSE_MISSES {
-                        pause_off_until = Some(Instant::now() + UDP_RX_PAUSE_HOLDOFF);
-                        misses = 0;
+                    // One miss may only mean the application was preempted, or busy with what
+                    // it took, while it polled; a second one soon after means it stopped.
+                    let now = Instant::now();
+                    if last_miss.is_some_and(|t| now.duration_since(t) < UDP_RX_PAUSE_MISS_WINDOW) {
+                        pause_off_until = Some(now + UDP_RX_PAUSE_HOLDOFF);
+                        last_miss = None;
+                    } else {
+                        last_miss = Some(now);
                     }
                     (last_look, last_frame) = (None, None);
                 }
