@@ -621,19 +621,35 @@ const UDP_RX_BATCH: usize = 64;
 const RECV_BATCH: usize = 16;
 const RECV_SLOT: usize = 65536;
 
-/// Receive slots for [`recv_batch`]: [`RECV_BATCH`] buffers of [`RECV_SLOT`] bytes (zeroed
-/// memory the kernel maps in as it is first written).
-pub(crate) struct RecvSlots(Vec<u8>);
-
-impl RecvSlots {
-    pub(crate) fn new() -> RecvSlots {
-        RecvSlots(vec![0u8; RECV_BATCH * RECV_SLOT])
-    }
-}
-
 /// Control-message space per received datagram: room for the `UDP_GRO` segment size (an
 /// `int`), in `u64`s for the alignment of a `cmsghdr`.
 const RECV_CONTROL_WORDS: usize = 8;
+
+/// Receive slots for [`recv_batch`]: [`RECV_BATCH`] buffers of [`RECV_SLOT`] bytes (zeroed
+/// memory the kernel maps in as it is first written), and the `recvmmsg` headers, zeroed once
+/// (not at each call: most calls of a busy poller find nothing).
+pub(crate) struct RecvSlots {
+    data: Vec<u8>,
+    headers: Box<RecvHeaders>,
+}
+
+/// The headers of [`RecvSlots`]: [`recv_batch`] points each message's header at its name, its
+/// iovec (pointed at its slot of `data`) and its control buffer.
+struct RecvHeaders {
+    names: [libc::sockaddr_storage; RECV_BATCH],
+    iovs: [libc::iovec; RECV_BATCH],
+    msgs: [libc::mmsghdr; RECV_BATCH],
+    control: [[u64; RECV_CONTROL_WORDS]; RECV_BATCH],
+}
+
+impl RecvSlots {
+    pub(crate) fn new() -> RecvSlots {
+        // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
+        // (integers, arrays and null pointers).
+        let headers: Box<RecvHeaders> = Box::new(unsafe { std::mem::zeroed() });
+        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers }
+    }
+}
 
 /// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], one `recvmmsg` with
 /// `MSG_DONTWAIT`: the socket stays blocking for the other users of its descriptor) and calls
@@ -642,33 +658,26 @@ const RECV_CONTROL_WORDS: usize = 8;
 /// split back into its frames at the segment size it reports.
 fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], Option<SocketAddr>, bool)) -> usize {
     use std::os::fd::AsRawFd;
-    // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays and
-    // null pointers).
-    let (mut names, mut iovs, mut msgs): (
-        [libc::sockaddr_storage; RECV_BATCH],
-        [libc::iovec; RECV_BATCH],
-        [libc::mmsghdr; RECV_BATCH],
-    ) = unsafe { std::mem::zeroed() };
-    let mut control = [[0u64; RECV_CONTROL_WORDS]; RECV_BATCH];
-    for (k, slot) in slots.0.chunks_exact_mut(RECV_SLOT).enumerate().take(RECV_BATCH) {
-        iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
-        let hdr = &mut msgs[k].msg_hdr;
-        hdr.msg_name = (&raw mut names[k]).cast();
+    let h = &mut *slots.headers;
+    for (k, slot) in slots.data.chunks_exact_mut(RECV_SLOT).enumerate().take(RECV_BATCH) {
+        h.iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
+        let hdr = &mut h.msgs[k].msg_hdr;
+        hdr.msg_name = (&raw mut h.names[k]).cast();
+        // The kernel shortens these lengths to what it wrote.
         hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        hdr.msg_iov = &raw mut iovs[k];
+        hdr.msg_iov = &raw mut h.iovs[k];
         hdr.msg_iovlen = 1;
-        hdr.msg_control = control[k].as_mut_ptr().cast();
-        hdr.msg_controllen = std::mem::size_of_val(&control[k]);
+        hdr.msg_control = h.control[k].as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&h.control[k]);
     }
-    // SAFETY: each header points at its own name in `names`, its own iovec in `iovs` and its
-    // own control buffer in `control` (locals that outlive the call, with their sizes), each
-    // iovec at its own `RECV_SLOT` bytes of the exclusively borrowed `slots`; the kernel writes
-    // at most those. No timeout is passed. The descriptor is the socket's own, open while
-    // `sock` is borrowed.
+    // SAFETY: each header points at its own name, iovec and control buffer in `headers` (with
+    // these lengths), each iovec at its own `RECV_SLOT` bytes of `data`, all exclusively
+    // borrowed through `slots` for the call; the kernel writes at most those. No timeout is
+    // passed. The descriptor is the socket's own, open while `sock` is borrowed.
     let n = unsafe {
         libc::recvmmsg(
             sock.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            h.msgs.as_mut_ptr(),
             RECV_BATCH as libc::c_uint,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
@@ -676,11 +685,11 @@ fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8
     };
     let n = if n > 0 { n as usize } else { 0 };
     for k in 0..n {
-        let len = (msgs[k].msg_len as usize).min(RECV_SLOT);
-        let truncated = msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        let data = &slots.0[k * RECV_SLOT..k * RECV_SLOT + len];
-        let from = sockaddr_of(&names[k]);
-        match gro_segment_size(&msgs[k].msg_hdr) {
+        let len = (h.msgs[k].msg_len as usize).min(RECV_SLOT);
+        let truncated = h.msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let data = &slots.data[k * RECV_SLOT..k * RECV_SLOT + len];
+        let from = sockaddr_of(&h.names[k]);
+        match gro_segment_size(&h.msgs[k].msg_hdr) {
             Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, from, false)),
             _ => each(data, from, truncated),
         }
