@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -336,6 +336,7 @@ impl Port {
     /// link).
     fn connect_socket(&self, sock: Arc<UdpSocket>, link: Link) -> std::io::Result<()> {
         enlarge_buffers(&sock);
+        probe_gso(&sock);
         enable_gro(&sock);
         *lock(&self.inner.link) = link;
         let weak = Arc::downgrade(&self.inner);
@@ -752,9 +753,34 @@ const SEND_BATCH: usize = 64;
 const GSO_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 60 * 1024;
 
-/// Set once the kernel refused a segmented send (a kernel without `UDP_SEGMENT`, or a route
-/// through a device without checksum offload): every wire then sends one datagram per frame.
-static GSO_REFUSED: AtomicBool = AtomicBool::new(false);
+/// Frames at least this long are not sent segmented: 0 when the kernel has no `UDP_SEGMENT`
+/// ([`probe_gso`]) or refused it for a route (a device without checksum offload), else the
+/// shortest segment size the kernel refused as longer than a route's MTU (a segment is never
+/// fragmented, where a lone datagram is). Starts unlimited.
+static GSO_SEGMENT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Turns segmented sends off when the kernel does not know `UDP_SEGMENT` (before Linux 4.18),
+/// found by setting it as a socket option (to 0, "no default segment size", which changes
+/// nothing): such a kernel would ignore the control message and send a batch of frames as one
+/// datagram.
+fn probe_gso(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let none: libc::c_int = 0;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&none`, a local that outlives
+    // the call; the descriptor is the socket's own, open while `sock` is borrowed.
+    let known = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            (&raw const none).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    };
+    if !known {
+        GSO_SEGMENT_LIMIT.store(0, Ordering::Relaxed);
+    }
+}
 
 /// One datagram of a [`send_datagrams`] batch: consecutive entries of its `dests`, all to
 /// one address, whose frames are as long as the first except a shorter last one.
@@ -770,9 +796,11 @@ struct Datagram {
 }
 
 impl Datagram {
-    /// Whether `len` more bytes to the same address join this datagram as one more segment.
-    fn takes(&self, len: usize) -> bool {
-        self.bytes == self.frames * self.segment
+    /// Whether `len` more bytes to the same address join this datagram as one more segment
+    /// (segments shorter than `limit`).
+    fn takes(&self, len: usize, limit: usize) -> bool {
+        self.segment < limit
+            && self.bytes == self.frames * self.segment
             && len <= self.segment
             && self.frames < GSO_MAX_SEGMENTS
             && self.bytes + len <= GSO_MAX_BYTES
@@ -785,12 +813,14 @@ impl Datagram {
 /// through its stack once and delivers them as separate datagrams (or as one, to a socket that
 /// asked for `UDP_GRO`, see [`recv_batch`]); a receiver sees the same frames either way. A
 /// datagram the kernel refuses is skipped, as a wire loses a frame (the RC transport
-/// retransmits); a refused segmented send is sent again one frame per datagram.
+/// retransmits); a refused segmented send is sent again one frame per datagram (and
+/// [`GSO_SEGMENT_LIMIT`] learns from the refusal).
 fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
-    send_datagrams_segmented(sock, frames, dests, !GSO_REFUSED.load(Ordering::Relaxed));
+    send_datagrams_segmented(sock, frames, dests, GSO_SEGMENT_LIMIT.load(Ordering::Relaxed));
 }
 
-fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], gso: bool) {
+/// [`send_datagrams`] with segments shorter than `limit` (0: one frame per datagram).
+fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], limit: usize) {
     use std::os::fd::AsRawFd;
     let mut next = 0;
     while next < dests.len() {
@@ -811,7 +841,7 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
             next += 1;
             let Some(frame) = frames.get(i) else { continue };
             iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
-            if gso && n > 0 && last_addr == Some(addr) && grams[n - 1].takes(frame.len()) {
+            if n > 0 && last_addr == Some(addr) && grams[n - 1].takes(frame.len(), limit) {
                 let g = &mut grams[n - 1];
                 g.frames += 1;
                 g.bytes += frame.len();
@@ -860,12 +890,16 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
             }
             let g = grams[sent];
             if g.frames > 1 {
-                let err = std::io::Error::last_os_error().raw_os_error();
-                if matches!(err, Some(libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT)) {
-                    GSO_REFUSED.store(true, Ordering::Relaxed);
-                }
+                // EMSGSIZE (EINVAL before Linux 5.x): a segment longer than the route's MTU;
+                // EIO: a device without checksum offload. Either way the frames go again one
+                // per datagram.
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EMSGSIZE | libc::EINVAL) => GSO_SEGMENT_LIMIT.fetch_min(g.segment, Ordering::Relaxed),
+                    Some(libc::EIO) => GSO_SEGMENT_LIMIT.swap(0, Ordering::Relaxed),
+                    _ => 0,
+                };
                 let end = if sent + 1 < n { grams[sent + 1].first } else { next };
-                send_datagrams_segmented(sock, frames, &dests[g.first..end], false);
+                send_datagrams_segmented(sock, frames, &dests[g.first..end], 0);
             }
             sent += 1;
         }

@@ -85,3 +85,65 @@ fn frames_sent_together_reach_another_sim_as_the_same_frames_in_order() {
     }
     assert_eq!(rport.stats().rx_not_roce, sent.len() as u64);
 }
+
+/// Frames longer than the route's MTU: the kernel refuses them as segments (a segment is never
+/// fragmented), so the wire sends them again one per datagram (IP fragments them as it does
+/// any long datagram) and stops segmenting frames that long. Runs itself again in a network
+/// namespace of its own (`unshare -rn`), whose loopback gets an MTU of 1500; skipped, with a
+/// notice, where the machine allows no such namespace.
+#[test]
+fn frames_longer_than_the_routes_mtu_still_arrive() {
+    const INSIDE: &str = "UMLX_TEST_IN_NETNS";
+    const NAME: &str = "frames_longer_than_the_routes_mtu_still_arrive";
+    if std::env::var_os(INSIDE).is_none() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let run = std::process::Command::new("unshare")
+            .args(["-rn", "--"])
+            .arg(exe)
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env(INSIDE, "1")
+            .output();
+        match run {
+            Ok(out) if out.status.success() => {
+                let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+                assert!(said.contains("1 passed"), "the test did not run in the namespace: {said}");
+                if said.contains("skipped:") {
+                    eprintln!("{}", said.lines().find(|l| l.contains("skipped:")).unwrap_or(""));
+                }
+            }
+            Ok(out) if String::from_utf8_lossy(&out.stderr).contains("unshare failed") => {
+                eprintln!(
+                    "skipped: no network namespace here (unshare -rn: {})",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+            Ok(out) => panic!(
+                "in a namespace with a 1500-byte MTU: {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => eprintln!("skipped: unshare cannot run here ({e})"),
+        }
+        return;
+    }
+    let ip = std::process::Command::new("ip").args(["link", "set", "lo", "up", "mtu", "1500"]).status();
+    if !ip.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: `ip link set lo up mtu 1500` failed in the namespace");
+        return;
+    }
+    let plain = UdpSocket::bind("127.0.0.1:0").expect("a plain socket");
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let dev = SimDevice::new(SimConfig::numbered(0));
+    let port = dev.port();
+    port.connect_udp("127.0.0.1:0".parse().unwrap(), plain.local_addr().unwrap()).expect("a UDP wire");
+    // Twice: the second batch goes out without a refused attempt (the same frames arrive).
+    for _ in 0..2 {
+        let sent = frames(&[4000, 4000, 4000, 1000, 1000, 1000, 60], [0x02, 0, 0, 0, 0, 0x77], port.mac());
+        port.transmit(sent.clone());
+        let mut buf = vec![0u8; 65536];
+        for (n, frame) in sent.iter().enumerate() {
+            let len = plain.recv(&mut buf).unwrap_or_else(|e| panic!("frame {n} did not arrive: {e}"));
+            assert_eq!(&buf[..len], &frame[..], "datagram {n} is not frame {n}");
+        }
+    }
+}
