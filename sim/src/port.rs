@@ -541,43 +541,33 @@ const WIRE_SOCKET_BUFFER: libc::c_int = 16 << 20;
 /// splits: one pass through the receive path for the whole burst. A kernel without it (before
 /// Linux 5.0) delivers the frames one per datagram, as it does to any other socket.
 fn enable_gro(sock: &UdpSocket) {
+    set_int_option(sock, libc::SOL_UDP, libc::UDP_GRO, 1);
+}
+
+/// Sets the `int` socket option `level`/`name` of `sock` to `value`; says whether the kernel
+/// took it.
+fn set_int_option(sock: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
     use std::os::fd::AsRawFd;
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&on`, a local that outlives the
-    // call; the descriptor is the socket's own, open while `sock` is borrowed.
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&value`, a local that outlives
+    // the call; the descriptor is the socket's own, open while `sock` is borrowed.
     unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
-            (&raw const on).cast(),
+            level,
+            name,
+            (&raw const value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+        ) == 0
+    }
 }
 
 /// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer: beyond the sysctl limits
 /// where the process may (`SO_RCVBUFFORCE`, CAP_NET_ADMIN), else up to them (best effort: a
 /// smaller grant only means earlier drops, which the RC transport retransmits).
 fn enlarge_buffers(sock: &UdpSocket) {
-    use std::os::fd::AsRawFd;
-    let set = |opt| {
-        let v: libc::c_int = WIRE_SOCKET_BUFFER;
-        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&v`, a local that outlives
-        // the call; the descriptor is the socket's own, open while `sock` is borrowed.
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&raw const v).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            ) == 0
-        }
-    };
     for (forced, capped) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
-        if !set(forced) {
-            set(capped);
+        if !set_int_option(sock, libc::SOL_SOCKET, forced, WIRE_SOCKET_BUFFER) {
+            set_int_option(sock, libc::SOL_SOCKET, capped, WIRE_SOCKET_BUFFER);
         }
     }
 }
@@ -764,20 +754,7 @@ static GSO_SEGMENT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// nothing): such a kernel would ignore the control message and send a batch of frames as one
 /// datagram.
 fn probe_gso(sock: &UdpSocket) {
-    use std::os::fd::AsRawFd;
-    let none: libc::c_int = 0;
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&none`, a local that outlives
-    // the call; the descriptor is the socket's own, open while `sock` is borrowed.
-    let known = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_SEGMENT,
-            (&raw const none).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    };
-    if !known {
+    if !set_int_option(sock, libc::SOL_UDP, libc::UDP_SEGMENT, 0) {
         GSO_SEGMENT_LIMIT.store(0, Ordering::Relaxed);
     }
 }
