@@ -145,7 +145,7 @@ impl FabricShared {
     /// A port sends a frame. The ports it reaches at once are added to `reached`: the sender
     /// notifies them ([`PortInner::notify`]) after its whole batch, so that a receiver handles
     /// frames sent together together.
-    pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>, reached: &mut Vec<Arc<PortInner>>) {
+    pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>, reached: &mut Reached) {
         let now = Instant::now();
         let mut copies = 1;
         let mut hold = None;
@@ -196,7 +196,7 @@ impl FabricShared {
     }
 
     /// Queues `frame` at the ports it is for (see [`FabricShared::send`] for `reached`).
-    fn deliver(&self, from: usize, frame: Vec<u8>, reached: &mut Vec<Arc<PortInner>>) {
+    fn deliver(&self, from: usize, frame: Vec<u8>, reached: &mut Reached) {
         let Some(dst) = frame.get(0..6) else { return };
         let group = dst[0] & 1 != 0;
         let mut n = 0;
@@ -211,14 +211,14 @@ impl FabricShared {
             if group || p.mac == dst {
                 if let Some(prev) = last.replace(p) {
                     prev.enqueue(frame.clone());
-                    reach(reached, prev);
+                    reached.add(prev);
                 }
                 n += 1;
             }
         }
         if let Some(p) = last {
             p.enqueue(frame);
-            reach(reached, p);
+            reached.add(p);
         }
         let mut s = lock(&self.state);
         if n == 0 {
@@ -228,10 +228,34 @@ impl FabricShared {
     }
 }
 
-/// Notes that a frame reached port `p` (each port once).
-fn reach(reached: &mut Vec<Arc<PortInner>>, p: Arc<PortInner>) {
-    if !reached.iter().any(|r| Arc::ptr_eq(r, &p)) {
-        reached.push(p);
+/// The ports a batch of frames reached, each once, to be notified after the batch: the first
+/// held in place (a unicast batch reaches one port), the others in a list that only a second
+/// port (a broadcast) allocates.
+#[derive(Default)]
+pub(crate) struct Reached {
+    first: Option<Arc<PortInner>>,
+    more: Vec<Arc<PortInner>>,
+}
+
+impl Reached {
+    /// Notes that a frame reached port `p`.
+    fn add(&mut self, p: Arc<PortInner>) {
+        match &self.first {
+            None => self.first = Some(p),
+            Some(f) if Arc::ptr_eq(f, &p) => {}
+            Some(_) => {
+                if !self.more.iter().any(|r| Arc::ptr_eq(r, &p)) {
+                    self.more.push(p);
+                }
+            }
+        }
+    }
+
+    /// Has each port handle what reached it ([`PortInner::notify`]).
+    pub(crate) fn notify(self) {
+        for p in self.first.into_iter().chain(self.more) {
+            p.notify();
+        }
     }
 }
 
@@ -246,13 +270,11 @@ fn timer(weak: Weak<FabricShared>) {
             let due: Vec<_> = s.held.drain(..n).collect();
             (due, s.held.first().map(|h| h.0))
         };
-        let mut reached = Vec::new();
+        let mut reached = Reached::default();
         for (_, _, from, frame) in due {
             f.deliver(from, frame, &mut reached);
         }
-        for p in reached {
-            p.notify();
-        }
+        reached.notify();
         drop(f);
         let wait = next.map_or(Duration::from_millis(5), |t| t.saturating_duration_since(Instant::now()));
         std::thread::park_timeout(wait.max(Duration::from_micros(20)));

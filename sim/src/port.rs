@@ -17,7 +17,7 @@
 //! waits for a core, and move datagrams in batches (`sendmmsg`, `recvmmsg`, `poll`): these
 //! calls are the `unsafe` of this module.
 
-use crate::fabric::FabricShared;
+use crate::fabric::{FabricShared, Reached};
 use crate::firmware::Hca;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -197,10 +197,19 @@ impl Drop for Running {
     }
 }
 
+/// The frames that arrived and wait to be handled, and a spare queue (empty, with its
+/// allocation) that takes their place when a device takes them ([`Port::take_rx`]): frames
+/// arriving meanwhile (from a device this device's run runs) need no new allocation.
+#[derive(Default)]
+struct RxQueue {
+    frames: VecDeque<Vec<u8>>,
+    spare: VecDeque<Vec<u8>>,
+}
+
 pub(crate) struct PortInner {
     pub(crate) mac: MacAddr,
     ips: Vec<IpAddr>,
-    rx: Mutex<VecDeque<Vec<u8>>>,
+    rx: Mutex<RxQueue>,
     link: Mutex<Link>,
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
@@ -243,7 +252,7 @@ impl Port {
             inner: Arc::new(PortInner {
                 mac,
                 ips,
-                rx: Mutex::new(VecDeque::new()),
+                rx: Mutex::new(RxQueue::default()),
                 link: Mutex::new(Link::Down),
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
@@ -383,11 +392,12 @@ impl Port {
         self.inner.record(frames);
         // The link of this batch (taken once: a port may be moved to another wire meanwhile).
         let link = lock(&self.inner.link).clone();
-        let mut reached = Vec::new();
+        let mut reached = Reached::default();
         let mut looped = false;
-        // Frames for a UDP wire, and (frame, destination) pairs: sent together below.
-        let mut datagrams: Vec<Vec<u8>> = Vec::new();
-        let mut dests: Vec<(usize, SocketAddr)> = Vec::new();
+        // Frames for a UDP wire, and (frame, destination) pairs: sent together below, in lists
+        // this thread keeps for its next batch (a batch sent while another is being sent, from
+        // a device run inside that one, gets lists of its own).
+        let (mut datagrams, mut dests) = UDP_BATCH.take();
         for f in frames.drain(..) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
@@ -413,18 +423,23 @@ impl Port {
         if let Some(sock) = link.socket() {
             send_datagrams(sock, &datagrams, &dests);
         }
-        datagrams.into_iter().for_each(crate::buffers::give);
+        datagrams.drain(..).for_each(crate::buffers::give);
+        dests.clear();
+        UDP_BATCH.set((datagrams, dests));
         if looped {
             self.inner.notify();
         }
-        for p in reached {
-            p.notify();
-        }
+        reached.notify();
     }
 
     /// Frames waiting for the engine.
     pub(crate) fn take_rx(&self) -> VecDeque<Vec<u8>> {
-        std::mem::take(&mut *lock(&self.inner.rx))
+        let mut q = lock(&self.inner.rx);
+        if q.frames.is_empty() {
+            return VecDeque::new();
+        }
+        let spare = std::mem::take(&mut q.spare);
+        std::mem::replace(&mut q.frames, spare)
     }
 
     /// Gives back a queue [`Port::take_rx`] returned, emptied, so that its allocation serves
@@ -432,8 +447,8 @@ impl Port {
     pub(crate) fn recycle_rx(&self, mut frames: VecDeque<Vec<u8>>) {
         frames.drain(..).for_each(crate::buffers::give);
         let mut q = lock(&self.inner.rx);
-        if q.is_empty() && q.capacity() < frames.capacity() {
-            *q = frames;
+        if q.spare.capacity() < frames.capacity() {
+            q.spare = frames;
         }
     }
 
@@ -490,13 +505,20 @@ impl PortInner {
         self.notify();
     }
 
-    /// Queues a frame that arrived (dropped when the queue is full, as a NIC's receive buffer
-    /// overflows); [`PortInner::notify`] then has it handled.
+    /// Queues a frame that arrived (dropped and counted when the queue is full, as a NIC's
+    /// receive buffer overflows); [`PortInner::notify`] then has it handled.
     pub(crate) fn enqueue(&self, frame: Vec<u8>) {
         self.record(std::slice::from_ref(&frame));
         let mut q = lock(&self.rx);
-        if q.len() < RX_QUEUE_LIMIT {
-            q.push_back(frame);
+        if q.frames.len() < RX_QUEUE_LIMIT {
+            q.frames.push_back(frame);
+        } else {
+            drop(q);
+            let mut st = lock(&self.stats);
+            st.record_rx_frame(frame.len());
+            st.drop_rx_overflow += 1;
+            drop(st);
+            crate::buffers::give(frame);
         }
     }
 
@@ -924,7 +946,12 @@ fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
     ready > 0 && pfd.revents & libc::POLLIN != 0
 }
 
+/// A UDP batch of [`Port::transmit_from`]: its frames, and (frame, destination) pairs.
+type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>);
+
 thread_local! {
+    /// The lists of [`Port::transmit_from`]'s UDP batches in each thread that sends.
+    static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }

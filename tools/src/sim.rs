@@ -63,6 +63,7 @@ fn drops(w: &WireStats) -> String {
         ("bad header", w.drop_bad_header),
         ("bad checksum", w.drop_bad_checksum),
         ("bad ICRC", w.drop_bad_icrc),
+        ("receive queue full", w.drop_rx_overflow),
     ];
     let named: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
     if named.is_empty() { "dropped 0".into() } else { format!("dropped {} ({})", w.dropped(), named.join(", ")) }

@@ -36,6 +36,8 @@ pub struct WireStats {
     pub drop_bad_checksum: u64,
     /// Dropped: ICRC mismatch (rxe: "bad ICRC").
     pub drop_bad_icrc: u64,
+    /// Dropped: the port's receive queue was full (the device fell that far behind).
+    pub drop_rx_overflow: u64,
     /// Frames sent.
     pub tx_frames: u64,
     /// Bytes sent.
@@ -59,6 +61,7 @@ impl WireStats {
             drop_bad_header: 0,
             drop_bad_checksum: 0,
             drop_bad_icrc: 0,
+            drop_rx_overflow: 0,
             tx_frames: 0,
             tx_bytes: 0,
         }
@@ -122,5 +125,6 @@ impl WireStats {
             + self.drop_bad_header
             + self.drop_bad_checksum
             + self.drop_bad_icrc
+            + self.drop_rx_overflow
     }
 }

@@ -1,0 +1,20 @@
+//! A port's receive queue: frames beyond its 65,536 waiting ones are dropped and counted, as a
+//! NIC's receive buffer overflows, never lost silently.
+
+use umlx_sim::port::Port;
+
+#[test]
+fn frames_beyond_a_full_receive_queue_are_counted_as_dropped() {
+    // A port with no device behind it: nothing takes the frames it receives.
+    let port = Port::new([0x02, 0, 0, 0, 0, 0x01], Vec::new());
+    let mut frame = vec![0u8; 60];
+    frame[..6].copy_from_slice(&port.mac());
+    frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    for _ in 0..65_536 + 10 {
+        port.inject(frame.clone());
+    }
+    let st = port.stats();
+    assert_eq!(st.drop_rx_overflow, 10, "{st:?}");
+    assert_eq!(st.dropped(), 10);
+    assert_eq!(st.rx_frames, 10, "only the dropped frames are counted as seen: the rest wait");
+}
