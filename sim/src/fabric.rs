@@ -146,7 +146,6 @@ impl FabricShared {
     /// notifies them ([`PortInner::notify`]) after its whole batch, so that a receiver handles
     /// frames sent together together.
     pub(crate) fn send(&self, from: &PortInner, mut frame: Vec<u8>, reached: &mut Reached) {
-        let now = Instant::now();
         let mut copies = 1;
         let mut hold = None;
         {
@@ -173,7 +172,7 @@ impl FabricShared {
                 delay += if cfg.reorder_delay.is_zero() { Duration::from_micros(200) } else { cfg.reorder_delay };
             }
             if !delay.is_zero() {
-                hold = Some(now + delay);
+                hold = Some(Instant::now() + delay);
             }
             if let Some(due) = hold {
                 for _ in 0..copies {

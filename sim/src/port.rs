@@ -490,8 +490,8 @@ impl Port {
             }
             let verdict = parse_frame_verified(f);
             lock(&self.inner.stats).record_rx(f.len(), &verdict);
-            if let Ok(p) = verdict {
-                hca.receive_packet(&p, now);
+            if let Ok(p) = &verdict {
+                hca.receive_packet(p, now);
             }
         }
         hca.flush_acks();

@@ -184,8 +184,12 @@ pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
     }
     let bth = masked.len() - 12;
     masked[bth + 4] = 0xFF; // FECN, BECN, resv6a
-    let crc = crc32_raw(ICRC_SEED_AFTER_LRH, masked);
-    !crc32_raw(crc, rest)
+    // crc32_raw(crc32_raw(seed, masked), rest), inverted: one hasher continued over both
+    // parts (crc32fast's hashers start from and end on inverted registers).
+    let mut h = crc32fast::Hasher::new_with_initial(!ICRC_SEED_AFTER_LRH);
+    h.update(masked);
+    h.update(rest);
+    h.finalize()
 }
 
 /// The ICRC the frame *should* carry, computed from its headers and body (the 4 bytes on
