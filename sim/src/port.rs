@@ -50,6 +50,12 @@ impl Link {
             Link::Down | Link::Fabric(_) => None,
         }
     }
+
+    /// Whether the link receives on `sock` (a receive thread's test that its port is still on
+    /// its socket).
+    fn receives_on(&self, sock: &Arc<UdpSocket>) -> bool {
+        self.socket().is_some_and(|s| Arc::ptr_eq(s, sock))
+    }
 }
 
 /// A LAN of processes on one machine, with no switch and no daemon: member `n` of a LAN based
@@ -905,6 +911,7 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
     }
 }
 
+/// Writes `addr` as a C socket address into `out`; returns its length.
 fn put_sockaddr(out: &mut libc::sockaddr_storage, addr: SocketAddr) -> libc::socklen_t {
     match addr {
         SocketAddr::V4(a) => {
@@ -962,7 +969,7 @@ impl PortInner {
     /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
     fn drain_wire(&self, sock: &Arc<UdpSocket>, slots: &mut RecvSlots) -> Option<usize> {
         let lan = match &*lock(&self.link) {
-            l if l.socket().is_some_and(|s| Arc::ptr_eq(s, sock)) => match l {
+            l if l.receives_on(sock) => match l {
                 Link::Lan(lan) => Some(lan.clone()),
                 _ => None,
             },
@@ -1025,8 +1032,8 @@ enum Pause {
     /// An application polled, and the thread paused; it took what arrived, or still polls.
     Polled,
     /// The thread paused, and datagrams still wait a grace after its end, with no poll since:
-    /// the application stopped polling. If it waits for the device some other way (watching memory an RDMA WRITE
-    /// fills, as `ib_write_lat` does), pausing only delays it.
+    /// the application stopped polling. If it waits for the device some other way (watching
+    /// memory an RDMA WRITE fills, as `ib_write_lat` does), pausing only delays it.
     Missed,
 }
 
@@ -1038,7 +1045,7 @@ fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pau
     if !port.polled.swap(false, Ordering::Relaxed) {
         return Some(Pause::NotPolled);
     }
-    if !lock(&port.link).socket().is_some_and(|s| Arc::ptr_eq(s, sock)) {
+    if !lock(&port.link).receives_on(sock) {
         return None;
     }
     drop(port);
