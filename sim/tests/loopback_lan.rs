@@ -5,6 +5,8 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use umlx_sim::port::{LoopbackLan, Port};
 use umlx_sim::{SimConfig, SimDevice};
+mod wire_common;
+use wire_common::frame;
 
 const MEMBERS: u16 = 4;
 
@@ -59,11 +61,7 @@ fn members_resolve_each_other_and_unicast_reaches_only_its_target() {
     // A unicast frame to member 2 now goes to member 2 only.
     let before1 = ports[1].stats().rx_frames;
     let before2 = ports[2].stats().rx_frames;
-    let mut frame = vec![0u8; 60];
-    frame[..6].copy_from_slice(&mac2);
-    frame[6..12].copy_from_slice(&ports[0].mac());
-    frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // local experimental ethertype
-    ports[0].transmit(vec![frame]);
+    ports[0].transmit(vec![frame(mac2, ports[0].mac())]);
     wait_for("member 2 to receive the unicast frame", || ports[2].stats().rx_frames > before2);
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(ports[1].stats().rx_frames, before1, "a frame to a learnt MAC reached another member");

@@ -2,14 +2,14 @@
 //! NIC's receive buffer overflows, never lost silently.
 
 use umlx_sim::port::Port;
+mod wire_common;
+use wire_common::frame;
 
 #[test]
 fn frames_beyond_a_full_receive_queue_are_counted_as_dropped() {
     // A port with no device behind it: nothing takes the frames it receives.
     let port = Port::new([0x02, 0, 0, 0, 0, 0x01], Vec::new());
-    let mut frame = vec![0u8; 60];
-    frame[..6].copy_from_slice(&port.mac());
-    frame[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    let frame = frame(port.mac(), [0x02, 0, 0, 0, 0, 0x02]);
     for _ in 0..65_536 + 10 {
         port.inject(frame.clone());
     }

@@ -7,15 +7,8 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use umlx_sim::port::Port;
 use umlx_sim::{SimConfig, SimDevice};
-
-/// A frame of a local experimental ethertype from `src` to `dst`: counted, not RoCE.
-fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
-    let mut f = vec![0u8; 60];
-    f[..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    f
-}
+mod wire_common;
+use wire_common::frame;
 
 /// What this process's thread named `name` has used so far: CPU time (user and system) in
 /// clock ticks, and the times it blocked (voluntary context switches), from

@@ -7,21 +7,8 @@ use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_wire::pcap::PcapReader;
-
-/// Frames of the given lengths from `src` to `dst` (a local experimental ethertype), each
-/// filled with bytes that say which frame and which byte they are.
-fn frames(lens: &[usize], dst: [u8; 6], src: [u8; 6]) -> Vec<Vec<u8>> {
-    lens.iter()
-        .enumerate()
-        .map(|(n, &len)| {
-            let mut f: Vec<u8> = (0..len).map(|i| (i * 7 + n * 13) as u8).collect();
-            f[..6].copy_from_slice(&dst);
-            f[6..12].copy_from_slice(&src);
-            f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-            f
-        })
-        .collect()
-}
+mod wire_common;
+use wire_common::frames;
 
 /// Lengths that make every kind of segment run: more equal frames than one datagram carries
 /// (64), a shorter frame closing a run, a longer frame starting a new one, more bytes than one
