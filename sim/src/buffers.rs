@@ -4,40 +4,119 @@
 //! A frame is built into a buffer taken here (or, from a UDP wire, copied into one), crosses
 //! the in-process fabric by move, and after the receiving device has handled it, its buffer
 //! comes back here; a SEND or WRITE's gathered payload does the same when its WQE completes,
-//! and a long WQE once it is parsed. With run to completion the thread that rings
-//! a doorbell usually also handles the frames it caused, so a thread's own list of spare
-//! buffers serves it without allocation once warm. The list is per thread (no lock) and
-//! bounded in count and in buffer size, so it never holds more than
-//! `SPARE_BUFFERS * SPARE_BUFFER_BYTES`.
+//! and a long WQE once it is parsed.
+//!
+//! Each thread keeps its own list of spare buffers (no lock). With run to completion the
+//! thread that rings a doorbell usually also handles the frames it caused, so its list serves
+//! it; but not always: a doorbell that finds a device busy leaves its frames to the thread
+//! that holds it, so buffers taken on one thread are often given back on another. A list that
+//! overflows therefore passes a magazine of [`MAGAZINE`] buffers to a shared depot, and an
+//! empty list takes a whole magazine from there before it allocates: one lock per magazine,
+//! not per buffer (the magazine and depot design of Bonwick and Adams' allocator).
+//!
+//! Everything is bounded: a buffer is kept only up to [`SPARE_BUFFER_BYTES`] (a 64 KiB
+//! message's gathered payload); a thread keeps at most [`SPARE_BUFFERS`] buffers and
+//! [`SPARE_BYTES`] of capacity; the depot at most [`DEPOT_MAGAZINES`] magazines and
+//! [`DEPOT_BYTES`]. The counts cover what a send queue holds back: a posted SEND or WRITE
+//! keeps its gathered payload until its ACK, so a window of several hundred requests returns
+//! several hundred buffers at one ACK and takes them again as it refills.
 
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// Spare buffers a thread keeps at most.
-pub const SPARE_BUFFERS: usize = 128;
-/// The largest buffer kept (a jumbo frame); larger ones are freed.
-pub const SPARE_BUFFER_BYTES: usize = 10 * 1024;
+pub const SPARE_BUFFERS: usize = 1024;
+/// The largest buffer kept; larger ones are freed.
+pub const SPARE_BUFFER_BYTES: usize = 64 * 1024;
+/// The most capacity a thread's spare buffers hold together.
+pub const SPARE_BYTES: usize = 2 * 1024 * 1024;
+/// Buffers moved between a thread and the depot at a time.
+pub const MAGAZINE: usize = 64;
+/// Magazines the depot keeps at most.
+pub const DEPOT_MAGAZINES: usize = 64;
+/// The most capacity the depot's buffers hold together.
+pub const DEPOT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Buffers and their total capacity: a thread's list, or a magazine.
+#[derive(Default)]
+struct Spare {
+    list: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+/// Full magazines given up by threads with too many spare buffers.
+#[derive(Default)]
+struct Depot {
+    magazines: Vec<Spare>,
+    bytes: usize,
+}
+
+impl Spare {
+    /// The last `n` buffers, as a magazine.
+    fn split_off(&mut self, n: usize) -> Spare {
+        let list = self.list.split_off(self.list.len() - n.min(self.list.len()));
+        let bytes = list.iter().map(Vec::capacity).sum();
+        self.bytes -= bytes;
+        Spare { list, bytes }
+    }
+
+    /// A spare buffer, from this list or (when it is empty) from a magazine of `depot`.
+    fn take(&mut self, depot: &Mutex<Depot>) -> Option<Vec<u8>> {
+        if self.list.is_empty() {
+            let mut d = lock(depot);
+            let m = d.magazines.pop()?;
+            d.bytes -= m.bytes;
+            drop(d);
+            self.bytes += m.bytes;
+            self.list.extend(m.list);
+        }
+        let b = self.list.pop()?;
+        self.bytes -= b.capacity();
+        Some(b)
+    }
+
+    /// Keeps `buf` (whose capacity is worth keeping): in this list, after passing a magazine
+    /// to `depot` if the list is full. Freed if the depot is full too.
+    fn give(&mut self, mut buf: Vec<u8>, depot: &Mutex<Depot>) {
+        let cap = buf.capacity();
+        buf.clear();
+        if self.list.len() >= SPARE_BUFFERS || self.bytes + cap > SPARE_BYTES {
+            let m = self.split_off(MAGAZINE);
+            let mut d = lock(depot);
+            if d.magazines.len() < DEPOT_MAGAZINES && d.bytes + m.bytes <= DEPOT_BYTES {
+                d.bytes += m.bytes;
+                d.magazines.push(m);
+            }
+        }
+        if self.list.len() < SPARE_BUFFERS && self.bytes + cap <= SPARE_BYTES {
+            self.bytes += cap;
+            self.list.push(buf);
+        }
+    }
+}
+
+fn lock(depot: &Mutex<Depot>) -> std::sync::MutexGuard<'_, Depot> {
+    depot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+static DEPOT: Mutex<Depot> = Mutex::new(Depot { magazines: Vec::new(), bytes: 0 });
 
 thread_local! {
-    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { list: Vec::new(), bytes: 0 }) };
 }
 
-/// An empty buffer: a spare one if this thread has one, else a new (unallocated) one.
+/// An empty buffer: a spare one if this thread or the depot has one, else a new (unallocated)
+/// one.
 pub(crate) fn take() -> Vec<u8> {
-    SPARE.with_borrow_mut(|s| s.pop()).unwrap_or_default()
+    SPARE.with_borrow_mut(|s| s.take(&DEPOT)).unwrap_or_default()
 }
 
-/// Gives `buf` back for reuse (dropped if the list is full, or the buffer too small to be
-/// worth keeping or too large to keep).
-pub(crate) fn give(mut buf: Vec<u8>) {
-    if buf.capacity() < 64 || buf.capacity() > SPARE_BUFFER_BYTES {
-        return;
+/// Gives `buf` back for reuse (freed if it is too small to be worth keeping or too large to
+/// keep, or if this thread's list and the depot are full).
+pub(crate) fn give(buf: Vec<u8>) {
+    if (64..=SPARE_BUFFER_BYTES).contains(&buf.capacity()) {
+        SPARE.with_borrow_mut(|s| s.give(buf, &DEPOT));
     }
-    buf.clear();
-    SPARE.with_borrow_mut(|s| {
-        if s.len() < SPARE_BUFFERS {
-            s.push(buf);
-        }
-    });
 }
 
 #[cfg(test)]
@@ -53,20 +132,65 @@ mod tests {
         let again = take();
         assert!(again.is_empty());
         assert_eq!((again.as_ptr(), again.capacity()), (p, 1500));
-        assert_eq!(take().capacity(), 0, "one given, one taken: the next is new");
     }
 
     #[test]
-    fn the_list_is_bounded_in_count_and_size() {
+    fn buffers_too_small_or_too_large_are_not_kept() {
+        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        SPARE.with_borrow_mut(|t| std::mem::swap(t, &mut s));
         give(Vec::with_capacity(SPARE_BUFFER_BYTES + 1));
-        assert_eq!(take().capacity(), 0, "too large to keep");
-        for _ in 0..SPARE_BUFFERS + 10 {
-            give(Vec::with_capacity(256));
+        give(Vec::with_capacity(63));
+        give(Vec::with_capacity(SPARE_BUFFER_BYTES));
+        SPARE.with_borrow_mut(|t| std::mem::swap(t, &mut s));
+        assert_eq!(s.list.len(), 1, "only the 64 KiB one (a 64 KiB payload's) is kept");
+        assert_eq!(s.take(&depot).map(|b| b.capacity()), Some(SPARE_BUFFER_BYTES));
+    }
+
+    /// `n` buffers of `cap` bytes given to `s`.
+    fn give_n(s: &mut Spare, depot: &Mutex<Depot>, n: usize, cap: usize) {
+        for _ in 0..n {
+            s.give(Vec::with_capacity(cap), depot);
         }
-        let mut kept = 0;
-        while take().capacity() > 0 {
-            kept += 1;
+    }
+
+    #[test]
+    fn a_full_list_passes_magazines_to_the_depot_which_is_bounded() {
+        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        give_n(&mut s, &depot, SPARE_BUFFERS, 256);
+        assert_eq!((s.list.len(), s.bytes), (SPARE_BUFFERS, SPARE_BUFFERS * 256));
+        assert!(lock(&depot).magazines.is_empty());
+        give_n(&mut s, &depot, 1, 256);
+        assert_eq!(s.list.len(), SPARE_BUFFERS - MAGAZINE + 1);
+        let d = lock(&depot);
+        assert_eq!((d.magazines.len(), d.bytes), (1, MAGAZINE * 256));
+        drop(d);
+        give_n(&mut s, &depot, (DEPOT_MAGAZINES + 3) * MAGAZINE, 256);
+        let d = lock(&depot);
+        assert_eq!(d.magazines.len(), DEPOT_MAGAZINES);
+        assert!(d.magazines.iter().all(|m| m.list.len() == MAGAZINE && m.bytes == MAGAZINE * 256));
+        assert!(s.list.len() <= SPARE_BUFFERS);
+    }
+
+    #[test]
+    fn a_list_and_the_depot_are_bounded_in_capacity() {
+        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        give_n(&mut s, &depot, 4 * DEPOT_BYTES / SPARE_BUFFER_BYTES, SPARE_BUFFER_BYTES);
+        assert!(s.bytes <= SPARE_BYTES && s.bytes + SPARE_BUFFER_BYTES > SPARE_BYTES, "{}", s.bytes);
+        let d = lock(&depot);
+        assert!(d.bytes <= DEPOT_BYTES && d.bytes + MAGAZINE * SPARE_BUFFER_BYTES > DEPOT_BYTES, "{}", d.bytes);
+        assert_eq!(d.bytes, d.magazines.iter().map(|m| m.list.iter().map(Vec::capacity).sum::<usize>()).sum());
+    }
+
+    #[test]
+    fn buffers_given_on_one_thread_are_taken_on_another() {
+        let depot = Mutex::new(Depot::default());
+        let mut giver = Spare::default();
+        give_n(&mut giver, &depot, SPARE_BUFFERS + 1, 512);
+        let mut taker = Spare::default();
+        for _ in 0..MAGAZINE {
+            assert_eq!(taker.take(&depot).map(|b| (b.len(), b.capacity())), Some((0, 512)));
         }
-        assert_eq!(kept, SPARE_BUFFERS);
+        assert!(taker.take(&depot).is_none(), "one magazine was in the depot");
+        assert_eq!((taker.bytes, lock(&depot).bytes), (0, 0));
     }
 }
