@@ -59,6 +59,9 @@ impl Inner {
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
         loop {
+            if !self.port.acks_may_wait() {
+                self.port.flush_acks(h);
+            }
             let mut out = h.take_outbox();
             self.port.transmit_from(&mut out);
             h.recycle_outbox(out);

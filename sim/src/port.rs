@@ -179,6 +179,9 @@ thread_local! {
     /// The ports whose devices this thread holds while it runs them to completion (innermost
     /// last): a frame for one of them is taken by that run before its lock is released.
     static RUNNING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The port whose wire this thread's [`Port::poll_wire`] drained and whose device it now
+    /// runs (0: none); see [`Port::acks_may_wait`].
+    static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Marks a port's device as run to completion by this thread until dropped.
@@ -228,6 +231,10 @@ pub(crate) struct PortInner {
     /// Set by each [`Port::poll_wire`]; the wire's receive thread clears it as it looks. While
     /// an application keeps polling, the receive thread leaves the socket to it.
     polled: AtomicBool,
+    /// Whether the device left ACKs unsent when it handled frames an application's
+    /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
+    /// device's next transmit, or its engine sends them.
+    acks_deferred: AtomicBool,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
 }
@@ -267,6 +274,7 @@ impl Port {
                 receiver: std::sync::OnceLock::new(),
                 drain: Mutex::new(()),
                 polled: AtomicBool::new(false),
+                acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
             }),
         }
@@ -500,7 +508,34 @@ impl Port {
                 hca.receive_packet(p, now);
             }
         }
+        if self.acks_may_wait() {
+            if hca.acks_pending() {
+                self.inner.acks_deferred.store(true, Ordering::Relaxed);
+            }
+        } else {
+            self.flush_acks(hca);
+        }
+    }
+
+    /// Whether the ACKs of the frames this thread hands the device now may wait: yes while an
+    /// application's [`Port::poll_wire`] runs the device. That application is busy-polling its
+    /// CQ and will soon see what these frames completed; what it then posts (the reply of a
+    /// ping-pong) leaves with the ACKs, in one datagram, and a one-way trip costs one
+    /// `sendmmsg` instead of two. The ACKs wait at most until the application's next look at an
+    /// empty wire, the device's next transmit, or its engine's next look (1 ms); an RC
+    /// requester waits far longer before it retransmits, and a responder may coalesce ACKs (IBA
+    /// 9.7.5.1.1).
+    pub(crate) fn acks_may_wait(&self) -> bool {
+        POLLING.get() == Arc::as_ptr(&self.inner).addr()
+    }
+
+    /// Sends the device's coalesced ACKs (into its outbox): what [`Port::process`] does unless
+    /// [`Port::acks_may_wait`], and what every other run of the device does before it sends.
+    pub(crate) fn flush_acks(&self, hca: &mut Hca) {
         hca.flush_acks();
+        if self.inner.acks_deferred.load(Ordering::Relaxed) {
+            self.inner.acks_deferred.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -1018,9 +1053,19 @@ impl Port {
         });
         drop(_drain);
         if got.unwrap_or(0) == 0 {
+            if self.inner.acks_deferred.load(Ordering::Relaxed) {
+                self.inner.notify(); // a run that sends the ACKs left waiting
+            }
             return false;
         }
-        self.inner.notify();
+        // ACKs wait for one poll at most: while a stream keeps arriving, every other poll sends.
+        if self.inner.acks_deferred.load(Ordering::Relaxed) {
+            self.inner.notify();
+        } else {
+            POLLING.set(Arc::as_ptr(&self.inner).addr());
+            self.inner.notify();
+            POLLING.set(0);
+        }
         true
     }
 }

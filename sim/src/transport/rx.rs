@@ -399,6 +399,11 @@ impl Hca {
         Ok(())
     }
 
+    /// Whether a QP owes a coalesced ACK.
+    pub(crate) fn acks_pending(&self) -> bool {
+        !self.objects.xport.acks_pending.is_empty()
+    }
+
     /// Sends the ACKs coalesced while the frames that arrived together were handled.
     pub(crate) fn flush_acks(&mut self) {
         let qpns = std::mem::take(&mut self.objects.xport.acks_pending);
