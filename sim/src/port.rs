@@ -408,7 +408,8 @@ impl Port {
         let link = lock(&self.inner.link).clone();
         let mut reached = Reached::default();
         let mut looped = false;
-        // Frames for a UDP wire, and (frame, destination) pairs: sent together below, in lists
+        // Frames for the wire (and, for a UDP wire, (frame, destination) pairs): sent together
+        // below, in lists
         // this thread keeps for its next batch (a batch sent while another is being sent, from
         // a device run inside that one, gets lists of its own).
         let (mut datagrams, mut dests) = UDP_BATCH.take();
@@ -422,7 +423,7 @@ impl Port {
             }
             match &link {
                 Link::Down => {}
-                Link::Fabric(fabric) => fabric.send(&self.inner, f, &mut reached),
+                Link::Fabric(_) => datagrams.push(f), // sent together below
                 Link::Udp { peer, .. } => {
                     dests.push((datagrams.len(), *peer));
                     datagrams.push(f);
@@ -436,6 +437,9 @@ impl Port {
         }
         if let Some(sock) = link.socket() {
             send_datagrams(sock, &datagrams, &dests);
+        }
+        if let Link::Fabric(fabric) = &link {
+            fabric.send_batch(&self.inner, &mut datagrams, &mut reached);
         }
         datagrams.drain(..).for_each(crate::buffers::give);
         dests.clear();
@@ -482,6 +486,8 @@ impl Port {
         if frames.is_empty() {
             return;
         }
+        // The port's counters are taken once for the batch (their lock is not per frame).
+        let mut counted = WireStats::new();
         for f in frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
@@ -491,7 +497,7 @@ impl Port {
                         ips.push(ip);
                     }
                 }
-                lock(&self.inner.stats).record_rx_frame(f.len());
+                counted.record_rx_frame(f.len());
                 if let Some((ip, mac)) = arp::learn(f) {
                     let mut n = lock(&self.inner.neighbors);
                     n.retain(|(i, _)| *i != ip);
@@ -503,11 +509,12 @@ impl Port {
                 continue;
             }
             let verdict = parse_frame_verified(f);
-            lock(&self.inner.stats).record_rx(f.len(), &verdict);
+            counted.record_rx(f.len(), &verdict);
             if let Ok(p) = &verdict {
                 hca.receive_packet(p, now);
             }
         }
+        lock(&self.inner.stats).add(&counted);
         if self.acks_may_wait() {
             if hca.acks_pending() {
                 self.inner.acks_deferred.store(true, Ordering::Relaxed);
@@ -522,15 +529,16 @@ impl Port {
     /// CQ and will soon see what these frames completed; what it then posts (the reply of a
     /// ping-pong) leaves with the ACKs, in one datagram, and a one-way trip costs one
     /// `sendmmsg` instead of two. The ACKs wait at most until the application's next look at an
-    /// empty wire, the device's next transmit, or its engine's next look (1 ms); an RC
-    /// requester waits far longer before it retransmits, and a responder may coalesce ACKs (IBA
-    /// 9.7.5.1.1).
+    /// empty wire, the device's next transmit, or its engine's next look (1 ms). An RC
+    /// requester waits far longer before it retransmits, and ACKs are cumulative, so a later
+    /// one covers what a waiting one would have (the wire doc's §5.3).
     pub(crate) fn acks_may_wait(&self) -> bool {
         POLLING.get() == Arc::as_ptr(&self.inner).addr()
     }
 
     /// Sends the device's coalesced ACKs (into its outbox): what [`Port::process`] does unless
     /// [`Port::acks_may_wait`], and what every other run of the device does before it sends.
+    #[inline]
     pub(crate) fn flush_acks(&self, hca: &mut Hca) {
         hca.flush_acks();
         if self.inner.acks_deferred.load(Ordering::Relaxed) {

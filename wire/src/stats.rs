@@ -115,6 +115,44 @@ impl WireStats {
         self.tx_bytes += len as u64;
     }
 
+    /// Adds `other`'s counts to these (the counts of a batch counted apart, say).
+    pub fn add(&mut self, other: &WireStats) {
+        let WireStats {
+            rx_frames,
+            rx_bytes,
+            rx_roce_v2,
+            rx_roce_v1,
+            rx_not_roce,
+            drop_truncated,
+            drop_bad_ip,
+            drop_bad_length,
+            drop_bad_tver,
+            drop_unknown_opcode,
+            drop_bad_header,
+            drop_bad_checksum,
+            drop_bad_icrc,
+            drop_rx_overflow,
+            tx_frames,
+            tx_bytes,
+        } = *other;
+        self.rx_frames += rx_frames;
+        self.rx_bytes += rx_bytes;
+        self.rx_roce_v2 += rx_roce_v2;
+        self.rx_roce_v1 += rx_roce_v1;
+        self.rx_not_roce += rx_not_roce;
+        self.drop_truncated += drop_truncated;
+        self.drop_bad_ip += drop_bad_ip;
+        self.drop_bad_length += drop_bad_length;
+        self.drop_bad_tver += drop_bad_tver;
+        self.drop_unknown_opcode += drop_unknown_opcode;
+        self.drop_bad_header += drop_bad_header;
+        self.drop_bad_checksum += drop_bad_checksum;
+        self.drop_bad_icrc += drop_bad_icrc;
+        self.drop_rx_overflow += drop_rx_overflow;
+        self.tx_frames += tx_frames;
+        self.tx_bytes += tx_bytes;
+    }
+
     /// Frames dropped as damaged (not counting frames that simply are not RoCE).
     pub fn dropped(&self) -> u64 {
         self.drop_truncated
@@ -126,5 +164,33 @@ impl WireStats {
             + self.drop_bad_checksum
             + self.drop_bad_icrc
             + self.drop_rx_overflow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::WireError;
+
+    /// Records frame `i` of a made-up sequence: sent, received, or rejected by a verdict.
+    fn record(s: &mut WireStats, i: u64) {
+        match i % 4 {
+            0 => s.record_tx(60 + i as usize),
+            1 => s.record_rx_frame(70 + i as usize),
+            2 => s.record_error(&WireError::BadIcrc { found: 1, expected: 2 }),
+            _ => s.drop_rx_overflow += 1,
+        }
+    }
+
+    #[test]
+    fn counts_added_are_the_counts_of_both_batches() {
+        let (mut first, mut second, mut all) = (WireStats::new(), WireStats::new(), WireStats::new());
+        for i in 0..40 {
+            record(if i < 13 { &mut first } else { &mut second }, i);
+            record(&mut all, i);
+        }
+        first.add(&second);
+        assert_eq!(first, all);
+        assert_eq!((all.tx_frames, all.rx_frames, all.drop_bad_icrc, all.dropped()), (10, 10, 10, 20));
     }
 }
