@@ -144,6 +144,11 @@ pub(crate) struct IcrcSpan {
     pub end: usize,
 }
 
+/// A hasher that has absorbed the masked LRH: where every ICRC starts. Made once, because a new
+/// hasher looks up the CPU's features each time.
+static ICRC_START: std::sync::LazyLock<crc32fast::Hasher> =
+    std::sync::LazyLock::new(|| crc32fast::Hasher::new_with_initial(!ICRC_SEED_AFTER_LRH));
+
 /// The ICRC of the packet at `span` in `frame` (a span from `locate`). An inconsistent span
 /// yields 0 rather than a panic.
 pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
@@ -186,7 +191,7 @@ pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
     masked[bth + 4] = 0xFF; // FECN, BECN, resv6a
     // crc32_raw(crc32_raw(seed, masked), rest), inverted: one hasher continued over both
     // parts (crc32fast's hashers start from and end on inverted registers).
-    let mut h = crc32fast::Hasher::new_with_initial(!ICRC_SEED_AFTER_LRH);
+    let mut h = ICRC_START.clone();
     h.update(masked);
     h.update(rest);
     h.finalize()

@@ -208,16 +208,12 @@ impl<'a> FrameBuilder<'a> {
     /// Length of the frame [`build_into`](Self::build_into) would write (assuming the
     /// builder is valid).
     pub fn frame_len(&self) -> usize {
-        let l3 = match self.l3_kind() {
-            L3Kind::Ipv4 => 20 + 8,
-            L3Kind::Ipv6 => 40 + 8,
-            L3Kind::Grh => 40,
-        };
-        let n = self.eth.len() + l3 + self.transport_len();
-        if self.pad_to_min_frame { n.max(MIN_ETH_FRAME) } else { n }
+        self.frame_len_of(self.transport_len())
     }
 
-    fn validate(&self) -> Result<(), BuildError> {
+    /// Checks the builder; the length of its transport packet ([`Self::transport_len`]), which
+    /// the writer then needs not compute again.
+    fn validate(&self) -> Result<usize, BuildError> {
         let opcode = self.bth.opcode;
         let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
         for kind in ExtKind::ORDER {
@@ -263,19 +259,31 @@ impl<'a> FrameBuilder<'a> {
         if ip_len > usize::from(u16::MAX) {
             return Err(BuildError::TooLong { len: ip_len });
         }
-        Ok(())
+        Ok(t)
     }
 
     /// Writes the frame at the start of `buf` and returns its length. Nothing is allocated;
     /// every byte of the frame is written (a reused buffer needs no clearing).
     pub fn build_into(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
-        self.validate()?;
-        self.write_frame(buf)
+        let transport = self.validate()?;
+        self.write_frame(buf, transport)
     }
 
-    /// [`FrameBuilder::build_into`] after [`FrameBuilder::validate`] passed.
-    fn write_frame(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
-        let total = self.frame_len();
+    /// [`FrameBuilder::frame_len`] from the transport packet's length.
+    fn frame_len_of(&self, transport: usize) -> usize {
+        let l3 = match self.l3_kind() {
+            L3Kind::Ipv4 => 20 + 8,
+            L3Kind::Ipv6 => 40 + 8,
+            L3Kind::Grh => 40,
+        };
+        let n = self.eth.len() + l3 + transport;
+        if self.pad_to_min_frame { n.max(MIN_ETH_FRAME) } else { n }
+    }
+
+    /// [`FrameBuilder::build_into`] after [`FrameBuilder::validate`] passed and gave the
+    /// transport packet's length.
+    fn write_frame(&self, buf: &mut [u8], transport: usize) -> Result<usize, BuildError> {
+        let total = self.frame_len_of(transport);
         let have = buf.len();
         let Some(out) = buf.get_mut(..total) else {
             return Err(BuildError::BufferTooSmall { need: total, have });
@@ -293,7 +301,6 @@ impl<'a> FrameBuilder<'a> {
 
         // L3 (+ UDP).
         let l3 = w.at;
-        let transport = self.transport_len();
         let (kind, ip_hdr_len) = match self.ip {
             IpHeader::Ipv4(h) => {
                 let total_len = (20 + 8 + transport) as u16;
@@ -368,17 +375,17 @@ impl<'a> FrameBuilder<'a> {
     /// Builds into `out`, replacing its contents (its capacity is reused: no allocation once
     /// it has grown to the largest frame).
     pub fn build_vec(&self, out: &mut Vec<u8>) -> Result<usize, BuildError> {
-        self.validate()?;
+        let transport = self.validate()?;
         out.clear();
-        out.resize(self.frame_len(), 0);
-        self.write_frame(out)
+        out.resize(self.frame_len_of(transport), 0);
+        self.write_frame(out, transport)
     }
 
     /// Builds into a new vector (of the frame's exact length: one allocation).
     pub fn to_vec(&self) -> Result<Vec<u8>, BuildError> {
-        self.validate()?;
-        let mut v = vec![0u8; self.frame_len()];
-        self.write_frame(&mut v)?;
+        let transport = self.validate()?;
+        let mut v = vec![0u8; self.frame_len_of(transport)];
+        self.write_frame(&mut v, transport)?;
         Ok(v)
     }
 }
