@@ -195,3 +195,42 @@ fn rc_cqe_owner_bit_flips_after_wrap() {
         assert_eq!(c[63] & 1, ((i / n) & 1) as u8, "owner at {i}");
     }
 }
+
+/// A `SEND_ONLY` with AckReq from A to `dgid` and `dest_qp`, at the PSN B's QP expects first
+/// (0xfffff0: without the checks, B would take it).
+fn send_only(p: &RcPair, dgid: &[u8; 16], dest_qp: u32) -> Vec<u8> {
+    use umlx_wire::packet::{Bth, Opcode};
+    let mut bth = Bth::new(Opcode::RC_SEND_ONLY, dest_qp, 0xff_fff0);
+    bth.ack_req = true;
+    umlx_wire::FrameBuilder::from_gids(p.a.mac, p.b.mac, &p.a.gid, dgid, bth)
+        .with_payload(b"not for this port")
+        .to_vec()
+        .expect("a frame")
+}
+
+#[test]
+fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
+    let mut p = pair();
+    p.b.post_recv(&mut p.qb, 0x1000, 64);
+    let before = p.b.dev.transport_stats();
+    // Another GID than any of B's, to B's MAC and B's QP; then B's GID and a QP B does not have.
+    p.b.dev.port().inject(send_only(&p, &gid_v4([10, 77, 0, 99]), p.qb.qpn));
+    p.b.dev.port().inject(send_only(&p, &p.b.gid, p.qb.qpn ^ 0x40));
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while p.b.dev.transport_stats().rx_packets < before.rx_packets + 2 {
+        assert!(std::time::Instant::now() < end, "B did not take the two frames");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let after = p.b.dev.transport_stats();
+    assert_eq!(after.rx_dropped - before.rx_dropped, 2, "{after:?}");
+    let answers = |s: &umlx_sim::transport::TransportStats| (s.acks_sent, s.seq_naks_sent, s.err_naks_sent, s.cqes);
+    assert_eq!(answers(&after), answers(&before), "nothing answered, nothing completed");
+    assert!(p.b.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no receive completion at B");
+    // The QP still takes its own traffic: the receive WQE is still there for A's SEND.
+    p.a.mem.write(0, b"for B");
+    p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(5, p.a.mkey, p.a.va(0)));
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), 0);
+    let r = p.b.poll_cq();
+    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 5));
+    assert_eq!(p.b.mem.to_vec(0x1000, 5), b"for B");
+}

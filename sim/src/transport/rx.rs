@@ -35,21 +35,24 @@ impl Hca {
     pub fn receive_packet(&mut self, pkt: &RocePacket<'_>, now: Instant) {
         self.objects.xport.stats.rx_packets += 1;
         let dgid = ip_to_gid(pkt.dst_ip());
-        if !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
-            self.objects.xport.stats.rx_dropped += 1;
-            return;
-        }
         let qpn = pkt.bth.dest_qp;
         let state = self.qp_state(qpn);
         let Some(mut t) = self.take_transport(qpn) else {
             self.objects.xport.stats.rx_dropped += 1;
             return;
         };
+        // Only a packet for one of the port's GIDs is taken. The QP's own source GID is one (the
+        // common case, checked without a look through the whole table).
+        let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
+        if sgid != Some(dgid) && !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
+            self.objects.xport.stats.rx_dropped += 1;
+            self.put_transport(qpn, t);
+            return;
+        }
         let ok_state = matches!(state, QpState::RTR | QpState::RTS | QpState::SQD | QpState::SQER);
         match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
             (Transport::Ud, true, true) => self.ud_receive(&mut t, pkt),
             (Transport::Rc, false, true) => {
-                let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
                 if ip_to_gid(pkt.src_ip()) != t.path.rgid || sgid != Some(dgid) {
                     self.objects.xport.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
@@ -277,6 +280,7 @@ impl Hca {
                 }
             }
             Operation::RdmaWrite => {
+                let mut whole = None;
                 if info.position.starts() {
                     if t.cur.is_some() {
                         return inval(0);
@@ -285,12 +289,12 @@ impl Hca {
                         return inval(0);
                     }
                     let Some(reth) = pkt.ext.reth else { return inval(0) };
-                    if reth.dma_len > 0
-                        && self
-                            .mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite)
-                            .is_err()
-                    {
-                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                    if reth.dma_len > 0 {
+                        match self.mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite)
+                        {
+                            Ok(c) => whole = Some(c),
+                            Err(_) => return Err(Fail::Nak(NakCode::RemoteAccessErr, 0)),
+                        }
                     }
                     // An immediate on ONLY needs the receive WQE before anything is written.
                     t.cur = Some(RecvMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.dma_len, offset: 0 });
@@ -314,10 +318,12 @@ impl Hca {
                 };
                 if !pl.is_empty() {
                     let va0 = va.wrapping_add(offset as u64);
-                    let ok = self
-                        .mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite)
-                        .ok()
-                        .is_some_and(|c| self.write_chunks(&c[..], pl));
+                    // A WRITE in one packet lands where the check of its RETH just translated.
+                    let chunks = match whole {
+                        Some(c) if offset == 0 && pl.len() == len as usize => Ok(c),
+                        _ => self.mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite),
+                    };
+                    let ok = chunks.ok().is_some_and(|c| self.write_chunks(&c[..], pl));
                     if !ok {
                         t.cur = None;
                         return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
