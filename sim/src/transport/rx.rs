@@ -274,8 +274,7 @@ impl Hca {
                     let Some(RecvMsg::Send { wqe, offset }) = t.cur.take() else { return Err(Fail::Drop) };
                     let imm = pkt.ext.imm_dt.map(|i| i.imm);
                     let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
-                    let path = t.path.clone();
-                    self.resp_cqe(&path, op, offset, imm, wqe.counter, path.remote_qpn, None, pkt.bth.se);
+                    self.resp_cqe(&t.path, op, offset, imm, wqe.counter, t.path.remote_qpn, None, pkt.bth.se);
                     t.msn = psn_add(t.msn, 1);
                 }
             }
@@ -333,9 +332,8 @@ impl Hca {
                     t.cur = None;
                     t.msn = psn_add(t.msn, 1);
                     if let (Some(r), Some(imm)) = (recv, pkt.ext.imm_dt) {
-                        let path = t.path.clone();
                         let op = CqeOpcode::RESP_WR_IMM;
-                        self.resp_cqe(&path, op, len, Some(imm.imm), r.counter, path.remote_qpn, None, pkt.bth.se);
+                        self.resp_cqe(&t.path, op, len, Some(imm.imm), r.counter, t.path.remote_qpn, None, pkt.bth.se);
                     }
                 } else if let Some(RecvMsg::Write { offset, .. }) = t.cur.as_mut() {
                     *offset += pl.len() as u32;

@@ -513,9 +513,7 @@ impl Hca {
                 return;
             }
             let wq = t.sq.pop_front().expect("front exists");
-            let path = std::mem::take(&mut t.path);
-            self.req_cqe(&path, &wq);
-            t.path = path;
+            self.req_cqe(&t.path, &wq);
             crate::buffers::give(wq.data);
         }
     }
