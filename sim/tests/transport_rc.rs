@@ -210,6 +210,8 @@ fn send_only(p: &RcPair, dgid: &[u8; 16], dest_qp: u32) -> Vec<u8> {
 
 #[test]
 fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
+    use umlx_hwdesc::enums::CqeOpcode;
+    use umlx_hwdesc::plain::cqe64;
     let mut p = pair();
     p.b.post_recv(&mut p.qb, 0x1000, 64);
     let before = p.b.dev.transport_stats();
@@ -229,8 +231,8 @@ fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
     // The QP still takes its own traffic: the receive WQE is still there for A's SEND.
     p.a.mem.write(0, b"for B");
     p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(5, p.a.mkey, p.a.va(0)));
-    assert_eq!(cqe_opcode(&p.a.poll_cq()), 0);
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), CqeOpcode::REQ.0);
     let r = p.b.poll_cq();
-    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 5));
+    assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (CqeOpcode::RESP_SEND.0, 5));
     assert_eq!(p.b.mem.to_vec(0x1000, 5), b"for B");
 }

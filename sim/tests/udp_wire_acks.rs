@@ -15,12 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use transport_common::*;
 
-const SEND: u8 = 0x0a;
-/// BTH opcodes on the wire (IBA 9.2).
-const RC_SEND_ONLY: u8 = 0x04;
-const RC_ACK: u8 = 0x11;
-/// Offset of the BTH opcode in a RoCEv2 frame over IPv4 without VLAN.
-const BTH_OPCODE_AT: usize = 14 + 20 + 8;
+use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
+use umlx_hwdesc::plain::cqe64;
+use umlx_wire::Opcode;
+
+const SEND: u8 = WqeOpcode::SEND.0;
+const REQ: u8 = CqeOpcode::REQ.0;
+const RESP_SEND: u8 = CqeOpcode::RESP_SEND.0;
+const RC_SEND_ONLY: Opcode = Opcode::RC_SEND_ONLY;
+const RC_ACK: Opcode = Opcode::RC_ACKNOWLEDGE;
 
 /// Which way a datagram went through the relay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +35,7 @@ enum Way {
 /// Forwards datagrams between `a` (the relay socket device A sends to) and `b` (the one B
 /// sends to), noting each one's way and BTH opcode, until `stop`.
 struct Relay {
-    log: Arc<Mutex<Vec<(Way, u8)>>>,
+    log: Arc<Mutex<Vec<(Way, Opcode)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -51,7 +54,8 @@ impl Relay {
                 for (from, to, dest, way) in [(&a, &b, b_dev, Way::AToB), (&b, &a, a_dev, Way::BToA)] {
                     while let Ok(n) = from.recv(&mut buf) {
                         idle = false;
-                        l.lock().unwrap().push((way, buf.get(BTH_OPCODE_AT).copied().unwrap_or(0)));
+                        let opcode = umlx_wire::parse_frame(&buf[..n]).expect("a RoCE frame").bth.opcode;
+                        l.lock().unwrap().push((way, opcode));
                         to.send_to(&buf[..n], dest).unwrap();
                     }
                 }
@@ -64,7 +68,7 @@ impl Relay {
     }
 
     /// The opcodes of the datagrams that went `way` so far.
-    fn opcodes(&self, way: Way) -> Vec<u8> {
+    fn opcodes(&self, way: Way) -> Vec<Opcode> {
         self.log.lock().unwrap().iter().filter(|(w, _)| *w == way).map(|&(_, op)| op).collect()
     }
 }
@@ -112,7 +116,7 @@ fn busy_poll(b: &mut Node) -> [u8; 64] {
 /// A's two CQEs of a round (its SEND's and its receive's), in either order: (send, receive).
 fn a_round(a: &mut Node) -> ([u8; 64], [u8; 64]) {
     let (x, y) = (a.poll_cq(), a.poll_cq());
-    if cqe_opcode(&x) == 0 { (x, y) } else { (y, x) }
+    if cqe_opcode(&x) == REQ { (x, y) } else { (y, x) }
 }
 
 #[test]
@@ -131,15 +135,15 @@ fn a_polled_responder_sends_the_ack_with_its_reply_and_data_and_completions_are_
         a.post_send(&mut qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
         // B sees the SEND by polling, and replies at once.
         let r = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 64), "B's receive CQE, round {round}");
+        assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (RESP_SEND, 64), "B's receive CQE, round {round}");
         assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
         b.post_send(&mut qb, SEND, true, 0, &data_seg(64, b.mkey, b.va(0)));
         let (s, r) = a_round(&mut a);
-        assert_eq!((cqe_opcode(&s), s[0x38]), (0, SEND), "A's SEND completes, round {round}");
-        assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 64), "A's receive CQE, round {round}");
+        assert_eq!((cqe_opcode(&s), s[cqe64::sop_drop_qpn]), (REQ, SEND), "A's SEND completes, round {round}");
+        assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (RESP_SEND, 64), "A's receive CQE, round {round}");
         assert_eq!(a.mem.to_vec(0x1000, 64), pong, "round {round}");
         let s = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&s), s[0x38]), (0, SEND), "B's SEND completes, round {round}");
+        assert_eq!((cqe_opcode(&s), s[cqe64::sop_drop_qpn]), (REQ, SEND), "B's SEND completes, round {round}");
         // The relay noted what B sent this round before forwarding it, and A has both.
         let sent = relay.opcodes(Way::BToA)[seen..].to_vec();
         if sent == [RC_SEND_ONLY, RC_ACK] {
@@ -152,14 +156,14 @@ fn a_polled_responder_sends_the_ack_with_its_reply_and_data_and_completions_are_
     std::thread::sleep(Duration::from_millis(20));
     let a_to_b = relay.opcodes(Way::AToB);
     let b_to_a = relay.opcodes(Way::BToA);
-    assert_eq!(a_to_b.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {a_to_b:02x?}");
-    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {b_to_a:02x?}");
-    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:02x?}");
+    assert_eq!(a_to_b.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {a_to_b:?}");
+    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {b_to_a:?}");
+    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:?}");
     // The ACK of A's SEND leaves right after B's reply, in the same send. An ACK sent when B
     // handled the SEND would come before the reply in every round; a busy machine may delay
     // B's application until its engine sends the ACK (after 1 ms at most), or leave B's
     // frames to its wire's receive thread (which sends ACKs at once): not every round.
-    assert!(reply_first >= ROUNDS / 4, "the reply then its ACK in {reply_first} of {ROUNDS} rounds: {b_to_a:02x?}");
+    assert!(reply_first >= ROUNDS / 4, "the reply then its ACK in {reply_first} of {ROUNDS} rounds: {b_to_a:?}");
 }
 
 #[test]
@@ -169,12 +173,12 @@ fn an_ack_left_waiting_leaves_when_the_application_stops_polling() {
         b.post_recv(&mut qb, 0x1000, 64);
         a.post_send(&mut qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
         let r = busy_poll(&mut b);
-        assert_eq!(cqe_opcode(&r), 2, "round {round}");
+        assert_eq!(cqe_opcode(&r), RESP_SEND, "round {round}");
         // B's application posts nothing and polls no more: the ACK still comes, long before A
         // would retransmit (268 ms).
         let start = Instant::now();
         let c = a.poll_cq_timeout(Duration::from_millis(100)).expect("A's SEND completes without a retransmission");
-        assert_eq!((cqe_opcode(&c), c[0x38]), (0, SEND), "round {round}");
+        assert_eq!((cqe_opcode(&c), c[cqe64::sop_drop_qpn]), (REQ, SEND), "round {round}");
         assert!(start.elapsed() < Duration::from_millis(100), "round {round}: {:?}", start.elapsed());
     }
     let sends = relay.opcodes(Way::AToB).iter().filter(|&&o| o == RC_SEND_ONLY).count();
