@@ -515,12 +515,10 @@ impl Port {
             }
         }
         lock(&self.inner.stats).add(&counted);
-        if self.acks_may_wait() {
-            if hca.acks_pending() {
-                self.inner.acks_deferred.store(true, Ordering::Relaxed);
-            }
-        } else {
-            self.flush_acks(hca);
+        // The ACKs these frames owe go out when the device next sends (its run does that
+        // first), unless they may wait.
+        if self.acks_may_wait() && hca.acks_pending() {
+            self.inner.acks_deferred.store(true, Ordering::Relaxed);
         }
     }
 
@@ -536,8 +534,8 @@ impl Port {
         POLLING.get() == Arc::as_ptr(&self.inner).addr()
     }
 
-    /// Sends the device's coalesced ACKs (into its outbox): what [`Port::process`] does unless
-    /// [`Port::acks_may_wait`], and what every other run of the device does before it sends.
+    /// Sends the device's coalesced ACKs (into its outbox): what each run of the device does
+    /// before it sends, unless [`Port::acks_may_wait`].
     #[inline]
     pub(crate) fn flush_acks(&self, hca: &mut Hca) {
         hca.flush_acks();
@@ -1067,13 +1065,11 @@ impl Port {
             return false;
         }
         // ACKs wait for one poll at most: while a stream keeps arriving, every other poll sends.
-        if self.inner.acks_deferred.load(Ordering::Relaxed) {
-            self.inner.notify();
-        } else {
+        if !self.inner.acks_deferred.load(Ordering::Relaxed) {
             POLLING.set(Arc::as_ptr(&self.inner).addr());
-            self.inner.notify();
-            POLLING.set(0);
         }
+        self.inner.notify();
+        POLLING.set(0);
         true
     }
 }

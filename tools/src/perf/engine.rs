@@ -581,15 +581,10 @@ impl Resources {
     }
 
     fn poll_one_send(&mut self, what: &str, done: u64, total: u64, stop: &dyn Fn() -> bool) -> Result<bool, String> {
-        let mut wc = [Wc::default(); 1];
         let since = Instant::now();
         let mut spins = 0u32;
         loop {
-            if self.send_cq.poll(&mut wc) == 1 {
-                let w = wc[0];
-                if w.status != WcStatus::Success {
-                    return Err(wc_error(what, w.qp_num, &w, done, total));
-                }
+            if self.try_poll_send(what, done, total)?.is_some() {
                 return Ok(true);
             }
             spins = spins.wrapping_add(1);
@@ -640,7 +635,10 @@ impl Resources {
                     // also lets a software ConnectX take the peer's WRITE off its wire in this
                     // thread (as a DPDK program runs its NIC), instead of waiting for its
                     // wire's receive thread to get a core.
-                    if self.try_poll_send("RDMA WRITE", ccnt, scnt)? {
+                    if let Some(w) = self.try_poll_send("RDMA WRITE", ccnt, scnt)? {
+                        if ccnt >= scnt {
+                            return Err(format!("RDMA WRITE: a completion (wr_id {}) with none outstanding", w.wr_id));
+                        }
                         ccnt += 1;
                         if DurationClock::sampling(dur) {
                             run.msgs += 1;
@@ -694,21 +692,18 @@ impl Resources {
         Ok(run)
     }
 
-    /// One look at the send CQ: whether it held a completion (an error completion, or one when
-    /// none of `posted` requests is outstanding, is an error).
-    fn try_poll_send(&mut self, what: &str, done: u64, posted: u64) -> Result<bool, String> {
+    /// One look at the send CQ: the successful completion it held, if any (an error completion
+    /// is an error, reported after `done` of `total` messages).
+    fn try_poll_send(&mut self, what: &str, done: u64, total: u64) -> Result<Option<Wc>, String> {
         let mut wc = [Wc::default(); 1];
         if self.send_cq.poll(&mut wc) == 0 {
-            return Ok(false);
+            return Ok(None);
         }
         let w = wc[0];
         if w.status != WcStatus::Success {
-            return Err(wc_error(what, w.qp_num, &w, done, posted));
+            return Err(wc_error(what, w.qp_num, &w, done, total));
         }
-        if done >= posted {
-            return Err(format!("{what}: a completion (wr_id {}) with none outstanding", w.wr_id));
-        }
-        Ok(true)
+        Ok(Some(w))
     }
 
     /// SEND latency ping-pong: the client sends first, each side answers a receive with a send.
