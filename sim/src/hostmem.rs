@@ -49,11 +49,12 @@ pub unsafe fn read(src: *const u8, out: &mut [u8]) {
         out[i] = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
         i += 1;
     }
-    for _ in 0..words {
+    // Whole words, with no bounds check per word: the slice's chunks are the words.
+    for chunk in out[i..i + words * WORD].chunks_exact_mut(WORD) {
         // SAFETY: `src + i` is 8-aligned (past the head) and the word lies inside the readable
         // range (caller's contract).
         let w = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast::<u64>()) }.load(Ordering::Relaxed);
-        out[i..i + WORD].copy_from_slice(&w.to_ne_bytes());
+        chunk.copy_from_slice(&w.to_ne_bytes());
         i += WORD;
     }
     while i < out.len() {
@@ -77,9 +78,10 @@ pub unsafe fn write(dst: *mut u8, data: &[u8]) {
         unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(data[i], Ordering::Relaxed);
         i += 1;
     }
-    for _ in 0..words {
+    // Whole words, with no bounds check per word: the slice's chunks are the words.
+    for chunk in data[i..i + words * WORD].chunks_exact(WORD) {
         let mut w = [0u8; WORD];
-        w.copy_from_slice(&data[i..i + WORD]);
+        w.copy_from_slice(chunk);
         // SAFETY: `dst + i` is 8-aligned (past the head) and the word lies inside the writable
         // range (caller's contract).
         unsafe { AtomicU64::from_ptr(dst.add(i).cast::<u64>()) }.store(u64::from_ne_bytes(w), Ordering::Relaxed);
