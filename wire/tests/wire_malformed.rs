@@ -354,9 +354,25 @@ fn random_valid_packets_round_trip_for_every_opcode() {
                 if l3 != L3::V1 {
                     assert_eq!(p.udp_src_port(), b.udp_src_port);
                 }
-                // And back: the parsed fields rebuild the same bytes.
+                // And back: the parsed fields rebuild the same bytes, over a buffer that held
+                // the complement of each (and more): a byte the builder left unwritten differs.
+                rebuilt.clear();
+                rebuilt.extend(frame.iter().map(|&x| !x));
+                rebuilt.resize(frame.len() + 64, 0xa5);
                 FrameBuilder::from_packet(&p).build_vec(&mut rebuilt).unwrap();
                 assert_eq!(rebuilt.as_slice(), frame, "{op} {l3:?}");
+                // The payload written in place by the caller (as the sim's DMA does) gives the
+                // same bytes; a fill that fails gives no frame.
+                let in_place = FrameBuilder { payload: &[], ..b };
+                rebuilt.clear();
+                rebuilt.extend(frame.iter().map(|&x| !x));
+                let filled = in_place.build_vec_filled(b.payload.len(), &mut rebuilt, |slot| {
+                    slot.copy_from_slice(b.payload);
+                    true
+                });
+                assert_eq!(filled, Ok(Some(len)), "{op} {l3:?}");
+                assert_eq!(rebuilt.as_slice(), frame, "{op} {l3:?}: payload filled in place");
+                assert_eq!(in_place.build_vec_filled(b.payload.len(), &mut rebuilt, |_| false), Ok(None));
                 count += 1;
             }
         }

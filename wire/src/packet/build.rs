@@ -189,7 +189,12 @@ impl<'a> FrameBuilder<'a> {
 
     /// The PadCnt the frame will carry.
     pub fn pad(&self) -> u8 {
-        self.pad_cnt.unwrap_or((self.payload.len().wrapping_neg() & 3) as u8)
+        self.pad_for(self.payload.len())
+    }
+
+    /// The PadCnt of the frame with a payload of `payload_len` bytes.
+    fn pad_for(&self, payload_len: usize) -> u8 {
+        self.pad_cnt.unwrap_or((payload_len.wrapping_neg() & 3) as u8)
     }
 
     fn l3_kind(&self) -> L3Kind {
@@ -202,7 +207,16 @@ impl<'a> FrameBuilder<'a> {
 
     /// BTH through ICRC, in bytes.
     fn transport_len(&self) -> usize {
-        Bth::LEN + self.bth.opcode.headers().wire_len() + self.payload.len() + usize::from(self.pad()) + ICRC_LEN
+        self.transport_len_for(self.payload.len())
+    }
+
+    /// BTH through ICRC, in bytes, with a payload of `payload_len` bytes.
+    fn transport_len_for(&self, payload_len: usize) -> usize {
+        Bth::LEN
+            + self.bth.opcode.headers().wire_len()
+            + payload_len
+            + usize::from(self.pad_for(payload_len))
+            + ICRC_LEN
     }
 
     /// Length of the frame [`build_into`](Self::build_into) would write (assuming the
@@ -214,6 +228,11 @@ impl<'a> FrameBuilder<'a> {
     /// Checks the builder; the length of its transport packet ([`Self::transport_len`]), which
     /// the writer then needs not compute again.
     fn validate(&self) -> Result<usize, BuildError> {
+        self.validate_for(self.payload.len())
+    }
+
+    /// [`Self::validate`] with a payload of `payload_len` bytes.
+    fn validate_for(&self, payload_len: usize) -> Result<usize, BuildError> {
         let opcode = self.bth.opcode;
         let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
         for kind in ExtKind::ORDER {
@@ -227,8 +246,8 @@ impl<'a> FrameBuilder<'a> {
                 _ => {}
             }
         }
-        if !info.payload && !self.payload.is_empty() {
-            return Err(BuildError::UnexpectedPayload { opcode, len: self.payload.len() });
+        if !info.payload && payload_len != 0 {
+            return Err(BuildError::UnexpectedPayload { opcode, len: payload_len });
         }
         let range = |field: &'static str, value: u64, max: u64| {
             if value > max { Err(BuildError::FieldRange { field, value, max }) } else { Ok(()) }
@@ -237,7 +256,7 @@ impl<'a> FrameBuilder<'a> {
         range("BTH DestQP", self.bth.dest_qp.into(), M24)?;
         range("BTH PSN", self.bth.psn.into(), M24)?;
         range("BTH TVer", self.bth.tver.into(), 0xF)?;
-        range("PadCnt", self.pad().into(), 3)?;
+        range("PadCnt", self.pad_for(payload_len).into(), 3)?;
         if let Some(d) = self.ext.deth {
             range("DETH SrcQP", d.src_qp.into(), M24)?;
         }
@@ -250,7 +269,7 @@ impl<'a> FrameBuilder<'a> {
         if let IpHeader::Ipv6(h) | IpHeader::Grh(h) = self.ip {
             range("flow label", h.flow_label.into(), 0xF_FFFF)?;
         }
-        let t = self.transport_len();
+        let t = self.transport_len_for(payload_len);
         let ip_len = match self.l3_kind() {
             L3Kind::Ipv4 => 20 + 8 + t,
             L3Kind::Ipv6 => 8 + t,
@@ -266,7 +285,7 @@ impl<'a> FrameBuilder<'a> {
     /// every byte of the frame is written (a reused buffer needs no clearing).
     pub fn build_into(&self, buf: &mut [u8]) -> Result<usize, BuildError> {
         let transport = self.validate()?;
-        self.write_frame(buf, transport)
+        self.write_frame_of_payload(buf, transport)
     }
 
     /// [`FrameBuilder::frame_len`] from the transport packet's length.
@@ -280,9 +299,27 @@ impl<'a> FrameBuilder<'a> {
         if self.pad_to_min_frame { n.max(MIN_ETH_FRAME) } else { n }
     }
 
-    /// [`FrameBuilder::build_into`] after [`FrameBuilder::validate`] passed and gave the
-    /// transport packet's length.
-    fn write_frame(&self, buf: &mut [u8], transport: usize) -> Result<usize, BuildError> {
+    /// [`Self::write_frame`] of the builder's `payload`.
+    fn write_frame_of_payload(&self, buf: &mut [u8], transport: usize) -> Result<usize, BuildError> {
+        let put = |slot: &mut [u8]| {
+            slot.copy_from_slice(self.payload);
+            true
+        };
+        // The copy always succeeds: the frame is written whole.
+        Ok(self.write_frame(buf, transport, self.payload.len(), put)?.unwrap_or(0))
+    }
+
+    /// Writes the frame after [`FrameBuilder::validate_for`] passed and gave the transport
+    /// packet's length: the headers, then the `payload_len` bytes of payload that `fill` writes
+    /// in their place, then the pad, ICRC and UDP checksum. `Ok(None)` when `fill` returned
+    /// false.
+    fn write_frame(
+        &self,
+        buf: &mut [u8],
+        transport: usize,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<usize>, BuildError> {
         let total = self.frame_len_of(transport);
         let have = buf.len();
         let Some(out) = buf.get_mut(..total) else {
@@ -341,7 +378,7 @@ impl<'a> FrameBuilder<'a> {
 
         // BTH, extension headers, payload, pad.
         let bth_off = w.at;
-        let bth = Bth { pad_cnt: self.pad(), ..self.bth };
+        let bth = Bth { pad_cnt: self.pad_for(payload_len), ..self.bth };
         w.put(&bth.to_bytes());
         for kind in self.bth.opcode.headers().iter() {
             let at = w.at;
@@ -351,7 +388,9 @@ impl<'a> FrameBuilder<'a> {
             }
             w.at = end;
         }
-        w.put(self.payload);
+        if !w.fill(payload_len, fill) {
+            return Ok(None);
+        }
         w.zero(usize::from(bth.pad_cnt));
 
         // ICRC, then the UDP checksum (which covers the ICRC; the ICRC masks it).
@@ -369,23 +408,39 @@ impl<'a> FrameBuilder<'a> {
         }
         let rest = total - w.at;
         w.zero(rest);
-        Ok(total)
+        Ok(Some(total))
     }
 
     /// Builds into `out`, replacing its contents (its capacity is reused: no allocation once
-    /// it has grown to the largest frame).
+    /// it has grown to the largest frame). The frame's bytes are written over what `out` held,
+    /// not cleared first: only bytes past its old length are zeroed before being written.
     pub fn build_vec(&self, out: &mut Vec<u8>) -> Result<usize, BuildError> {
         let transport = self.validate()?;
-        out.clear();
         out.resize(self.frame_len_of(transport), 0);
-        self.write_frame(out, transport)
+        self.write_frame_of_payload(out, transport)
+    }
+
+    /// [`Self::build_vec`] of a frame whose payload, `payload_len` bytes in place of the
+    /// builder's `payload`, `fill` writes straight into the frame (before the ICRC and UDP
+    /// checksum are computed over it): how a NIC's DMA engine reads a packet's payload from
+    /// host memory into the packet, with no copy in between. `Ok(None)` when `fill` returned
+    /// false (it could not get the payload); `out` then holds no valid frame.
+    pub fn build_vec_filled(
+        &self,
+        payload_len: usize,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<usize>, BuildError> {
+        let transport = self.validate_for(payload_len)?;
+        out.resize(self.frame_len_of(transport), 0);
+        self.write_frame(out, transport, payload_len, fill)
     }
 
     /// Builds into a new vector (of the frame's exact length: one allocation).
     pub fn to_vec(&self) -> Result<Vec<u8>, BuildError> {
         let transport = self.validate()?;
         let mut v = vec![0u8; self.frame_len_of(transport)];
-        self.write_frame(&mut v, transport)?;
+        self.write_frame_of_payload(&mut v, transport)?;
         Ok(v)
     }
 }
@@ -403,6 +458,13 @@ impl Writer<'_> {
             slot.copy_from_slice(b);
         }
         self.at += b.len();
+    }
+
+    /// Has `f` write the next `n` bytes in place; false when it did not.
+    fn fill(&mut self, n: usize, f: impl FnOnce(&mut [u8]) -> bool) -> bool {
+        let done = self.out.get_mut(self.at..self.at + n).is_some_and(f);
+        self.at += n;
+        done
     }
 
     fn zero(&mut self, n: usize) {
