@@ -127,3 +127,35 @@ fn rc_total_loss_is_transport_retry_exceeded() {
     assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x05), "then flushed");
     assert_eq!(p.a.dev.transport_stats().timeouts, 4);
 }
+
+#[test]
+fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
+    use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
+    use umlx_hwdesc::plain::err_cqe;
+    // Every frame is lost, so the WRITE is sent again after the ACK timeout, and its source
+    // is unmapped by then. The device reads a packet's payload from host memory when it builds
+    // the packet, as a NIC's DMA engine does, so the retransmission's read faults.
+    let mut p = RcPair::new(
+        FabricConfig { loss: 1.0, ..Default::default() },
+        RcParams { retry_count: 3, ack_timeout: 8, ..Default::default() },
+    );
+    p.a.mem.write(0, &pattern(7, 600));
+    let write = WqeOpcode::RDMA_WRITE.0;
+    p.a.post_send(
+        &mut p.qa,
+        write,
+        true,
+        0,
+        &segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0))]),
+    );
+    // MTU 256: three packets, sent at the doorbell.
+    assert_eq!(p.a.dev.transport_stats().tx_packets, 3);
+    let faults = p.a.dev.page_accounting().iommu_faults;
+    p.a.mem.unmap().expect("unmap");
+    let c = p.a.poll_cq();
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ_ERR.0);
+    assert_eq!(c[err_cqe::syndrome], CqeSyndrome::LOCAL_PROT_ERR.0, "not a transport retry");
+    let s = p.a.dev.transport_stats();
+    assert_eq!((s.timeouts, s.tx_packets), (1, 3), "the first retransmission faulted before it was sent");
+    assert_eq!(p.a.dev.page_accounting().iommu_faults, faults + 1);
+}

@@ -267,6 +267,109 @@ pub(crate) struct UdDest {
     pub tclass: u8,
 }
 
+/// One piece of a SEND or WRITE's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// `len` bytes from byte `from` of the WQE's inline data ([`Gather::inline`]).
+    Inline { from: u32, len: u32 },
+    /// `len` bytes of device-visible host memory at `iova` (what an MKey translated to when
+    /// the WQE was fetched).
+    Host { iova: u64, len: u64 },
+}
+
+impl Piece {
+    fn len(self) -> u64 {
+        match self {
+            Piece::Inline { len, .. } => len.into(),
+            Piece::Host { len, .. } => len,
+        }
+    }
+}
+
+/// Where a SEND or WRITE's payload comes from: its pieces, in the order of the WQE's inline
+/// and data segments. Host memory is read when each packet is built, straight into the packet,
+/// and read again for a retransmission, as a NIC's DMA engine does ([`Hca::gather`]): nothing
+/// of the payload is staged per WQE.
+///
+/// [`Hca::gather`]: crate::firmware::Hca::gather
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Gather {
+    /// The WQE's inline data (a buffer of [`crate::buffers`] once there is any).
+    pub inline: Vec<u8>,
+    /// The first piece (all of a one-SGE or inline WQE's payload) without an allocation.
+    first: Option<Piece>,
+    /// The pieces after the first.
+    more: Vec<Piece>,
+    /// Where the next packet's bytes are, when it follows the last one read: (byte of the
+    /// payload, index of the piece that holds it, offset in that piece).
+    pub cursor: (u64, usize, u64),
+}
+
+impl Gather {
+    /// Appends inline data.
+    pub fn push_inline(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.inline.capacity() == 0 {
+            self.inline = crate::buffers::take();
+        }
+        let from = self.inline.len() as u32;
+        self.inline.extend_from_slice(data);
+        self.push(Piece::Inline { from, len: data.len() as u32 });
+    }
+
+    /// Appends `len` bytes of host memory at `iova` (merged into the last piece when they
+    /// continue it).
+    pub fn push_host(&mut self, iova: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        let last = if self.more.is_empty() { self.first.as_mut() } else { self.more.last_mut() };
+        if let Some(Piece::Host { iova: a, len: l }) = last
+            && a.checked_add(*l) == Some(iova)
+        {
+            *l += len;
+            return;
+        }
+        self.push(Piece::Host { iova, len });
+    }
+
+    fn push(&mut self, p: Piece) {
+        if self.first.is_none() {
+            self.first = Some(p);
+        } else {
+            self.more.push(p);
+        }
+    }
+
+    /// Piece `i`.
+    pub fn piece(&self, i: usize) -> Option<Piece> {
+        if i == 0 { self.first } else { self.more.get(i - 1).copied() }
+    }
+
+    /// The piece that holds byte `at` of the payload and the offset of that byte in it.
+    pub fn locate(&self, at: u64) -> Option<(usize, u64)> {
+        let mut start = 0;
+        let mut i = 0;
+        loop {
+            let n = self.piece(i)?.len();
+            if at < start + n {
+                return Some((i, at - start));
+            }
+            start += n;
+            i += 1;
+        }
+    }
+
+    /// Gives the inline data's buffer back to [`crate::buffers`].
+    pub fn release(self) {
+        if self.inline.capacity() != 0 {
+            crate::buffers::give(self.inline);
+        }
+    }
+}
+
 /// A fetched send WQE and its progress.
 #[derive(Clone, Debug)]
 pub(crate) struct SendWqe {
@@ -279,8 +382,8 @@ pub(crate) struct SendWqe {
     pub fence: bool,
     pub imm: [u8; 4],
     pub kind: Kind,
-    /// Gathered payload (SEND/WRITE).
-    pub data: Vec<u8>,
+    /// Where the payload is (SEND/WRITE).
+    pub gather: Gather,
     /// Message length (READ: bytes to read; atomic: 8).
     pub len: u32,
     pub raddr: u64,

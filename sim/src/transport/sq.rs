@@ -1,7 +1,7 @@
 //! Send queue: WQE fetch and parsing, the requester's packet generation, completions (CQEs),
 //! the QP error state with its flush, and the memory helpers shared with the receive side.
 
-use super::{Kind, Path, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
+use super::{Gather, Kind, Path, Piece, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
 use std::time::Instant;
@@ -12,7 +12,7 @@ use umlx_hwdesc::plain::{
     wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U16, U32};
-use umlx_wire::packet::{AtomicEth, Bth, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
+use umlx_wire::packet::{AtomicEth, Bth, BuildError, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
 use zerocopy::FromBytes;
 
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.
@@ -94,6 +94,57 @@ impl Hca {
         true
     }
 
+    /// DMA-reads bytes `from..from + out.len()` of a WQE's payload into `out` (a packet's
+    /// payload, in place). False on a DMA fault, or when bus mastering is off.
+    pub(crate) fn gather(&mut self, g: &mut Gather, from: u64, out: &mut [u8]) -> bool {
+        if out.is_empty() {
+            return true;
+        }
+        if !self.bus_master() {
+            self.stats.dma_without_bus_master += 1;
+            return false;
+        }
+        // Packets are read in order but after a rewind: the cursor saves the walk from the
+        // first piece for each packet of a message of many pieces.
+        let (mut i, mut skip) = match g.cursor {
+            (at, i, skip) if at == from => (i, skip),
+            _ => match g.locate(from) {
+                Some(found) => found,
+                None => return false,
+            },
+        };
+        let mut done = 0;
+        while done < out.len() {
+            let Some(piece) = g.piece(i) else { return false };
+            let (n, ok) = match piece {
+                Piece::Inline { from, len } => {
+                    let n = ((u64::from(len) - skip) as usize).min(out.len() - done);
+                    let start = from as usize + skip as usize;
+                    let src = g.inline.get(start..start + n);
+                    let ok = src.is_some_and(|src| {
+                        out[done..done + n].copy_from_slice(src);
+                        true
+                    });
+                    (n, ok)
+                }
+                Piece::Host { iova, len } => {
+                    let n = ((len - skip) as usize).min(out.len() - done);
+                    (n, self.iommu.read(iova + skip, &mut out[done..done + n]).is_ok())
+                }
+            };
+            if !ok {
+                return false;
+            }
+            done += n;
+            skip += n as u64;
+            if skip == piece.len() {
+                (i, skip) = (i + 1, 0);
+            }
+        }
+        g.cursor = (from + out.len() as u64, i, skip);
+        true
+    }
+
     /// DMA-writes `data` over IOVA chunks.
     pub(crate) fn write_chunks(&mut self, chunks: &[(u64, u64)], data: &[u8]) -> bool {
         if !self.bus_master() {
@@ -146,24 +197,68 @@ impl Hca {
 
     /// Builds one frame on the path (or UD destination) and queues it for the port.
     pub(crate) fn emit(&mut self, path: &Path, ud: Option<&UdDest>, bth: Bth, ext: ExtHeaders, payload: &[u8]) {
+        self.emit_built(path, ud, bth, ext, |_, b, f| b.with_payload(payload).build_vec(f).map(Some));
+    }
+
+    /// [`Self::emit`] of a packet whose payload is bytes `range` of a WQE's payload, read
+    /// from host memory into the frame ([`Self::gather`]). False, and nothing queued, on a DMA
+    /// fault.
+    pub(crate) fn emit_gathered(
+        &mut self,
+        path: &Path,
+        ud: Option<&UdDest>,
+        bth: Bth,
+        ext: ExtHeaders,
+        g: &mut Gather,
+        range: std::ops::Range<u64>,
+    ) -> bool {
+        let len = range.end.saturating_sub(range.start) as usize;
+        self.emit_built(path, ud, bth, ext, |hca, b, f| {
+            b.build_vec_filled(len, f, |slot| hca.gather(g, range.start, slot))
+        })
+    }
+
+    /// Builds one frame on the path (or UD destination) with `build` and queues it for the
+    /// port. False when `build` could not get the payload.
+    fn emit_built(
+        &mut self,
+        path: &Path,
+        ud: Option<&UdDest>,
+        bth: Bth,
+        ext: ExtHeaders,
+        build: impl FnOnce(&mut Self, FrameBuilder<'_>, &mut Vec<u8>) -> Result<Option<usize>, BuildError>,
+    ) -> bool {
         let (sgid_index, rgid, rmac, sport, hop, tc) = match ud {
             Some(d) => (d.sgid_index, d.rgid, d.rmac, d.udp_sport, d.hop_limit, d.tclass),
             None => (path.sgid_index, path.rgid, path.rmac, path.udp_sport, path.hop_limit, path.tclass),
         };
         let Some(entry) = self.vport.gids.get(sgid_index).copied().flatten() else {
+            // The GID entry went away: counted, and the packet lost as on a wire
+            // (retransmission or the retry limit follows).
             self.objects.xport.stats.no_gid += 1;
-            return;
+            return true;
         };
         let b = FrameBuilder::from_gids(self.vport.mac, rmac, &entry.gid, &rgid, bth)
             .with_ext(ext)
-            .with_payload(payload)
             .with_udp_src_port(sport)
             .with_hop_limit(if hop == 0 { 64 } else { hop })
             .with_traffic_class(tc);
         let mut f = crate::buffers::take();
-        if b.build_vec(&mut f).is_ok() {
-            self.objects.xport.stats.tx_packets += 1;
-            self.objects.xport.outbox.push(f);
+        match build(self, b, &mut f) {
+            Ok(Some(_)) => {
+                self.objects.xport.stats.tx_packets += 1;
+                self.objects.xport.outbox.push(f);
+                true
+            }
+            Ok(None) => {
+                crate::buffers::give(f);
+                false
+            }
+            // Not reached: the transport gives the builder only valid fields.
+            Err(_) => {
+                crate::buffers::give(f);
+                true
+            }
         }
     }
 
@@ -360,7 +455,6 @@ impl Hca {
         }
         let b = &b[..len];
         let mut wq = blank_wqe(opcode, index, &ctrl);
-        wq.data = crate::buffers::take();
         let mut at = wqe_ctrl_seg::SIZE;
         if path.ud {
             let av = seg::<wqe_av>(b, at).ok_or(bad)?;
@@ -417,7 +511,7 @@ impl Hca {
                 if !matches!(wq.kind, Kind::Send | Kind::Write) {
                     return Err(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0));
                 }
-                wq.data.extend_from_slice(data);
+                wq.gather.push_inline(data);
                 total += n as u64;
                 at += (wqe_inline_seg::SIZE + n).div_ceil(w::SEND_WQE_DS) * w::SEND_WQE_DS;
                 continue;
@@ -434,8 +528,12 @@ impl Hca {
                     let chunks = self
                         .mkey_chunks(lkey, path.pd, addr, bc as u64, Access::LocalRead)
                         .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
-                    if total > path.max_msg.max(1 << 31) || !self.read_chunks(&chunks, &mut wq.data) {
-                        return Err(BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0));
+                    if total > path.max_msg.max(1 << 31) {
+                        return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
+                    }
+                    // Read when each packet is built.
+                    for &(iova, n) in chunks.iter() {
+                        wq.gather.push_host(iova, n);
                     }
                 }
                 Kind::Read | Kind::Atomic => {
@@ -514,7 +612,7 @@ impl Hca {
             }
             let wq = t.sq.pop_front().expect("front exists");
             self.req_cqe(&t.path, &wq);
-            crate::buffers::give(wq.data);
+            wq.gather.release();
         }
     }
 
@@ -547,7 +645,10 @@ impl Hca {
                 imm_dt: imm.then(|| ImmDt { imm: u32::from_be_bytes(wq.imm) }),
                 ..Default::default()
             };
-            self.emit(&path, Some(&d), bth, ext, &wq.data);
+            if !self.emit_gathered(&path, Some(&d), bth, ext, &mut wq.gather, 0..wq.len.into()) {
+                wq.err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+                break;
+            }
             wq.done = true;
             wq.sent = 1;
         }
@@ -631,8 +732,8 @@ impl Hca {
             let imm_op = matches!(WqeOpcode(w.opcode), WqeOpcode::SEND_IMM | WqeOpcode::RDMA_WRITE_IMM);
             let (opcode, payload_range, ack, consumed) = match w.kind {
                 Kind::Send | Kind::Write => {
-                    let off = (k * mtu) as usize;
-                    let end = (off + mtu as usize).min(w.data.len());
+                    let off = u64::from(k) * u64::from(mtu);
+                    let end = (off + u64::from(mtu)).min(w.len.into());
                     let send = w.kind == Kind::Send;
                     let op = match (w.npkts == 1, k == 0, last, send, imm_op) {
                         (true, _, _, true, false) => Opcode::RC_SEND_ONLY,
@@ -684,10 +785,11 @@ impl Hca {
                 t.noack_pkts = 0;
             }
             bth.se = last && w.solicited && (w.kind == Kind::Send || imm_op);
-            let data = std::mem::take(&mut t.sq[i].data);
-            self.emit(path, None, bth, ext, data.get(payload_range).unwrap_or(&[]));
             let w = &mut t.sq[i];
-            w.data = data;
+            if !self.emit_gathered(path, None, bth, ext, &mut w.gather, payload_range) {
+                w.err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+                return false;
+            }
             w.sent += consumed;
             let np = psn_add(psn, consumed);
             if psn_cmp(np, t.next_psn) > 0 {
@@ -735,7 +837,7 @@ fn blank_wqe(opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) -> SendWqe {
         fence: flags.fm() != 0,
         imm: ctrl.imm.to_bytes(),
         kind: Kind::Nop,
-        data: Vec::new(),
+        gather: Gather::default(),
         len: 0,
         raddr: 0,
         rkey: 0,
