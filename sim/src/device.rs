@@ -14,12 +14,19 @@
 //! background engine thread does the rest: time-driven work (retransmission and RNR timers,
 //! delayed command completions) and frames that arrived while another thread held the device;
 //! it stops when the last handle is dropped.
+//!
+//! A 64-bit BAR write (a doorbell) never waits for the device: when another thread runs it,
+//! the write is posted, as PCIe posts a CPU's MMIO write, and the thread that holds the device
+//! executes it before it lets go ([`HcaGuard`]). Any later access through the device lock
+//! executes the posted writes first, so they stay ordered before it, as a PCIe read flushes the
+//! writes posted before it.
 
 use crate::config::SimConfig;
 use crate::firmware::{Hca, HcaState, SimStats};
 use crate::iommu::{IommuFault, MapError};
 use std::fs::File;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::HealthSyndrome;
@@ -27,22 +34,109 @@ use umlx_hwdesc::enums::HealthSyndrome;
 struct Inner {
     hca: Mutex<Hca>,
     port: crate::port::Port,
+    /// 64-bit BAR writes (offset, value) posted while another thread held the device, in the
+    /// order they were made.
+    posted: Mutex<Vec<(u64, u64)>>,
+    /// Whether `posted` holds any: read without its lock by every thread that lets go of the
+    /// device.
+    posted_any: AtomicBool,
+}
+
+/// The device lock, held: derefs to the [`Hca`]. Letting go of it executes the BAR writes
+/// posted meanwhile (see the module doc), unless another thread holds the device by then and
+/// so will.
+pub struct HcaGuard<'a> {
+    inner: &'a Inner,
+    guard: Option<MutexGuard<'a, Hca>>,
+}
+
+impl std::ops::Deref for HcaGuard<'_> {
+    type Target = Hca;
+    fn deref(&self) -> &Hca {
+        // `guard` is only taken by `drop`.
+        self.guard.as_deref().expect("the guard is held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for HcaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Hca {
+        self.guard.as_deref_mut().expect("the guard is held until dropped")
+    }
+}
+
+impl Drop for HcaGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.inner.run_posted();
+    }
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, Hca> {
+    /// Locks the device, after executing the BAR writes posted before.
+    fn lock(&self) -> HcaGuard<'_> {
         // A panic while holding the lock leaves the model in an unknown state; keep going with
         // what is there rather than poisoning every later access.
-        self.hca.lock().unwrap_or_else(|e| e.into_inner())
+        let mut h = self.hca.lock().unwrap_or_else(|e| e.into_inner());
+        if self.posted_any.load(Ordering::Relaxed) {
+            self.run_to_completion(&mut h);
+        }
+        HcaGuard { inner: self, guard: Some(h) }
     }
 
-    /// [`Inner::lock`] if no other thread holds the device.
-    fn try_lock(&self) -> Option<MutexGuard<'_, Hca>> {
+    /// The device lock if no other thread holds the device.
+    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Hca>> {
         match self.hca.try_lock() {
             Ok(h) => Some(h),
             Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
+    }
+
+    /// [`Inner::lock`] if no other thread holds the device.
+    fn try_lock(&self) -> Option<HcaGuard<'_>> {
+        self.try_lock_raw().map(|h| HcaGuard { inner: self, guard: Some(h) })
+    }
+
+    /// Posts a 64-bit BAR write that found the device held, then executes it if the device
+    /// was let go of meanwhile.
+    fn post(&self, offset: u64, value: u64) {
+        let mut posted = self.posted.lock().unwrap_or_else(|e| e.into_inner());
+        posted.push((offset, value));
+        self.posted_any.store(true, Ordering::Relaxed);
+        drop(posted);
+        self.run_posted();
+    }
+
+    /// Executes the posted BAR writes, if any, when no other thread holds the device (one
+    /// that does executes them before it lets go).
+    ///
+    /// The fence pairs with the one in every other thread's call (a poster's after its post,
+    /// a holder's after it let go): of a post and a release of the lock, at least one thread
+    /// sees the other's, so a posted write is never left behind.
+    fn run_posted(&self) {
+        loop {
+            fence(Ordering::SeqCst);
+            if !self.posted_any.load(Ordering::Relaxed) {
+                return;
+            }
+            let Some(mut h) = self.try_lock_raw() else { return };
+            self.run_to_completion(&mut h);
+        }
+    }
+
+    /// Executes the posted BAR writes in order, under the device lock `h`.
+    fn execute_posted(&self, h: &mut Hca) {
+        if !self.posted_any.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut posted = self.posted.lock().unwrap_or_else(|e| e.into_inner());
+        // The writes only change the device's state (a doorbell's frames wait in its outbox):
+        // nothing they do takes another lock or posts here.
+        for &(offset, value) in posted.iter() {
+            h.bar_write64(offset, value);
+        }
+        posted.clear();
+        self.posted_any.store(false, Ordering::Relaxed);
     }
 
     /// Sends what the transport queued and handles the frames that arrived meanwhile (the
@@ -59,6 +153,7 @@ impl Inner {
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
         loop {
+            self.execute_posted(h);
             if !self.port.acks_may_wait() {
                 self.port.flush_acks(h);
             }
@@ -67,6 +162,9 @@ impl Inner {
             h.recycle_outbox(out);
             let frames = self.port.take_rx();
             if frames.is_empty() {
+                if self.posted_any.load(Ordering::Relaxed) {
+                    continue;
+                }
                 let now = Instant::now();
                 if now < h.timers_due {
                     return;
@@ -142,7 +240,12 @@ impl SimDevice {
     /// Powers on a device with `cfg`.
     pub fn new(cfg: SimConfig) -> SimDevice {
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
-        let inner = Arc::new(Inner { hca: Mutex::new(Hca::new(cfg)), port });
+        let inner = Arc::new(Inner {
+            hca: Mutex::new(Hca::new(cfg)),
+            port,
+            posted: Mutex::new(Vec::new()),
+            posted_any: AtomicBool::new(false),
+        });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
         let weak = Arc::downgrade(&inner);
@@ -154,7 +257,7 @@ impl SimDevice {
     }
 
     /// Locks the device state. The lock is never held across a call out of the device.
-    pub fn lock(&self) -> MutexGuard<'_, Hca> {
+    pub fn lock(&self) -> HcaGuard<'_> {
         self.inner.lock()
     }
 
@@ -175,9 +278,15 @@ impl SimDevice {
         self.inner.run_to_completion(&mut h);
     }
 
-    /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells.
+    /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells. Never waits for
+    /// the device: when another thread runs it, the write is posted (see the module doc).
     pub fn bar0_write64(&self, offset: u64, value: u64) {
-        let mut h = self.lock();
+        let Some(mut h) = self.inner.try_lock() else {
+            self.inner.post(offset, value);
+            return;
+        };
+        // Writes posted before this one go first.
+        self.inner.execute_posted(&mut h);
         h.bar_write64(offset, value);
         self.inner.run_to_completion(&mut h);
     }

@@ -236,3 +236,37 @@ fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
     assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (CqeOpcode::RESP_SEND.0, 5));
     assert_eq!(p.b.mem.to_vec(0x1000, 5), b"for B");
 }
+
+#[test]
+fn a_doorbell_rung_while_another_thread_holds_the_device_is_posted_and_runs_when_it_lets_go() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
+    use umlx_hwdesc::plain::cqe64;
+    let mut p = pair();
+    p.a.mem.write(0, b"posted doorbell");
+    let dev = p.a.dev.clone();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (rang_tx, rang_rx) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let h = dev.lock();
+        let before = h.transport_stats().tx_packets;
+        held_tx.send(()).expect("test thread");
+        // A doorbell write that waited for the device would never come back while it is held.
+        rang_rx.recv_timeout(Duration::from_secs(10)).expect("the doorbell write returned while the device was held");
+        let while_held = h.transport_stats().tx_packets;
+        drop(h); // executes the posted doorbell
+        (before, while_held)
+    });
+    held_rx.recv().expect("holder thread");
+    let write = WqeOpcode::RDMA_WRITE.0;
+    let s = segs(&[&raddr_seg(p.b.va(0x2000), p.b.mkey), &data_seg(15, p.a.mkey, p.a.va(0))]);
+    p.a.post_send(&mut p.qa, write, true, 0, &s);
+    rang_tx.send(()).expect("holder thread");
+    let (before, while_held) = holder.join().expect("holder thread");
+    assert_eq!(while_held, before, "the WQE ran while another thread held the device");
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), be32(&c, cqe64::byte_cnt)), (CqeOpcode::REQ.0, 15));
+    assert_eq!(p.b.mem.to_vec(0x2000, 15), b"posted doorbell");
+    assert_eq!(p.a.dev.transport_stats().tx_packets, before + 1);
+}
