@@ -252,6 +252,14 @@ impl Iommu {
         res.map_err(|_| self.fault(iova, len, false))
     }
 
+    /// Whether a DMA read of `len` bytes at `iova` would succeed, without reading: what a
+    /// device checks before it answers with data it reads later, packet by packet. A range
+    /// that would fault is recorded as a fault.
+    pub fn check_read(&mut self, iova: u64, len: usize) -> Result<(), IommuFault> {
+        let res = self.resolve(iova, len, false, |_, _, _| {});
+        res.map_err(|_| self.fault(iova, len, false))
+    }
+
     /// DMA write: copies `data` into device-visible host memory at `iova`.
     pub fn write(&mut self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
         let len = data.len();

@@ -270,3 +270,22 @@ fn a_doorbell_rung_while_another_thread_holds_the_device_is_posted_and_runs_when
     assert_eq!(p.b.mem.to_vec(0x2000, 15), b"posted doorbell");
     assert_eq!(p.a.dev.transport_stats().tx_packets, before + 1);
 }
+
+#[test]
+fn rc_read_of_memory_the_responder_cannot_reach_is_a_remote_access_error() {
+    use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
+    use umlx_hwdesc::plain::err_cqe;
+    // The responder reads a READ's data as it builds each response, having checked the whole
+    // range first: a range whose host memory is no longer mapped for DMA is refused before any
+    // response goes out.
+    let mut p = pair();
+    p.b.mem.unmap().expect("unmap");
+    let faults = p.b.dev.page_accounting().iommu_faults;
+    let read = WqeOpcode::RDMA_READ.0;
+    let s = segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(3000, p.a.mkey, p.a.va(0))]);
+    p.a.post_send(&mut p.qa, read, true, 0, &s);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), c[err_cqe::syndrome]), (CqeOpcode::REQ_ERR.0, CqeSyndrome::REMOTE_ACCESS_ERR.0));
+    assert_eq!(p.b.dev.page_accounting().iommu_faults, faults + 1);
+    assert_eq!(p.b.dev.transport_stats().tx_packets, 1, "one NAK, no READ response");
+}

@@ -1,9 +1,9 @@
 //! Receive side: inbound RoCEv2 packets for the RC responder, the RC requester (ACK, NAK,
 //! READ responses, atomic ACKs) and UD; the transport timers; QP state-change handling.
 
-use super::{Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
+use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
 use crate::firmware::Hca;
-use crate::firmware::objects::Access;
+use crate::firmware::objects::{Access, Chunks};
 use std::time::Instant;
 use umlx_hwdesc::U32;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
@@ -344,19 +344,20 @@ impl Hca {
                     return inval(0);
                 }
                 let Some(reth) = pkt.ext.reth else { return inval(0) };
-                let mut data = Vec::new();
-                if reth.dma_len > 0 {
-                    let c = self
-                        .mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteRead)
-                        .map_err(|_| Fail::Nak(NakCode::RemoteAccessErr, 0))?;
-                    if !self.read_chunks(&c, &mut data) {
-                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
-                    }
-                }
+                // A READ of no bytes names no memory: its R_Key is not checked.
+                let c = match reth.dma_len {
+                    0 => Chunks::default(),
+                    n => self
+                        .mkey_chunks(reth.rkey, t.path.pd, reth.va, n.into(), Access::RemoteRead)
+                        .map_err(|_| Fail::Nak(NakCode::RemoteAccessErr, 0))?,
+                };
+                let Some(mut data) = self.gather_of(&c) else {
+                    return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                };
                 let npkts = reth.dma_len.div_ceil(mtu as u32).max(1);
                 t.msn = psn_add(t.msn, 1);
                 self.push_resource(t, Resource::Read { psn, npkts, va: reth.va, rkey: reth.rkey, len: reth.dma_len });
-                self.read_responses(t, psn, 0, &data);
+                self.read_responses(t, psn, 0, &mut data, reth.dma_len);
                 t.epsn = psn_add(psn, npkts);
                 return Ok(());
             }
@@ -436,13 +437,14 @@ impl Hca {
         t.resources.push_back(r);
     }
 
-    /// READ responses for the request at `req_psn`, starting at packet `from`.
-    fn read_responses(&mut self, t: &QpTransport, req_psn: u32, from: u32, data: &[u8]) {
-        let mtu = t.path.mtu as usize;
-        let npkts = data.len().div_ceil(mtu).max(1) as u32;
+    /// READ responses for the request at `req_psn`, starting at packet `from`: `len` bytes
+    /// read from `data` as each packet is built.
+    fn read_responses(&mut self, t: &QpTransport, req_psn: u32, from: u32, data: &mut Gather, len: u32) {
+        let mtu = u64::from(t.path.mtu);
+        let len = u64::from(len);
+        let npkts = len.div_ceil(mtu).max(1) as u32;
         for k in from..npkts {
-            let off = k as usize * mtu;
-            let chunk = data.get(off..(off + mtu).min(data.len())).unwrap_or(&[]);
+            let off = u64::from(k) * mtu;
             let op = match (npkts == 1, k == 0, k + 1 == npkts) {
                 (true, _, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
                 (false, true, _) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
@@ -454,7 +456,11 @@ impl Hca {
             if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                 ext.aeth = Some(Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
             }
-            self.emit(&t.path, None, bth, ext, chunk);
+            // The range was checked readable before the first response (`Hca::gather_of`); a
+            // mapping removed since then ends the responses, and the requester's retry asks again.
+            if !self.emit_gathered(&t.path, None, bth, ext, data, off..(off + mtu).min(len)) {
+                return;
+            }
         }
     }
 
@@ -491,14 +497,15 @@ impl Hca {
                 if reth.rkey != rkey || reth.va != va.wrapping_add(off) {
                     return;
                 }
-                let mut data = Vec::new();
-                if len > 0 {
-                    let Ok(c) = self.mkey_chunks(rkey, t.path.pd, va, len as u64, Access::RemoteRead) else { return };
-                    if !self.read_chunks(&c, &mut data) {
-                        return;
-                    }
-                }
-                self.read_responses(t, p, k, &data);
+                let c = match len {
+                    0 => Chunks::default(),
+                    n => match self.mkey_chunks(rkey, t.path.pd, va, n.into(), Access::RemoteRead) {
+                        Ok(c) => c,
+                        Err(_) => return,
+                    },
+                };
+                let Some(mut data) = self.gather_of(&c) else { return };
+                self.read_responses(t, p, k, &mut data, len);
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let found = t.resources.iter().find_map(|r| match *r {

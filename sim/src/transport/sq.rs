@@ -94,6 +94,22 @@ impl Hca {
         true
     }
 
+    /// The payload of a response that reads IOVA `chunks` (an MKey's translation) when each
+    /// packet is built, if the whole range can be read now: so a range that is not mapped
+    /// fails before the first packet, as it did when the range was read at once.
+    pub(crate) fn gather_of(&mut self, chunks: &[(u64, u64)]) -> Option<Gather> {
+        if !chunks.is_empty() && !self.bus_master() {
+            self.stats.dma_without_bus_master += 1;
+            return None;
+        }
+        let mut g = Gather::default();
+        for &(iova, n) in chunks {
+            self.iommu.check_read(iova, n as usize).ok()?;
+            g.push_host(iova, n);
+        }
+        Some(g)
+    }
+
     /// DMA-reads bytes `from..from + out.len()` of a WQE's payload into `out` (a packet's
     /// payload, in place). False on a DMA fault, or when bus mastering is off.
     pub(crate) fn gather(&mut self, g: &mut Gather, from: u64, out: &mut [u8]) -> bool {
