@@ -453,6 +453,7 @@ struct Writer<'b> {
 }
 
 impl Writer<'_> {
+    #[inline(always)]
     fn put(&mut self, b: &[u8]) {
         if let Some(slot) = self.out.get_mut(self.at..self.at + b.len()) {
             slot.copy_from_slice(b);
@@ -461,12 +462,14 @@ impl Writer<'_> {
     }
 
     /// Has `f` write the next `n` bytes in place; false when it did not.
+    #[inline(always)]
     fn fill(&mut self, n: usize, f: impl FnOnce(&mut [u8]) -> bool) -> bool {
         let done = self.out.get_mut(self.at..self.at + n).is_some_and(f);
         self.at += n;
         done
     }
 
+    #[inline(always)]
     fn zero(&mut self, n: usize) {
         if let Some(slot) = self.out.get_mut(self.at..self.at + n) {
             slot.fill(0);
