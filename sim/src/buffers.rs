@@ -1,10 +1,11 @@
-//! Byte buffers the device reuses: frames, gathered WQE payloads, and WQEs of more than one
-//! WQEBB.
+//! Byte buffers the device reuses: frames, the inline data of send WQEs, and WQEs of more than
+//! one WQEBB.
 //!
 //! A frame is built into a buffer taken here (or, from a UDP wire, copied into one), crosses
 //! the in-process fabric by move, and after the receiving device has handled it, its buffer
-//! comes back here; a SEND or WRITE's gathered payload does the same when its WQE completes,
-//! and a long WQE once it is parsed.
+//! comes back here; a send WQE's inline data does the same when its WQE completes, and a long
+//! WQE once it is parsed. (A payload in host memory is read into each frame as it is built:
+//! it takes no buffer of its own.)
 //!
 //! Each thread keeps its own list of spare buffers (no lock). With run to completion the
 //! thread that rings a doorbell usually also handles the frames it caused, so its list serves
@@ -14,11 +15,11 @@
 //! empty list takes a whole magazine from there before it allocates: one lock per magazine,
 //! not per buffer (the magazine and depot design of Bonwick and Adams' allocator).
 //!
-//! Everything is bounded: a buffer is kept only up to [`SPARE_BUFFER_BYTES`] (a 64 KiB
-//! message's gathered payload); a thread keeps at most [`SPARE_BUFFERS`] buffers and
+//! Everything is bounded: a buffer is kept only up to [`SPARE_BUFFER_BYTES`] (more than any
+//! frame or WQE); a thread keeps at most [`SPARE_BUFFERS`] buffers and
 //! [`SPARE_BYTES`] of capacity; the depot at most [`DEPOT_MAGAZINES`] magazines and
 //! [`DEPOT_BYTES`]. Together they cover what a send queue holds back: a posted SEND or WRITE
-//! keeps its gathered payload until its ACK, so a window of several hundred requests returns
+//! keeps its inline data until its ACK, so a window of several hundred requests returns
 //! several hundred buffers at one ACK (past a thread's own list, into the depot) and takes
 //! them again as it refills. A thread's list is kept short because it fills only slowly (from
 //! the buffers other threads took): a long one showed as resident memory still growing
