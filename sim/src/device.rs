@@ -26,7 +26,7 @@ use crate::firmware::{Hca, HcaState, SimStats};
 use crate::iommu::{IommuFault, MapError};
 use std::fs::File;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::HealthSyndrome;
@@ -40,11 +40,15 @@ struct Inner {
     /// Whether `posted` holds any: read without its lock by every thread that lets go of the
     /// device.
     posted_any: AtomicBool,
+    /// When the engine looks next, in nanoseconds since `epoch`: a run that leaves timers due
+    /// sooner wakes it.
+    engine_wake: AtomicU64,
+    epoch: Instant,
 }
 
 /// The device lock, held: derefs to the [`Hca`]. Letting go of it executes the BAR writes
-/// posted meanwhile (see the module doc), unless another thread holds the device by then and
-/// so will.
+/// posted and handles the frames queued meanwhile (see the module doc), unless another thread
+/// holds the device by then and so will.
 pub struct HcaGuard<'a> {
     inner: &'a Inner,
     guard: Option<MutexGuard<'a, Hca>>,
@@ -67,7 +71,7 @@ impl std::ops::DerefMut for HcaGuard<'_> {
 impl Drop for HcaGuard<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());
-        self.inner.run_posted();
+        self.inner.run_left_over();
     }
 }
 
@@ -104,24 +108,35 @@ impl Inner {
         posted.push((offset, value));
         self.posted_any.store(true, Ordering::Relaxed);
         drop(posted);
-        self.run_posted();
+        self.run_left_over();
     }
 
-    /// Executes the posted BAR writes, if any, when no other thread holds the device (one
-    /// that does executes them before it lets go).
+    /// Executes the posted BAR writes and handles the queued frames, if any, when no other
+    /// thread holds the device (one that does takes them before it lets go).
     ///
     /// The fence pairs with the one in every other thread's call (a poster's after its post,
-    /// a holder's after it let go): of a post and a release of the lock, at least one thread
-    /// sees the other's, so a posted write is never left behind.
-    fn run_posted(&self) {
+    /// a holder's after it let go) and with the port's before it tries the device for a
+    /// frame it queued: of a post or a queueing and a release of the lock, at least one thread
+    /// sees the other's, so no posted write or queued frame is left behind.
+    fn run_left_over(&self) {
         loop {
             fence(Ordering::SeqCst);
-            if !self.posted_any.load(Ordering::Relaxed) {
+            if !self.posted_any.load(Ordering::Relaxed) && !self.port.rx_waiting() {
                 return;
             }
             let Some(mut h) = self.try_lock_raw() else { return };
             self.run_to_completion(&mut h);
         }
+    }
+
+    /// `t` in nanoseconds since the device's epoch.
+    fn nanos(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// Notes when the engine looks next.
+    fn set_engine_wake(&self, t: Instant) {
+        self.engine_wake.store(self.nanos(t), Ordering::Relaxed);
     }
 
     /// Executes the posted BAR writes in order, under the device lock `h`.
@@ -167,6 +182,9 @@ impl Inner {
                 }
                 let now = Instant::now();
                 if now < h.timers_due {
+                    if self.nanos(h.timers_due) < self.engine_wake.load(Ordering::Relaxed) {
+                        self.port.wake_engine(); // a timer due before the engine looks
+                    }
                     return;
                 }
                 run_timers(h, now);
@@ -245,6 +263,8 @@ impl SimDevice {
             port,
             posted: Mutex::new(Vec::new()),
             posted_any: AtomicBool::new(false),
+            engine_wake: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
@@ -447,8 +467,8 @@ impl SimDevice {
 /// The longest the engine sleeps, and the longest between two runs of the timers: what the
 /// firmware's own periodic work (it touches the pages it holds every few milliseconds) can wait.
 const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
-/// How often the engine looks while timers run; a QP that needs service whatever the time is
-/// served this often.
+/// The shortest time between two runs of the timers; a QP that needs service whatever the
+/// time is served this often.
 const ENGINE_MIN_PARK: Duration = Duration::from_micros(100);
 
 /// Runs the device's timers at `now` and notes when they are next due.
@@ -465,29 +485,36 @@ fn run_timers(h: &mut Hca, now: Instant) {
 /// is dropped. The port wakes it when a frame waits for it.
 ///
 /// It never queues for the device lock: a thread that holds it runs the device to completion,
-/// which takes the frames waiting and runs the timers when due, so the engine only looks
-/// again later (every 100 µs while timers run, else every millisecond).
+/// which takes the frames waiting and runs the timers when due, and looks again for posted
+/// writes and queued frames after it lets go. So the engine sleeps until the timers are next
+/// due (a millisecond at most); a run that leaves them due sooner than that wakes it.
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let wait = {
-            match inner.try_lock() {
-                Some(mut h) => {
-                    // A timer armed since the last run may be due before `timers_due`.
-                    let now = Instant::now();
-                    if h.next_due(now).is_some_and(|due| due <= now) {
-                        h.timers_due = now;
-                    }
-                    inner.run_to_completion(&mut h);
-                    if h.next_due(Instant::now()).is_some() { ENGINE_MIN_PARK } else { ENGINE_IDLE_PARK }
+        // Noted before the lock is tried: a holder that lets go later compares with it.
+        inner.set_engine_wake(Instant::now() + ENGINE_IDLE_PARK);
+        let wake = match inner.try_lock() {
+            Some(mut h) => {
+                // While the engine runs the device, its own run need not wake it: it looks at
+                // the timers when it is done.
+                inner.engine_wake.store(0, Ordering::Relaxed);
+                h.stats.engine_runs += 1;
+                // A timer armed since the last run may be due before `timers_due`.
+                let now = Instant::now();
+                if h.next_due(now).is_some_and(|due| due <= now) {
+                    h.timers_due = now;
                 }
-                None => ENGINE_MIN_PARK,
+                inner.run_to_completion(&mut h);
+                let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
+                inner.set_engine_wake(wake);
+                wake
             }
+            None => Instant::now() + ENGINE_IDLE_PARK,
         };
         drop(inner);
-        std::thread::park_timeout(wait);
+        std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
     }
 }

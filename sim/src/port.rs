@@ -219,6 +219,9 @@ pub(crate) struct PortInner {
     pub(crate) mac: MacAddr,
     ips: Vec<IpAddr>,
     rx: Mutex<RxQueue>,
+    /// Whether `rx` holds frames: read without its lock by every thread that lets go of the
+    /// device, so that a frame queued while it held the device is not left waiting.
+    rx_waiting: AtomicBool,
     link: Mutex<Link>,
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
@@ -266,6 +269,7 @@ impl Port {
                 mac,
                 ips,
                 rx: Mutex::new(RxQueue::default()),
+                rx_waiting: AtomicBool::new(false),
                 link: Mutex::new(Link::Down),
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
@@ -456,6 +460,7 @@ impl Port {
         if q.frames.is_empty() {
             return VecDeque::new();
         }
+        self.inner.rx_waiting.store(false, Ordering::Relaxed);
         let spare = std::mem::take(&mut q.spare);
         std::mem::replace(&mut q.frames, spare)
     }
@@ -478,6 +483,18 @@ impl Port {
     /// The thread to wake when a frame arrives.
     pub(crate) fn set_waker(&self, t: Thread) {
         *lock(&self.inner.waker) = Some(t);
+    }
+
+    /// Wakes the device's engine (to look at its timers again).
+    pub(crate) fn wake_engine(&self) {
+        if let Some(t) = &*lock(&self.inner.waker) {
+            t.unpark();
+        }
+    }
+
+    /// Whether frames wait in the receive queue (see [`PortInner::rx_waiting`]).
+    pub(crate) fn rx_waiting(&self) -> bool {
+        self.inner.rx_waiting.load(Ordering::Relaxed)
     }
 
     /// Hands received frames to the device (under its lock): ARP/ND are answered, RoCE
@@ -559,6 +576,7 @@ impl PortInner {
         let mut q = lock(&self.rx);
         if q.frames.len() < RX_QUEUE_LIMIT {
             q.frames.push_back(frame);
+            self.rx_waiting.store(true, Ordering::Relaxed);
         } else {
             drop(q);
             let mut st = lock(&self.stats);
@@ -570,12 +588,16 @@ impl PortInner {
     }
 
     /// Has the queued frames handled: by this thread's run of the device if there is one, else
-    /// now in this thread if the device is free, else by the thread holding it or the engine.
+    /// now in this thread if the device is free, else by the thread holding it (which looks
+    /// at the queue again after it lets go) or the engine.
     pub(crate) fn notify(&self) {
         let me = std::ptr::from_ref(self).addr();
         if RUNNING.with(|r| r.borrow().contains(&me)) {
             return; // this thread's run of the device takes it
         }
+        // Pairs with the fence of a thread that lets go of the device (`device::Inner`): of
+        // the queueing and the release, at least one thread sees the other's.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(r) = self.receiver.get().and_then(Weak::upgrade)
             && r.try_receive()
         {

@@ -159,3 +159,30 @@ fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
     assert_eq!((s.timeouts, s.tx_packets), (1, 3), "the first retransmission faulted before it was sent");
     assert_eq!(p.a.dev.page_accounting().iommu_faults, faults + 1);
 }
+
+#[test]
+fn an_engine_waits_for_a_distant_retransmit_timer_instead_of_looking_every_100_us() {
+    use umlx_hwdesc::enums::WqeOpcode;
+    // Every frame is lost and the ACK timeout is about 4 s (4.096 µs << 20): the WRITE's
+    // retransmit timer stays armed for the whole test. The engine sleeps until the timers are
+    // due, a millisecond at most, so it looks about 100 times in 100 ms (it looked every
+    // 100 µs while any timer was armed: about 1,000 times).
+    let mut p = RcPair::new(
+        FabricConfig { loss: 1.0, ..Default::default() },
+        RcParams { ack_timeout: 20, ..Default::default() },
+    );
+    let write = WqeOpcode::RDMA_WRITE.0;
+    p.a.post_send(
+        &mut p.qa,
+        write,
+        true,
+        0,
+        &segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(8, p.a.mkey, p.a.va(0))]),
+    );
+    let before = p.a.dev.stats().engine_runs;
+    std::thread::sleep(Duration::from_millis(100));
+    let runs = p.a.dev.stats().engine_runs - before;
+    assert!((20..=300).contains(&runs), "{runs} engine runs in 100 ms");
+    let s = p.a.dev.transport_stats();
+    assert_eq!((s.tx_packets, s.timeouts), (1, 0), "sent once, not timed out yet");
+}

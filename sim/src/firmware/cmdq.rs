@@ -36,7 +36,9 @@ impl Hca {
                 continue;
             }
             if let Some(delay) = self.cfg.hostile.command_delay {
-                self.delayed.push(DelayedCmd { due: Instant::now() + delay, slot });
+                let due = Instant::now() + delay;
+                self.delayed.push(DelayedCmd { due, slot });
+                self.note_due(due);
                 continue;
             }
             if self.deliver(slot) {

@@ -116,6 +116,8 @@ pub struct SimStats {
     pub dma_without_bus_master: u64,
     /// MANAGE_PAGES CANT_GIVE received (the driver could not meet a page request).
     pub pages_cant_give: u64,
+    /// Runs of the device by its engine thread (its timers, and frames no other thread took).
+    pub engine_runs: u64,
 }
 
 /// Health state.
@@ -459,6 +461,15 @@ impl Hca {
             if self.iommu.read(page, &mut b).is_err() {
                 self.inject_fatal(HealthSyndrome::FETCH_PCI_ERR);
             }
+        }
+    }
+
+    /// Notes a timer due at `due`: the device's timers run no later than that (the thread that
+    /// runs the device when it is due, or its engine, which a run that leaves it due sooner
+    /// than the engine's next look wakes).
+    pub(crate) fn note_due(&mut self, due: Instant) {
+        if due < self.timers_due {
+            self.timers_due = due;
         }
     }
 

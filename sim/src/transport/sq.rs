@@ -43,18 +43,19 @@ impl Hca {
 
     /// Puts a QP's transport state back and mirrors its counters into the QP.
     pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
-        let timed = t.deadline.is_some() || t.rnr_until.is_some();
-        if let Some(qp) = self.objects.qps.get_mut(&qpn) {
-            qp.sq_fetched = t.sq_head;
-            qp.rq_consumed = t.rq_consumed;
-            let err_rq = qp.state == QpState::ERR && !qp.no_rq;
-            qp.transport = Some(t);
-            if timed || err_rq {
-                self.objects.xport.timed.insert(qpn);
-            } else {
-                self.objects.xport.timed.remove(&qpn);
-            }
+        let due = t.deadline.into_iter().chain(t.rnr_until).min();
+        let Some(qp) = self.objects.qps.get_mut(&qpn) else { return };
+        qp.sq_fetched = t.sq_head;
+        qp.rq_consumed = t.rq_consumed;
+        let err_rq = qp.state == QpState::ERR && !qp.no_rq;
+        qp.transport = Some(t);
+        if due.is_none() && !err_rq {
+            self.objects.xport.timed.remove(&qpn);
+            return;
         }
+        self.objects.xport.timed.insert(qpn);
+        // A QP in error with a receive queue is flushed at the timers' next run.
+        self.note_due(due.unwrap_or_else(Instant::now));
     }
 
     pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
