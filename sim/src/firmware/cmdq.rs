@@ -63,8 +63,7 @@ impl Hca {
 
     /// Processes one slot. Returns whether a command completed (ownership handed back).
     pub(crate) fn deliver(&mut self, slot: u32) -> bool {
-        if !self.bus_master() {
-            self.stats.dma_without_bus_master += 1;
+        if !self.may_dma() {
             return false;
         }
         let entry_iova = self.cmdq_base() + ((slot as u64) << super::LOG_CMDQ_STRIDE);

@@ -258,6 +258,15 @@ impl Hca {
         self.pci_config[4] & 0x04 != 0
     }
 
+    /// Whether the device may do DMA now (bus mastering is on); a DMA refused is counted.
+    pub(crate) fn may_dma(&mut self) -> bool {
+        let on = self.bus_master();
+        if !on {
+            self.stats.dma_without_bus_master += 1;
+        }
+        on
+    }
+
     /// Whether a fatal health error is present.
     ///
     /// Fatal means a syndrome with the recovery-flow-required bit (Linux

@@ -836,7 +836,6 @@ impl Hca {
 
     /// Writes one EQE on `eqn` and raises its interrupt if armed.
     pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &[u8; 28]) -> bool {
-        let bus_master = self.bus_master();
         let Some(eq) = self.objects.eqs.get_mut(&eqn) else { return false };
         if eq.overrun {
             return false;
@@ -855,8 +854,7 @@ impl Hca {
         let Some(iova) = eq.buf.iova((idx as usize * plain::eqe::SIZE) as u64) else { return false };
         let e = plain::eqe { type_: ty, sub_type, data: *data, owner, ..Default::default() };
         let eqe: [u8; plain::eqe::SIZE] = zerocopy::transmute!(e);
-        if !bus_master {
-            self.stats.dma_without_bus_master += 1;
+        if !self.may_dma() {
             return false;
         }
         if self.iommu.write(iova, &eqe[..63]).is_err() || self.iommu.write_u8_release(iova + 63, owner).is_err() {

@@ -3,7 +3,7 @@
 
 use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
 use crate::firmware::Hca;
-use crate::firmware::objects::{Access, Chunks};
+use crate::firmware::objects::Access;
 use std::time::Instant;
 use umlx_hwdesc::U32;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
@@ -344,14 +344,7 @@ impl Hca {
                     return inval(0);
                 }
                 let Some(reth) = pkt.ext.reth else { return inval(0) };
-                // A READ of no bytes names no memory: its R_Key is not checked.
-                let c = match reth.dma_len {
-                    0 => Chunks::default(),
-                    n => self
-                        .mkey_chunks(reth.rkey, t.path.pd, reth.va, n.into(), Access::RemoteRead)
-                        .map_err(|_| Fail::Nak(NakCode::RemoteAccessErr, 0))?,
-                };
-                let Some(mut data) = self.gather_of(&c) else {
+                let Some(mut data) = self.read_source(t.path.pd, reth.rkey, reth.va, reth.dma_len) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
                 };
                 let npkts = reth.dma_len.div_ceil(mtu as u32).max(1);
@@ -456,7 +449,7 @@ impl Hca {
             if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                 ext.aeth = Some(Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
             }
-            // The range was checked readable before the first response (`Hca::gather_of`); a
+            // The range was checked readable before the first response (`Hca::read_source`); a
             // mapping removed since then ends the responses, and the requester's retry asks again.
             if !self.emit_gathered(&t.path, None, bth, ext, data, off..(off + mtu).min(len)) {
                 return;
@@ -497,14 +490,7 @@ impl Hca {
                 if reth.rkey != rkey || reth.va != va.wrapping_add(off) {
                     return;
                 }
-                let c = match len {
-                    0 => Chunks::default(),
-                    n => match self.mkey_chunks(rkey, t.path.pd, va, n.into(), Access::RemoteRead) {
-                        Ok(c) => c,
-                        Err(_) => return,
-                    },
-                };
-                let Some(mut data) = self.gather_of(&c) else { return };
+                let Some(mut data) = self.read_source(t.path.pd, rkey, va, len) else { return };
                 self.read_responses(t, p, k, &mut data, len);
             }
             Operation::CompareSwap | Operation::FetchAdd => {

@@ -81,8 +81,7 @@ impl Hca {
 
     /// DMA-reads IOVA chunks, appending to `out`.
     pub(crate) fn read_chunks(&mut self, chunks: &[(u64, u64)], out: &mut Vec<u8>) -> bool {
-        if !self.bus_master() {
-            self.stats.dma_without_bus_master += 1;
+        if !self.may_dma() {
             return false;
         }
         for &(iova, n) in chunks {
@@ -95,16 +94,20 @@ impl Hca {
         true
     }
 
-    /// The payload of a response that reads IOVA `chunks` (an MKey's translation) when each
-    /// packet is built, if the whole range can be read now: so a range that is not mapped
-    /// fails before the first packet, as it did when the range was read at once.
-    pub(crate) fn gather_of(&mut self, chunks: &[(u64, u64)]) -> Option<Gather> {
-        if !chunks.is_empty() && !self.bus_master() {
-            self.stats.dma_without_bus_master += 1;
+    /// The payload of READ responses: `len` bytes at `va` of `rkey`, read when each packet is
+    /// built. `None` when the key does not allow the read or the whole range cannot be read
+    /// now, so that memory that is not mapped is refused before the first response. A READ
+    /// of no bytes names no memory: its R_Key is not checked.
+    pub(crate) fn read_source(&mut self, pd: u32, rkey: u32, va: u64, len: u32) -> Option<Gather> {
+        let mut g = Gather::default();
+        if len == 0 {
+            return Some(g);
+        }
+        let chunks = self.mkey_chunks(rkey, pd, va, len.into(), Access::RemoteRead).ok()?;
+        if !self.may_dma() {
             return None;
         }
-        let mut g = Gather::default();
-        for &(iova, n) in chunks {
+        for &(iova, n) in chunks.iter() {
             self.iommu.check_read(iova, n as usize).ok()?;
             g.push_host(iova, n);
         }
@@ -117,8 +120,7 @@ impl Hca {
         if out.is_empty() {
             return true;
         }
-        if !self.bus_master() {
-            self.stats.dma_without_bus_master += 1;
+        if !self.may_dma() {
             return false;
         }
         // Packets are read in order but after a rewind: the cursor saves the walk from the
@@ -164,8 +166,7 @@ impl Hca {
 
     /// DMA-writes `data` over IOVA chunks.
     pub(crate) fn write_chunks(&mut self, chunks: &[(u64, u64)], data: &[u8]) -> bool {
-        if !self.bus_master() {
-            self.stats.dma_without_bus_master += 1;
+        if !self.may_dma() {
             return false;
         }
         let mut off = 0usize;
