@@ -40,10 +40,66 @@ struct Inner {
     /// Whether `posted` holds any: read without its lock by every thread that lets go of the
     /// device.
     posted_any: AtomicBool,
-    /// When the engine looks next, in nanoseconds since `epoch`: a run that leaves timers due
-    /// sooner wakes it.
-    engine_wake: AtomicU64,
+    /// When the engine looks next and when the timers are due, shared without the lock.
+    clock: EngineClock,
+}
+
+/// What the engine and the threads that run the device tell each other about time without the
+/// device lock: when the engine plans to look next, and when the device's timers are due as
+/// the last thread to let go of the device left them (both in nanoseconds since `epoch`).
+///
+/// The two sides meet as in Dekker's algorithm: the engine notes its plan, then tries the
+/// device and, finding it held, reads the timers; a thread letting go notes the timers, then
+/// reads the plan. A SeqCst fence on each side between its write and its read means at least
+/// one of them sees the other's write: either the thread wakes the engine for a timer due before
+/// its plan, or the engine, which could not take the device, sleeps no later than that timer.
+struct EngineClock {
     epoch: Instant,
+    /// When the engine looks next; 0 while it runs the device (its own run need not wake it).
+    engine_wake: AtomicU64,
+    /// When the timers are due, as the last run of the device left them.
+    timers_due: AtomicU64,
+}
+
+impl EngineClock {
+    fn new() -> EngineClock {
+        EngineClock { epoch: Instant::now(), engine_wake: AtomicU64::new(0), timers_due: AtomicU64::new(u64::MAX) }
+    }
+
+    /// `t` in nanoseconds since the epoch.
+    fn nanos(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// The engine will look at `at` unless woken; it tries the device next.
+    fn engine_plans(&self, at: Instant) {
+        self.engine_wake.store(self.nanos(at), Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The engine runs the device.
+    fn engine_runs(&self) {
+        self.engine_wake.store(0, Ordering::Relaxed);
+    }
+
+    /// The engine found the device held, at `now`, having planned to look at `planned`: it
+    /// looks at that or when the timers are due as last left, whichever is first, but not
+    /// sooner than [`ENGINE_MIN_PARK`] from now (the holder may keep the device a while, and
+    /// runs the timers itself while it does).
+    fn engine_wake_when_held(&self, now: Instant, planned: Instant) -> Instant {
+        let due = self.timers_due.load(Ordering::Relaxed);
+        let due = self.epoch.checked_add(Duration::from_nanos(due)).unwrap_or(planned);
+        due.min(planned).max(now + ENGINE_MIN_PARK)
+    }
+
+    /// A thread lets go of the device with its timers due at `due`: whether the engine must be
+    /// woken for them (it plans to look later, and is not running the device).
+    fn leaving(&self, due: Instant) -> bool {
+        let due = self.nanos(due);
+        self.timers_due.store(due, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        due < self.engine_wake.load(Ordering::Relaxed)
+    }
 }
 
 /// The device lock, held: derefs to the [`Hca`]. Letting go of it executes the BAR writes
@@ -129,16 +185,6 @@ impl Inner {
         }
     }
 
-    /// `t` in nanoseconds since the device's epoch.
-    fn nanos(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_nanos() as u64
-    }
-
-    /// Notes when the engine looks next.
-    fn set_engine_wake(&self, t: Instant) {
-        self.engine_wake.store(self.nanos(t), Ordering::Relaxed);
-    }
-
     /// Executes the posted BAR writes in order, under the device lock `h`.
     fn execute_posted(&self, h: &mut Hca) {
         if !self.posted_any.load(Ordering::Relaxed) {
@@ -182,7 +228,7 @@ impl Inner {
                 }
                 let now = Instant::now();
                 if now < h.timers_due {
-                    if self.nanos(h.timers_due) < self.engine_wake.load(Ordering::Relaxed) {
+                    if self.clock.leaving(h.timers_due) {
                         self.port.wake_engine(); // a timer due before the engine looks
                     }
                     return;
@@ -263,8 +309,7 @@ impl SimDevice {
             port,
             posted: Mutex::new(Vec::new()),
             posted_any: AtomicBool::new(false),
-            engine_wake: AtomicU64::new(0),
-            epoch: Instant::now(),
+            clock: EngineClock::new(),
         });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
@@ -495,12 +540,13 @@ fn engine(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         // Noted before the lock is tried: a holder that lets go later compares with it.
-        inner.set_engine_wake(Instant::now() + ENGINE_IDLE_PARK);
+        let planned = Instant::now() + ENGINE_IDLE_PARK;
+        inner.clock.engine_plans(planned);
         let wake = match inner.try_lock() {
             Some(mut h) => {
                 // While the engine runs the device, its own run need not wake it: it looks at
                 // the timers when it is done.
-                inner.engine_wake.store(0, Ordering::Relaxed);
+                inner.clock.engine_runs();
                 h.stats.engine_runs += 1;
                 // A timer armed since the last run may be due before `timers_due`.
                 let now = Instant::now();
@@ -509,12 +555,61 @@ fn engine(weak: Weak<Inner>) {
                 }
                 inner.run_to_completion(&mut h);
                 let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
-                inner.set_engine_wake(wake);
+                inner.clock.engine_plans(wake);
                 wake
             }
-            None => Instant::now() + ENGINE_IDLE_PARK,
+            None => inner.clock.engine_wake_when_held(Instant::now(), planned),
         };
         drop(inner);
         std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The window the clock closes: a thread letting go reads the engine's old plan (a look
+    /// sooner than its timer: no wake) just before the engine plans a later look and finds the
+    /// device still held. The engine must then sleep no later than the timer, where it used to
+    /// sleep its whole idle period.
+    #[test]
+    fn an_engine_that_finds_the_device_held_wakes_for_the_timer_it_was_not_told_of() {
+        let c = EngineClock::new();
+        let now = Instant::now();
+        c.engine_plans(now + Duration::from_micros(200)); // the engine's old plan
+        let due = now + Duration::from_micros(400);
+        assert!(!c.leaving(due), "the old plan looks before the timer: no wake");
+        // The engine plans its idle look and finds the device held (the holder has not let go).
+        let planned = now + ENGINE_IDLE_PARK;
+        c.engine_plans(planned);
+        assert_eq!(c.engine_wake_when_held(now, planned), due);
+    }
+
+    /// The other order: the engine planned first, so the thread letting go sees the plan and
+    /// wakes it for a timer due sooner, and only then.
+    #[test]
+    fn a_thread_letting_go_wakes_the_engine_only_for_a_timer_due_before_its_plan() {
+        let c = EngineClock::new();
+        let now = Instant::now();
+        c.engine_plans(now + ENGINE_IDLE_PARK);
+        assert!(c.leaving(now + Duration::from_micros(300)));
+        assert!(!c.leaving(now + 2 * ENGINE_IDLE_PARK));
+        // While the engine runs the device, nothing wakes it: it looks at the timers after.
+        c.engine_runs();
+        assert!(!c.leaving(now + Duration::from_micros(300)));
+    }
+
+    /// A held device with timers long past due (the holder runs them) or not armed: the engine
+    /// neither spins nor oversleeps.
+    #[test]
+    fn an_engine_that_finds_the_device_held_sleeps_between_its_floor_and_its_plan() {
+        let c = EngineClock::new();
+        let now = Instant::now();
+        let planned = now + ENGINE_IDLE_PARK;
+        assert_eq!(c.engine_wake_when_held(now, planned), planned, "no timer published yet");
+        c.leaving(now);
+        let later = now + Duration::from_millis(5);
+        assert_eq!(c.engine_wake_when_held(later, later + ENGINE_IDLE_PARK), later + ENGINE_MIN_PARK);
     }
 }

@@ -164,8 +164,8 @@ pub struct Hca {
     pub(crate) vport: vport::Vport,
     pub(crate) irqs: Vec<Option<File>>,
     pub(crate) delayed: Vec<DelayedCmd>,
-    /// When [`Hca::tick`] is next needed, as of its last run (a timer armed since may be due
-    /// earlier; the engine looks at [`Hca::next_due`] every 100 µs while timers run).
+    /// When [`Hca::tick`] is next needed: set by its last run, lowered by [`Hca::note_due`]
+    /// when a timer is armed sooner (the engine also looks at [`Hca::next_due`] when it runs).
     pub(crate) timers_due: Instant,
     pub(crate) stats: SimStats,
     pub(crate) host_endianness: u8,
