@@ -826,6 +826,10 @@ impl<B: Backend> SendQueue<B> {
         // writer keeps it alive); 4-byte aligned.
         unsafe { self.dbr.write_volatile(counter) };
         dma_wmb();
+        // The next doorbell goes to the other buffer; noted first, so that the register write
+        // is the last thing done (nothing is kept across a backend's call).
+        let size = self.bf_buf_size;
+        self.bf = bf.map_addr(|a| a ^ size);
         if self.bf_direct {
             // SAFETY: the backend keeps the UAR page mapped while it lives (this writer holds
             // it); `bf` is one of the first BlueFlame register's two buffers in that page
@@ -834,8 +838,45 @@ impl<B: Backend> SendQueue<B> {
         } else {
             self.backend.write64(bf.addr(), u64::from_be(ctrl));
         }
-        let size = self.bf_buf_size;
-        self.bf = self.bf.map_addr(|a| a ^ size);
+    }
+}
+
+/// The fields of a simple send WQE besides its opcode, flags and SGE, as
+/// [`SqChain::put_simple_from`] reads them: each where the WQE takes it. A binding hands its own
+/// request (libibverbs.so.1 its `struct ibv_send_wr`), read in place, so that none of them is
+/// kept in a register across the post's checks; [`SimpleFields`] holds them as values.
+pub trait SimpleWqeSource {
+    /// The work request ID.
+    fn wr_id(&self) -> u64;
+    /// The immediate, as the 32 wire bits (read only for an opcode with one).
+    fn imm(&self) -> u32;
+    /// The remote address and R_Key (read only for an RDMA opcode).
+    fn remote(&self) -> Remote;
+}
+
+/// A [`SimpleWqeSource`] of values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimpleFields {
+    /// The work request ID.
+    pub wr_id: u64,
+    /// The immediate (0 for an opcode without one).
+    pub imm: u32,
+    /// The remote address and R_Key (unused for a SEND).
+    pub remote: Remote,
+}
+
+impl SimpleWqeSource for SimpleFields {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    #[inline(always)]
+    fn imm(&self) -> u32 {
+        self.imm
+    }
+    #[inline(always)]
+    fn remote(&self) -> Remote {
+        self.remote
     }
 }
 
@@ -896,12 +937,31 @@ impl<B: Backend> SqChain<'_, B> {
     /// A zero-length SGE is left out (a zero byte count would mean 2 GiB).
     #[inline(always)]
     pub fn put_simple(&mut self, wr_id: u64, opcode: u8, send_flags: u32, imm: u32, remote: Option<Remote>, sge: &Sge) {
+        let has_remote = remote.is_some();
+        let fields = SimpleFields { wr_id, imm, remote: remote.unwrap_or_default() };
+        self.put_simple_from(opcode, send_flags, true, has_remote, sge, &fields);
+    }
+
+    /// [`SqChain::put_simple`] with the work request ID, immediate and remote address read from
+    /// `src` where the WQE takes each: the immediate only when `has_imm` (else 0), the remote
+    /// address only when `has_remote`.
+    #[inline(always)]
+    pub fn put_simple_from(
+        &mut self,
+        opcode: u8,
+        send_flags: u32,
+        has_imm: bool,
+        has_remote: bool,
+        sge: &Sge,
+        src: &impl SimpleWqeSource,
+    ) {
         let sq = &*self.sq;
         let bb = self.bb;
-        let ds = 1 + remote.is_some() as u32 + !sge.is_empty() as u32;
+        let ds = 1 + has_remote as u32 + !sge.is_empty() as u32;
         let idx_opcode = ((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | opcode as u32;
         let ctrl0 = ((idx_opcode as u64) << CTRL_IDX_OPCODE_SHIFT) | ((sq.qpn_ds | ds) as u64) << CTRL_QPN_DS_SHIFT;
         // Byte swapping distributes over OR: the flags word is stored pre-swapped.
+        let imm = if has_imm { src.imm() } else { 0 };
         let ctrl1_be = sq.fm_ce_se_word[(send_flags & 7) as usize] | ((imm as u64) << CTRL_IMM_SHIFT).to_be();
         self.last_ctrl = ctrl0.to_be();
         let idx = (bb & sq.mask) as usize;
@@ -912,20 +972,20 @@ impl<B: Backend> SqChain<'_, B> {
             let p = sq.base.add(idx << WQEBB_SHIFT).cast::<u64>();
             p.write_volatile(self.last_ctrl);
             p.add(1).write_volatile(ctrl1_be);
-            let d = match remote {
-                Some(r) => {
-                    let ra = p.add(CTRL_WORDS);
-                    ra.write_volatile(r.addr.to_be());
-                    ra.add(1).write_volatile(((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
-                    ra.add(RADDR_WORDS)
-                }
-                None => p.add(CTRL_WORDS),
+            let d = if has_remote {
+                let r = src.remote();
+                let ra = p.add(CTRL_WORDS);
+                ra.write_volatile(r.addr.to_be());
+                ra.add(1).write_volatile(((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
+                ra.add(RADDR_WORDS)
+            } else {
+                p.add(CTRL_WORDS)
             };
             let [w0, w1] = sge.wire();
             d.write_volatile(w0);
             d.add(1).write_volatile(w1);
             let slot = &*sq.slots.add(idx);
-            slot.wr_id.store(wr_id, Ordering::Relaxed);
+            slot.wr_id.store(src.wr_id(), Ordering::Relaxed);
             slot.head.store(bb.wrapping_add(1), Ordering::Release);
         }
         self.bb = bb.wrapping_add(1);

@@ -92,7 +92,7 @@ pub use umlx_driver::dma::ExternalBuffer;
 pub use umlx_driver::vfio::VfioBackend;
 /// The mlx5 event types an [`AsyncEvent`] carries, and the sub-types of a port change.
 pub use umlx_hwdesc::enums::{EventType, PortChangeSubtype};
-pub use wr::{OneSgeOp, Payload, RecvWr, Remote, SendOp, SendWr, Sge, UdDest, UdSendWr};
+pub use wr::{OneSgeOp, Payload, RecvWr, Remote, SendOp, SendWr, Sge, SimpleWqeSource, UdDest, UdSendWr};
 
 /// The backend every verbs object is built on: an adapter or a software ConnectX, chosen when
 /// the context is opened.

@@ -14,7 +14,10 @@ use crate::{Error, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use umlx_driver::av::{Av, AvParams};
-use umlx_driver::datapath::{PostError, RecvQueue, Remote, SendQueue, SendWqe, SqChain, SqGeometry, WrRing, opcode};
+use umlx_driver::datapath::{
+    PostError, RecvQueue, Remote, SendQueue, SendWqe, SimpleFields, SimpleWqeSource, SqChain, SqGeometry, WrRing,
+    opcode,
+};
 use umlx_driver::dma::{ExternalBuffer, UserMemory};
 use umlx_driver::objects::{MemoryRegion, Mkey, Pd as DrvPd, Qp as DrvQp, QpConfig, Srq as DrvSrq, Transition};
 use umlx_driver::qpc::{AddressPath, QpAttrs, RemoteAccess};
@@ -780,11 +783,26 @@ impl Qp {
         remote: Remote,
         imm: u32,
     ) -> bool {
+        self.try_post_send_one_from(op, flags, sge, &SimpleFields { wr_id, imm, remote })
+    }
+
+    /// [`Qp::try_post_send_one`] with the request's ID, immediate (host order) and remote
+    /// address read from `src` where the WQE takes each, the immediate and remote address only
+    /// for the opcodes that have them: a binding hands its own request, read in place
+    /// (libibverbs.so.1 its `struct ibv_send_wr`), and keeps none of them in a register across
+    /// the checks.
+    #[inline(always)]
+    pub fn try_post_send_one_from(
+        &mut self,
+        op: OneSgeOp,
+        flags: SendFlags,
+        sge: &Sge,
+        src: &impl SimpleWqeSource,
+    ) -> bool {
         if self.send_ok && self.qp_type == QpType::Rc && !self.fatal.load(Ordering::Relaxed) && !sge.is_empty() {
             let mut chain = self.sq.begin();
             if chain.has_room() {
-                let imm = if op.with_imm() { imm } else { 0 };
-                chain.put_simple(wr_id, op as u8, flags.0, imm, op.is_rdma().then_some(remote), sge);
+                chain.put_simple_from(op as u8, flags.0, op.with_imm(), op.is_rdma(), sge, src);
                 chain.finish();
                 return true;
             }

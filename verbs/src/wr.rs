@@ -25,7 +25,7 @@ pub use umlx_driver::datapath::Sge;
 
 /// The remote buffer of an RDMA or atomic operation: address and rkey (`wr.rdma`,
 /// `wr.atomic`).
-pub use umlx_driver::datapath::Remote;
+pub use umlx_driver::datapath::{Remote, SimpleWqeSource};
 
 /// What a SEND or RDMA WRITE carries.
 #[derive(Clone, Copy, Debug)]

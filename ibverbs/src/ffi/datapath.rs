@@ -12,7 +12,8 @@ use libc::{EINVAL, EOPNOTSUPP, c_int};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use umlx_verbs::{
-    Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, UdSendWr, Wc, WcEntry, WcOpcode,
+    Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, SimpleWqeSource, UdDest, UdSendWr, Wc,
+    WcEntry, WcOpcode,
 };
 
 /// SGEs per work request that a post translates on the stack; a QP is never created with
@@ -245,10 +246,7 @@ pub(super) unsafe extern "C" fn post_send(
                 // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
                 let s = unsafe { w.sg_list.read() };
                 let sge = Sge::new(s.addr, s.length, s.lkey);
-                // SAFETY: `wr.rdma` is plain integers, read only for the RDMA opcodes.
-                let r = unsafe { w.wr.rdma };
-                let remote = Remote { addr: r.remote_addr, rkey: r.rkey };
-                if q.try_post_send_one(w.wr_id, op, SendFlags(w.send_flags), &sge, remote, u32::from_be(w.imm_data)) {
+                if q.try_post_send_one_from(op, SendFlags(w.send_flags), &sge, w) {
                     return 0;
                 }
             }
@@ -256,6 +254,26 @@ pub(super) unsafe extern "C" fn post_send(
     }
     // SAFETY: the caller's arguments, unchanged.
     unsafe { post_send_general(qp, wr, bad_wr) }
+}
+
+/// A C send request as the WQE's source: its ID, immediate and remote address read in place,
+/// where the WQE takes each.
+impl SimpleWqeSource for ibv_send_wr {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    #[inline(always)]
+    fn imm(&self) -> u32 {
+        u32::from_be(self.imm_data)
+    }
+    #[inline(always)]
+    fn remote(&self) -> Remote {
+        // SAFETY: `wr.rdma` is plain integers (any bits are a value); the WQE reads it only
+        // for the RDMA opcodes, whose member it is.
+        let r = unsafe { self.wr.rdma };
+        Remote { addr: r.remote_addr, rkey: r.rkey }
+    }
 }
 
 /// `post_send` for every other chain: several requests, SGEs, inline data, atomics, UD.
