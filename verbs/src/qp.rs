@@ -799,7 +799,7 @@ impl Qp {
         sge: &Sge,
         src: &impl SimpleWqeSource,
     ) -> bool {
-        if self.send_ok && self.qp_type == QpType::Rc && !self.fatal.load(Ordering::Relaxed) && !sge.is_empty() {
+        if !sge.is_empty() && self.send_ok && self.qp_type == QpType::Rc && !self.fatal.load(Ordering::Relaxed) {
             let mut chain = self.sq.begin();
             if chain.has_room() {
                 chain.put_simple_from(op as u8, flags.0, op.with_imm(), op.is_rdma(), sge, src);
