@@ -4,9 +4,10 @@
 mod firmware_common;
 
 use firmware_common::*;
-use umlx_hwdesc::enums::{AccessRegId, CmdOpcode, CmdStatus, EventType, HcaCapType, PagesOpMod, TeardownProfile};
+use umlx_hwdesc::enums::{
+    AccessRegId, CmdOpcode, CmdStatus, EventType, HcaCapType, NicInterface, PagesOpMod, TeardownProfile,
+};
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::iseg;
 use umlx_sim::firmware::HcaState;
 
 const BOOT: u64 = 32;
@@ -46,9 +47,13 @@ fn bring_up_and_teardown_with_page_accounting() {
 
     // Host endianness: write, then read back.
     host.write_host_endianness().expect("ACCESS_REG write HOST_ENDIANNESS");
-    let reg = host.access_reg(AccessRegId::HOST_ENDIANNESS, false, &[0u8; 16]).expect("ACCESS_REG read");
-    assert_eq!(reg.len(), 16);
-    assert_eq!(reg[0], if cfg!(target_endian = "big") { 0x80 } else { 0 });
+    let reg = host
+        .access_reg(AccessRegId::HOST_ENDIANNESS, false, &[0u8; host_endianness_reg::SIZE_BYTES])
+        .expect("ACCESS_REG read");
+    assert_eq!(reg.len(), host_endianness_reg::SIZE_BYTES);
+    let mut he = [0u8; host_endianness_reg::SIZE_BYTES];
+    host_endianness_reg::he.set(&mut he, cfg!(target_endian = "big") as u64);
+    assert_eq!(reg[0], he[0], "`he` and the reserved bits beside it");
 
     // General capabilities, current and max.
     let gcur = host.query_hca_cap(HcaCapType::GENERAL, true).expect("QUERY_HCA_CAP general cur");
@@ -171,17 +176,18 @@ fn bring_up_and_teardown_with_page_accounting() {
     // UAR and the async EQ (command completion + page request), owner bytes pre-set.
     let uar = host.alloc_uar().expect("ALLOC_UAR");
     assert!(uar >= 8, "UAR pages must not overlap the initialization segment (got {uar})");
-    let mut eq = host.create_eq(uar, 8, (1 << 0x0a) | (1 << 0x0b), 0).expect("CREATE_EQ");
+    let mut eq =
+        host.create_eq(uar, 8, (1 << EventType::CMD.0) | (1 << EventType::PAGE_REQUEST.0), 0).expect("CREATE_EQ");
     assert_eq!(eq.nent(), 256);
     // The EQ itself is regular demand: a PAGE_REQUEST for one page, then CREATE_EQ's own
     // completion event.
     let e0 = eq.poll().expect("PAGE_REQUEST EQE");
     assert_eq!(eqe_type(&e0), EventType::PAGE_REQUEST.0);
-    assert_eq!(eqe_data_u32(&e0, 4) as i32, 1);
-    assert_eq!(e0[63] & 1, 0, "owner 0 on the first pass");
+    assert_eq!(page_request(&e0).num_pages.get(), 1);
+    assert_eq!(eqe(&e0).owner & 1, 0, "owner 0 on the first pass");
     let e1 = eq.poll().expect("CMD EQE of CREATE_EQ");
     assert_eq!(eqe_type(&e1), EventType::CMD.0);
-    assert_eq!(eqe_data_u32(&e1, 0), 1 << host.slot);
+    assert_eq!(cmd_vector(&e1), 1 << host.slot);
     assert!(eq.poll().is_none());
     eq.doorbell(true); // arm
     host.give_pages(1).expect("answering the page request");
@@ -233,9 +239,8 @@ fn fast_teardown() {
     let mut host = CmdHost::new(&dev);
     host.bring_up().unwrap();
     assert_eq!(host.teardown_hca(TeardownProfile::PREPARE_FAST_TEARDOWN).unwrap(), 0, "ready for fast teardown");
-    let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
-    dev.bar0_write32(iseg::CMDQ_ADDR_L_SZ as u64, (v & 0xffff_f000) | (1 << 8));
-    assert_eq!(dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64) >> 8 & 7, 1);
+    set_nic_interface(&dev, NicInterface::DISABLED);
+    assert_eq!(nic_interface(&dev), NicInterface::DISABLED);
     assert_eq!(dev.hca_state(), HcaState::TornDown);
 }
 

@@ -7,6 +7,8 @@ mod firmware_common;
 use firmware_common::*;
 use umlx_hwdesc::enums::{CmdOpcode, DeliveryStatus, HcaCapType, ManagePagesOpMod, PagesOpMod};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{cmd, cmd_layout, cmd_prot_block};
+use zerocopy::FromBytes;
 
 /// ENABLE_HCA, ISSI and the boot pages: enough for QUERY/SET_HCA_CAP.
 fn booted() -> (SimDevice, CmdHost) {
@@ -32,12 +34,12 @@ fn query_hca_cap_output_spans_eight_blocks() {
     assert_eq!((p.in_blocks, p.out_blocks), (0, 8));
     // Poison the output blocks: the device must write every data byte.
     for i in 0..8 {
-        p.mailbox.as_ref().unwrap().fill(p.out_block_offset(i), 512, 0xa5);
+        p.mailbox.as_ref().unwrap().fill(p.out_block_offset(i), cmd::CMD_DATA_BLOCK_SIZE, 0xa5);
     }
     host.post(&p);
     let out = host.poll(&p).expect("QUERY_HCA_CAP");
     assert_eq!(out.len(), 0x1010);
-    let cap = &out[0x10..];
+    let cap = cap_of(&out);
     assert_eq!(cmd_hca_cap::port_type.get(cap), 1);
     assert_eq!(cmd_hca_cap::log_max_qp.get(cap), 18);
     assert_eq!(cmd_hca_cap::device_frequency_khz.get(cap), 1_000_000);
@@ -45,8 +47,9 @@ fn query_hca_cap_output_spans_eight_blocks() {
     // The chain links were kept: block numbers count up, `next` links the blocks.
     for i in 0..8 {
         let b = p.out_block(i);
-        assert_eq!(u32::from_be_bytes(b[0x238..0x23c].try_into().unwrap()), i as u32);
-        let next = u64::from_be_bytes(b[0x230..0x238].try_into().unwrap());
+        let b = cmd_prot_block::read_from_bytes(&b[..]).unwrap();
+        assert_eq!(b.block_num.get(), i as u32);
+        let next = b.next.get();
         assert_eq!(next, if i < 7 { p.out_block_iova(i + 1) } else { 0 });
     }
 }
@@ -57,7 +60,7 @@ fn set_hca_cap_input_spans_eight_blocks() {
     let mut cap = host.query_hca_cap(HcaCapType::GENERAL, true).unwrap();
     cmd_hca_cap::log_max_qp.set(&mut cap, 10);
     let mut input = cmd_input(CmdOpcode::SET_HCA_CAP, HcaCapType::GENERAL.op_mod(false), set_hca_cap_in::SIZE_BYTES);
-    input[0x10..].copy_from_slice(&cap);
+    set_cap(&mut input, &cap);
     let p = host.prepare(0, &input, 16);
     assert_eq!((p.in_blocks, p.out_blocks), (8, 0));
     host.post(&p);
@@ -89,15 +92,15 @@ fn bad_block_number() {
     let (_dev, mut host) = booted();
     // Output chain.
     let p = host.prepare(0, &query_cap_input(), query_hca_cap_out::SIZE_BYTES);
-    p.mailbox.as_ref().unwrap().write_u32_be(p.out_block_offset(3) + 0x238, 7);
+    p.mailbox.as_ref().unwrap().write_u32_be(p.out_block_offset(3) + cmd_prot_block::block_num, 7);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::BAD_BLK_NUM_ERR);
     // Input chain.
     let cap = host.query_hca_cap(HcaCapType::GENERAL, true).unwrap();
     let mut input = cmd_input(CmdOpcode::SET_HCA_CAP, 0, set_hca_cap_in::SIZE_BYTES);
-    input[0x10..].copy_from_slice(&cap);
+    set_cap(&mut input, &cap);
     let p = host.prepare(0, &input, 16);
-    p.mailbox.as_ref().unwrap().write_u32_be(p.in_block_offset(2) + 0x238, 0);
+    p.mailbox.as_ref().unwrap().write_u32_be(p.in_block_offset(2) + cmd_prot_block::block_num, 0);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::BAD_BLK_NUM_ERR);
 }
@@ -108,23 +111,23 @@ fn misaligned_mailbox_pointers() {
     let entry = CmdHost::entry_offset(0);
     // Output pointer not on a 1 KiB boundary.
     let p = host.prepare(0, &query_cap_input(), query_hca_cap_out::SIZE_BYTES);
-    host.queue().write_u64_be(entry + 0x30, p.out_block_iova(0) + 0x40);
+    host.queue().write_u64_be(entry + cmd_layout::out_ptr, p.out_block_iova(0) + 0x40);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::OUT_PTR_ALIGN_ERR);
     // A misaligned `next` further down the output chain.
     let p = host.prepare(0, &query_cap_input(), query_hca_cap_out::SIZE_BYTES);
-    p.mailbox.as_ref().unwrap().write_u64_be(p.out_block_offset(4) + 0x230, p.out_block_iova(5) + 0x200);
+    p.mailbox.as_ref().unwrap().write_u64_be(p.out_block_offset(4) + cmd_prot_block::next, p.out_block_iova(5) + 0x200);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::OUT_PTR_ALIGN_ERR);
     // Input pointer.
     let input = cmd_input(CmdOpcode::SET_HCA_CAP, 0, set_hca_cap_in::SIZE_BYTES);
     let p = host.prepare(0, &input, 16);
-    host.queue().write_u64_be(entry + 0x08, p.in_block_iova(0) + 8);
+    host.queue().write_u64_be(entry + cmd_layout::in_ptr, p.in_block_iova(0) + 8);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::IN_PTR_ALIGN_ERR);
     // A missing input chain (pointer 0 while inlen needs blocks).
     let p = host.prepare(0, &input, 16);
-    host.queue().write_u64_be(entry + 0x08, 0);
+    host.queue().write_u64_be(entry + cmd_layout::in_ptr, 0);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::IN_PTR_ALIGN_ERR);
     let s = dev.stats();
@@ -138,17 +141,17 @@ fn wrong_descriptor_type_and_lengths() {
     let commands = dev.stats().commands;
     for ty in [0u8, 3, 8, 0xff] {
         let p = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
-        host.queue().write_u8(entry, ty);
+        host.queue().write_u8(entry + cmd_layout::type_, ty);
         host.post(&p);
         expect_delivery(host.poll(&p), DeliveryStatus::CMD_DESCR_ERR);
     }
     // Messages beyond what the firmware accepts (16 MiB).
     let p = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
-    host.queue().write_u32_be(entry + 4, 16 << 20);
+    host.queue().write_u32_be(entry + cmd_layout::inlen, 16 << 20);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::IN_LENGTH_ERR);
     let p = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
-    host.queue().write_u32_be(entry + 0x38, 16 << 20);
+    host.queue().write_u32_be(entry + cmd_layout::outlen, 16 << 20);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::OUT_LENGTH_ERR);
     assert_eq!(dev.stats().commands, commands, "a delivery error executes nothing");
@@ -162,12 +165,13 @@ fn signatures_ignored_while_checksum_is_off() {
     let entry = CmdHost::entry_offset(0);
     // Garbage signature, token and block signatures: accepted.
     let p = host.prepare(0, &query_cap_input(), query_hca_cap_out::SIZE_BYTES);
-    host.queue().write_u8(entry + 0x3d, 0x5a);
-    host.queue().write_u8(entry + 0x3c, 0x77);
+    host.queue().write_u8(entry + cmd_layout::sig, 0x5a);
+    host.queue().write_u8(entry + cmd_layout::token, 0x77);
     host.post(&p);
     host.poll(&p).expect("no signature checks while cmdif_checksum is 0");
     // And the output blocks are not signed.
-    assert_eq!(p.out_block(0)[0x23e..0x240], [0, 0]);
+    let b = p.out_block(0);
+    assert_eq!([b[cmd_prot_block::ctrl_sig], b[cmd_prot_block::sig]], [0, 0]);
 }
 
 fn enable_checksum(host: &mut CmdHost) {
@@ -190,13 +194,14 @@ fn signatures_required_once_checksum_is_enabled() {
     let p = host.prepare(0, &query_cap_input(), query_hca_cap_out::SIZE_BYTES);
     host.post(&p);
     let cap = host.poll(&p).expect("signed QUERY_HCA_CAP");
-    assert_eq!(cmd_hca_cap::cmdif_checksum.get(&cap[0x10..]), 1);
-    let token = host.queue().read_u8(CmdHost::entry_offset(0) + 0x3c);
+    assert_eq!(cmd_hca_cap::cmdif_checksum.get(cap_of(&cap)), 1);
+    let token = host.queue().read_u8(CmdHost::entry_offset(0) + cmd_layout::token);
     assert_ne!(token, 0);
     for i in 0..p.out_blocks {
         let b = p.out_block(i);
-        assert_eq!(b[0x23d], token, "output block {i} token");
-        assert_eq!(b[0x200..0x23f].iter().fold(0u8, |a, x| a ^ x), 0xff, "output block {i} ctrl_sig");
+        assert_eq!(b[cmd_prot_block::token], token, "output block {i} token");
+        let ctrl = &b[cmd_prot_block::rsvd0..cmd_prot_block::sig];
+        assert_eq!(ctrl.iter().fold(0u8, |a, x| a ^ x), 0xff, "output block {i} ctrl_sig");
         assert_eq!(b.iter().fold(0u8, |a, x| a ^ x), 0xff, "output block {i} sig");
     }
     // A GIVE through a signed input chain.
@@ -214,21 +219,21 @@ fn signature_and_token_errors() {
     let give = |pages: &HostBuffer| {
         let mut i = cmd_input(CmdOpcode::MANAGE_PAGES, ManagePagesOpMod::GIVE.0, manage_pages_in::SIZE_BYTES + 16);
         manage_pages_in::input_num_entries.set(&mut i, 2);
-        put_pas(&mut i, 16, &[pages.iova(), pages.iova_at(4096)]);
+        put_pas(&mut i, manage_pages_in::SIZE_BYTES, &[pages.iova(), pages.iova_at(4096)]);
         i
     };
     // A corrupted entry byte after signing.
     let p = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
     host.sign(&p);
-    host.queue().write_u8(entry + 0x13, 1);
-    host.queue().write_u8(entry + 63, 1);
+    host.queue().write_u8(entry + cmd_layout::in_ + 3, 1);
+    host.queue().write_u8(entry + cmd_layout::status_own, cmd::CMD_OWNER_HW);
     host.ring(1);
     expect_delivery(host.poll(&p), DeliveryStatus::SIGNAT_ERR);
     // A corrupted data byte in an input block after signing.
     let p = host.prepare(0, &give(&pages), 16);
     host.sign(&p);
-    p.mailbox.as_ref().unwrap().write_u8(p.in_block_offset(0) + 3, 0xee);
-    host.queue().write_u8(entry + 63, 1);
+    p.mailbox.as_ref().unwrap().write_u8(p.in_block_offset(0) + cmd_prot_block::data + 3, 0xee);
+    host.queue().write_u8(entry + cmd_layout::status_own, cmd::CMD_OWNER_HW);
     host.ring(1);
     expect_delivery(host.poll(&p), DeliveryStatus::SIGNAT_ERR);
     // A block token that differs from the entry's, with valid signatures.
@@ -236,14 +241,14 @@ fn signature_and_token_errors() {
     host.sign(&p);
     let mb = p.mailbox.as_ref().unwrap();
     let off = p.in_block_offset(0);
-    let mut b = mb.to_vec(off, 576);
-    b[0x23d] ^= 0x40;
-    b[0x23e] = 0;
-    b[0x23f] = 0;
-    b[0x23e] = signature(&b[0x200..0x23e]);
-    b[0x23f] = signature(&b[..0x23f]);
+    let mut b = mb.to_vec(off, cmd_prot_block::SIZE);
+    b[cmd_prot_block::token] ^= 0x40;
+    b[cmd_prot_block::ctrl_sig] = 0;
+    b[cmd_prot_block::sig] = 0;
+    b[cmd_prot_block::ctrl_sig] = signature(&b[cmd_prot_block::rsvd0..cmd_prot_block::ctrl_sig]);
+    b[cmd_prot_block::sig] = signature(&b[..cmd_prot_block::sig]);
     mb.write(off, &b);
-    host.queue().write_u8(entry + 63, 1);
+    host.queue().write_u8(entry + cmd_layout::status_own, cmd::CMD_OWNER_HW);
     host.ring(1);
     expect_delivery(host.poll(&p), DeliveryStatus::TOK_ERR);
     // The same command, signed properly, passes.

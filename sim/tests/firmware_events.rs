@@ -7,8 +7,10 @@ use firmware_common::*;
 use std::time::Duration;
 use umlx_hwdesc::enums::{CmdOpcode, EventType, HealthSyndrome, PortChangeSubtype};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{self, cmd, cmd_layout, eq as eq_consts, eqe_port_state, iseg};
+use zerocopy::FromBytes;
 
-const CMD_MASK: u64 = 1 << 0x0a;
+const CMD_MASK: u64 = 1 << EventType::CMD.0;
 
 /// A brought-up device with a UAR (no EQ yet).
 fn initialized() -> (SimDevice, CmdHost, u32) {
@@ -32,7 +34,7 @@ fn command_completion_eqe_and_interrupt() {
     // CREATE_EQ's own completion lands on the new EQ; the EQ is not armed yet, so no interrupt.
     let first = eq.poll().expect("CMD EQE of CREATE_EQ");
     assert_eq!(eqe_type(&first), EventType::CMD.0);
-    assert_eq!(first[63], 0, "owner 0 on the first pass over the ring");
+    assert_eq!(eqe(&first).owner, 0, "owner 0 on the first pass over the ring");
     assert_eq!(efd.try_read(), None, "an EQ that was never armed raises no interrupt");
 
     // Arm with the consumer index caught up: no interrupt yet.
@@ -44,8 +46,8 @@ fn command_completion_eqe_and_interrupt() {
     assert_eq!(efd.wait(Duration::from_secs(1)), Some(1), "MSI-X vector 0 fired once");
     let e = eq.poll().expect("CMD EQE");
     assert_eq!(eqe_type(&e), EventType::CMD.0);
-    assert_eq!(eqe_data_u32(&e, 0), 1 << 3, "vector = bitmask of the completed slot");
-    assert_eq!(e[63] & 1, 0);
+    assert_eq!(cmd_vector(&e), 1 << 3, "vector = bitmask of the completed slot");
+    assert_eq!(eqe(&e).owner & 1, 0);
     assert!(eq.poll().is_none(), "one EQE per completion");
 
     // Arming is one-shot: the next completion writes an EQE but raises nothing.
@@ -65,13 +67,13 @@ fn command_completion_eqe_and_interrupt() {
     host.slot = 0;
     let p0 = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
     let p5 = host.prepare(5, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
-    host.queue().write_u8(CmdHost::entry_offset(0) + 63, 1);
-    host.queue().write_u8(CmdHost::entry_offset(5) + 63, 1);
+    host.queue().write_u8(CmdHost::entry_offset(0) + cmd_layout::status_own, cmd::CMD_OWNER_HW);
+    host.queue().write_u8(CmdHost::entry_offset(5) + cmd_layout::status_own, cmd::CMD_OWNER_HW);
     host.ring((1 << 0) | (1 << 5));
     host.poll(&p0).unwrap();
     host.poll(&p5).unwrap();
     let e = eq.poll().expect("one EQE for the doorbell");
-    assert_eq!(eqe_data_u32(&e, 0), (1 << 0) | (1 << 5));
+    assert_eq!(cmd_vector(&e), (1 << 0) | (1 << 5));
     assert!(eq.poll().is_none());
     assert_eq!(efd.wait(Duration::from_secs(1)), Some(1));
     let s = dev.stats();
@@ -92,8 +94,8 @@ fn eqe_owner_bit_across_wrap_around() {
         let off = eq.entry_offset(ci);
         let e = eq.poll().unwrap_or_else(|| panic!("EQE {k} (ci {ci}) not valid for software"));
         assert_eq!(eqe_type(&e), EventType::CMD.0);
-        assert_eq!(e[63] & 1, ((ci >> 2) & 1) as u8, "owner bit of pass {} at index {}", ci >> 2, ci & 3);
-        assert_eq!(eq.buf.read_u8(off + 63) & 1, ((ci >> 2) & 1) as u8);
+        assert_eq!(eqe(&e).owner & 1, ((ci >> 2) & 1) as u8, "owner bit of pass {} at index {}", ci >> 2, ci & 3);
+        assert_eq!(eq.buf.read_u8(off + plain::eqe::owner) & 1, ((ci >> 2) & 1) as u8);
         assert!(eq.poll().is_none(), "the next entry still belongs to the device (stale owner)");
         eq.doorbell(false);
     }
@@ -121,15 +123,15 @@ fn eq_overrun_is_a_fatal_error_unless_ignored() {
     let eq = host.create_eq(uar, 1, CMD_MASK, 0).unwrap(); // 2 entries, CREATE_EQ's EQE in one
     // The consumer index is never updated: one more EQE fits, the next overruns.
     nop(&mut host);
-    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "full, not yet overrun");
+    assert_eq!(health_synd(&dev), HealthSyndrome(0), "full, not yet overrun");
     nop(&mut host); // completes, but its EQE overruns the EQ
     assert_eq!(dev.stats().eq_overruns, 1);
-    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
-    assert_eq!(dev.bar0_read32(0x1010) >> 24, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
+    assert_eq!(health_synd(&dev), HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> 24, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
     // The entries already written are intact; nothing was overwritten.
-    assert_eq!(eq.buf.read_u8(63) & 1, 0);
-    assert_eq!(eq.buf.read_u8(64 + 63) & 1, 0);
-    assert_eq!(eqe_data_u32(&eq.peek().unwrap(), 0), 1, "entry 0 still holds CREATE_EQ's completion");
+    assert_eq!(eq.buf.read_u8(eq.entry_offset(0) + plain::eqe::owner) & 1, 0);
+    assert_eq!(eq.buf.read_u8(eq.entry_offset(1) + plain::eqe::owner) & 1, 0);
+    assert_eq!(cmd_vector(&eq.peek().unwrap()), 1, "entry 0 still holds CREATE_EQ's completion");
     // The device is dead: the next command never completes.
     host.timeout = Duration::from_millis(30);
     assert!(host.exec(CmdOpcode::NOP, 0, 16, 16, |_| {}).unwrap_err().timed_out);
@@ -141,7 +143,7 @@ fn overrun_ignore_drops_events() {
     // CREATE_EQ with `oi` set, by hand.
     let buf = host.alloc(4096);
     for i in 0..2 {
-        buf.write_u8(i * 64 + 63, 1);
+        buf.write_u8(i * eq_consts::EQE_SIZE + plain::eqe::owner, eq_consts::EQE_OWNER_INIT_VAL);
     }
     let ctx = create_eq_in::eq_context_entry;
     let o = host
@@ -159,7 +161,7 @@ fn overrun_ignore_drops_events() {
     }
     let s = dev.stats();
     assert_eq!((s.eq_overruns, s.eqes), (0, 2), "overrun ignored: extra events dropped");
-    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "still healthy");
+    assert_eq!(health_synd(&dev), HealthSyndrome(0), "still healthy");
 }
 
 #[test]
@@ -167,7 +169,7 @@ fn port_change_event_at_init_hca() {
     // An EQ subscribed to PORT_CHANGE before INIT_HCA is impossible (EQs need INIT_HCA), so
     // the link is brought down and up through PAOS.
     let (_dev, mut host, uar) = initialized();
-    let mut eq = host.create_eq(uar, 3, 1 << 0x09, 0).unwrap();
+    let mut eq = host.create_eq(uar, 3, 1 << EventType::PORT_CHANGE.0, 0).unwrap();
     use umlx_hwdesc::enums::PortStatus;
     use umlx_hwdesc::ifc::paos_reg;
     let paos = |host: &mut CmdHost, admin: PortStatus| {
@@ -179,11 +181,12 @@ fn port_change_event_at_init_hca() {
     let r = paos(&mut host, PortStatus::DOWN);
     assert_eq!(paos_reg::oper_status.get(&r), PortStatus::DOWN.0 as u64, "oper status down");
     let e = eq.poll().expect("port change EQE");
-    assert_eq!((eqe_type(&e), e[3]), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
-    assert_eq!(e[0x28] >> 4, 1, "port 1");
+    assert_eq!((eqe_type(&e), eqe(&e).sub_type), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
+    let (port, _) = eqe_port_state::read_from_prefix(&eqe(&e).data[..]).expect("a PORT_CHANGE payload");
+    assert_eq!(port.port >> 4, 1, "port 1");
     paos(&mut host, PortStatus::UP);
     let e = eq.poll().expect("port change EQE");
-    assert_eq!(e[3], PortChangeSubtype::ACTIVE.0);
+    assert_eq!(eqe(&e).sub_type, PortChangeSubtype::ACTIVE.0);
     paos(&mut host, PortStatus::UP);
     assert!(eq.poll().is_none(), "no event without a change");
 }

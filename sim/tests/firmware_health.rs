@@ -7,15 +7,11 @@ mod firmware_common;
 use firmware_common::*;
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, HealthSyndrome, PagesOpMod};
-use umlx_hwdesc::plain::iseg;
+use umlx_hwdesc::plain::{cmd, iseg};
 use umlx_sim::{FailCommand, Hostile};
 
-fn synd(dev: &SimDevice) -> u32 {
-    dev.bar0_read32(0x23c) >> 16 & 0xff
-}
-
 fn counter(dev: &SimDevice) -> u32 {
-    dev.bar0_read32(iseg::HEALTH_COUNTER as u64) & 0xff_ffff
+    dev.bar0_read32(iseg::HEALTH_COUNTER as u64) & iseg::HEALTH_COUNTER_MASK
 }
 
 fn with_hostile(h: Hostile) -> (SimDevice, CmdHost) {
@@ -29,11 +25,11 @@ fn with_hostile(h: Hostile) -> (SimDevice, CmdHost) {
 fn injected_fatal_error() {
     let env = Env::new();
     let (dev, mut host) = (env.dev.clone(), env.host);
-    assert_eq!(synd(&dev), 0);
+    assert_eq!(health_synd(&dev), HealthSyndrome(0));
     dev.inject_fatal(HealthSyndrome::HW_FTL_ERR);
-    assert_eq!(synd(&dev), 0xb, "health synd byte at BAR0 0x23d");
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> 31, 1, "recovery flow required");
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> 24, 0xb);
+    assert_eq!(health_synd(&dev), HealthSyndrome::HW_FTL_ERR, "health synd byte at BAR0 0x23d");
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> iseg::RFR_BIT, 1, "recovery flow required");
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> 24, HealthSyndrome::HW_FTL_ERR.0 as u32);
     assert_ne!(dev.bar0_read32(iseg::HEALTH_FW_VER as u64), 0xffff_ffff, "the function still answers");
     let c0 = counter(&dev);
     std::thread::sleep(Duration::from_millis(5));
@@ -44,14 +40,14 @@ fn injected_fatal_error() {
     let p = host.prepare(0, &cmd_input(CmdOpcode::NOP, 0, 16), 16);
     host.post(&p);
     assert!(host.poll(&p).unwrap_err().timed_out);
-    assert_eq!(host.status_own(0), 1, "still owned by the device");
+    assert_eq!(host.status_own(0), cmd::CMD_OWNER_HW, "still owned by the device");
     assert_eq!(dev.stats().commands, commands);
     // A second injection keeps the first counter value.
     dev.inject_fatal(HealthSyndrome::FW_ERR);
     assert_eq!(counter(&dev), c0);
     // A function-level reset brings the device back.
     dev.reset();
-    assert_eq!(synd(&dev), 0);
+    assert_eq!(health_synd(&dev), HealthSyndrome(0));
     let mut host2 = CmdHost::with_iova_base(&dev, 0x2_0000_0000);
     host2.bring_up().expect("bring-up after FLR");
     let c1 = counter(&dev);
@@ -125,7 +121,7 @@ fn delayed_completion_finished_by_the_engine() {
     let uar = host.alloc_uar().unwrap();
     let efd = EventFd::new().unwrap();
     dev.set_irq_eventfd(0, Some(efd.fd())).unwrap();
-    let mut eq = host.create_eq(uar, 4, 1 << 0x0a, 0).unwrap();
+    let mut eq = host.create_eq(uar, 4, 1 << EventType::CMD.0, 0).unwrap();
     assert!(eq.wait(Duration::from_secs(2)).is_some(), "CREATE_EQ's completion");
     eq.doorbell(true);
     let t1 = Instant::now();
@@ -138,7 +134,7 @@ fn delayed_completion_finished_by_the_engine() {
     assert!(efd.wait(Duration::from_secs(2)).is_some(), "interrupt from the engine thread");
     assert!(host.is_done(1), "the EQE follows the ownership hand-back");
     let e = eq.poll().expect("CMD EQE");
-    assert_eq!((eqe_type(&e), eqe_data_u32(&e, 0)), (EventType::CMD.0, 1 << 1));
+    assert_eq!((eqe_type(&e), cmd_vector(&e)), (EventType::CMD.0, 1 << 1));
 }
 
 #[test]
@@ -147,9 +143,9 @@ fn fatal_after_n_commands() {
     host.enable_hca().unwrap();
     host.query_issi().unwrap();
     host.set_issi(1).unwrap();
-    assert_eq!(synd(&dev), 0);
+    assert_eq!(health_synd(&dev), HealthSyndrome(0));
     host.query_pages(PagesOpMod::BOOT).expect("the 4th command still completes");
-    assert_eq!(synd(&dev), HealthSyndrome::FW_ERR.0 as u32, "fatal right after it");
+    assert_eq!(health_synd(&dev), HealthSyndrome::FW_ERR, "fatal right after it");
     host.timeout = Duration::from_millis(30);
     assert!(host.give_pages(1).unwrap_err().timed_out, "the 5th never completes");
     let c0 = counter(&dev);
@@ -164,13 +160,13 @@ fn page_churn() {
     let mut host = CmdHost::new(&dev);
     host.bring_up().unwrap();
     let uar = host.alloc_uar().unwrap();
-    let mut eq = host.create_eq(uar, 5, 1 << 0x0b, 0).unwrap();
+    let mut eq = host.create_eq(uar, 5, 1 << EventType::PAGE_REQUEST.0, 0).unwrap();
     let mut seen = Vec::new();
     for _ in 0..12 {
         host.exec(CmdOpcode::NOP, 0, 16, 16, |_| {}).unwrap();
         for e in eq.drain() {
             assert_eq!(eqe_type(&e), EventType::PAGE_REQUEST.0);
-            let n = eqe_data_u32(&e, 4) as i32;
+            let n = page_request(&e).num_pages.get();
             seen.push(n);
             if n > 0 {
                 host.give_pages(n as usize).unwrap();
@@ -189,11 +185,17 @@ fn a_syndrome_without_rfr_is_not_fatal() {
     let env = Env::new();
     let (dev, mut host) = (env.dev.clone(), env.host);
     dev.inject_health_warning(HealthSyndrome::HIGH_TEMP);
-    assert_eq!(synd(&dev), 0x10, "the syndrome is in the health buffer");
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> 31, 0, "no recovery flow required");
+    assert_eq!(health_synd(&dev), HealthSyndrome::HIGH_TEMP, "the syndrome is in the health buffer");
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> iseg::RFR_BIT, 0, "no recovery flow required");
     let c0 = counter(&dev);
     std::thread::sleep(Duration::from_millis(5));
     assert_ne!(counter(&dev), c0, "the health counter keeps running");
-    host.exec(CmdOpcode::QUERY_ISSI, 0, umlx_hwdesc::ifc::query_issi_in::SIZE_BYTES, 0x70, |_| {})
-        .expect("commands still execute");
+    host.exec(
+        CmdOpcode::QUERY_ISSI,
+        0,
+        umlx_hwdesc::ifc::query_issi_in::SIZE_BYTES,
+        umlx_hwdesc::ifc::query_issi_out::SIZE_BYTES,
+        |_| {},
+    )
+    .expect("commands still execute");
 }

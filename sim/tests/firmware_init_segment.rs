@@ -5,7 +5,7 @@ mod firmware_common;
 
 use firmware_common::*;
 use std::time::{Duration, Instant};
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome, NicInterface};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::iseg;
 
@@ -22,12 +22,12 @@ fn identity_registers() {
     assert_eq!(fw_rev & 0xffff, major as u32, "fw_rev bits 15:0 = major");
     assert_eq!(fw_rev >> 16, minor as u32, "fw_rev bits 31:16 = minor");
     let cmdif = dev.bar0_read32(iseg::CMDIF_REV_FW_SUB as u64);
-    assert_eq!(cmdif >> 16, 5, "command interface revision");
-    assert_eq!(cmdif & 0xffff, sub as u32, "firmware sub-minor");
+    assert_eq!(cmdif >> iseg::CMDIF_REV_SHIFT, iseg::CMDIF_REV, "command interface revision");
+    assert_eq!(cmdif & ((1 << iseg::CMDIF_REV_SHIFT) - 1), sub as u32, "firmware sub-minor");
     let fw_ver = dev.bar0_read32(iseg::HEALTH_FW_VER as u64);
     assert_ne!(fw_ver, 0xffff_ffff, "health fw_ver must not read as a dead function");
-    assert_eq!(dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "healthy: synd 0");
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> 31, 0, "no recovery flow required");
+    assert_eq!(health_synd(&dev), HealthSyndrome(0), "healthy: synd 0");
+    assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> iseg::RFR_BIT, 0, "no recovery flow required");
     // PCI identity.
     let mut id = [0u8; 4];
     dev.config_read(0, &mut id).unwrap();
@@ -38,30 +38,31 @@ fn identity_registers() {
 #[test]
 fn queue_geometry_and_address() {
     let dev = SimDevice::new(SimConfig::default());
+    let log_sizes = |v: u32| (v >> iseg::LOG_CMDQ_SIZE_SHIFT & iseg::LOG_CMDQ_MASK, v & iseg::LOG_CMDQ_MASK);
     let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
-    assert_eq!(v >> 4 & 0xf, 5, "log_cmdq_size");
-    assert_eq!(v & 0xf, 6, "log_cmdq_stride");
+    assert_eq!(log_sizes(v), (5, 6), "log_cmdq_size, log_cmdq_stride");
     // The address reads back; the size bits are read-only.
     dev.bar0_write32(iseg::CMDQ_ADDR_H as u64, 0x1);
-    dev.bar0_write32(iseg::CMDQ_ADDR_L_SZ as u64, 0x0023_4000 | 0xff);
+    let all_ones = (iseg::LOG_CMDQ_MASK << iseg::LOG_CMDQ_SIZE_SHIFT) | iseg::LOG_CMDQ_MASK;
+    dev.bar0_write32(iseg::CMDQ_ADDR_L_SZ as u64, 0x0023_4000 | all_ones);
     assert_eq!(dev.bar0_read32(iseg::CMDQ_ADDR_H as u64), 1);
     let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
-    assert_eq!(v & 0xffff_f000, 0x0023_4000);
-    assert_eq!(v & 0xff, 0x56, "log sizes are read-only");
+    assert_eq!(v & iseg::CMDQ_ADDR_L_MASK, 0x0023_4000);
+    assert_eq!(log_sizes(v), (5, 6), "log sizes are read-only");
 }
 
 #[test]
 fn initializing_set_after_reset_then_cleared() {
     let dev = slow_init(200);
     let t0 = Instant::now();
-    let init = |d: &SimDevice| d.bar0_read32(iseg::INITIALIZING as u64) >> 31 == 1;
+    let init = |d: &SimDevice| d.bar0_read32(iseg::INITIALIZING as u64) >> iseg::INITIALIZING_BIT == 1;
     assert!(init(&dev), "initializing right after power-on");
     let host = CmdHost::new(&dev);
     assert!(host.wait_ready(Duration::from_secs(2)));
     assert!(t0.elapsed() >= Duration::from_millis(190), "cleared too early: {:?}", t0.elapsed());
     assert!(!init(&dev));
     // bit 30: firmware reset supported.
-    assert_eq!(dev.bar0_read32(iseg::INITIALIZING as u64) >> 30 & 1, 1);
+    assert_eq!(dev.bar0_read32(iseg::INITIALIZING as u64) >> iseg::FW_RESET_SUPPORTED_BIT & 1, 1);
     dev.reset();
     assert!(init(&dev), "initializing again right after a function-level reset");
     assert!(host.wait_ready(Duration::from_secs(2)));
@@ -80,7 +81,7 @@ fn health_counter_and_internal_timer_advance() {
     std::thread::sleep(Duration::from_millis(5));
     let (c1, t1) = (hc(&dev), timer(&dev));
     assert_eq!(c0 >> 24, 0, "health syndrome byte 0 while healthy");
-    assert_ne!(c1 & 0xff_ffff, c0 & 0xff_ffff, "health counter must advance");
+    assert_ne!(c1 & iseg::HEALTH_COUNTER_MASK, c0 & iseg::HEALTH_COUNTER_MASK, "health counter must advance");
     assert!(t1 > t0, "internal timer must advance ({t0} -> {t1})");
     assert!(t1 - t0 >= 4_000_000, "timer runs at 1 GHz: {} ticks in 5 ms", t1 - t0);
 }
@@ -91,13 +92,13 @@ fn nic_interface_is_writable() {
     let mut host = CmdHost::new(&dev);
     host.attach();
     let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
-    assert_eq!(v >> 8 & 7, 0, "nic_interface FULL after programming the queue");
-    dev.bar0_write32(iseg::CMDQ_ADDR_L_SZ as u64, (v & 0xffff_f000) | (1 << 8));
+    assert_eq!(nic_interface(&dev), NicInterface::FULL, "nic_interface FULL after programming the queue");
+    set_nic_interface(&dev, NicInterface::DISABLED);
     let v2 = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
-    assert_eq!(v2 >> 8 & 7, 1, "nic_interface DISABLED reads back");
-    assert_eq!(v2 & 0xffff_f000, v & 0xffff_f000, "queue address kept");
-    dev.bar0_write32(iseg::CMDQ_ADDR_L_SZ as u64, (v & 0xffff_f000) | (7 << 8));
-    assert_eq!(dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64) >> 8 & 7, 7, "3-bit field (SW_RESET = 7)");
+    assert_eq!(nic_interface(&dev), NicInterface::DISABLED, "nic_interface DISABLED reads back");
+    assert_eq!(v2 & iseg::CMDQ_ADDR_L_MASK, v & iseg::CMDQ_ADDR_L_MASK, "queue address kept");
+    set_nic_interface(&dev, NicInterface::SW_RESET);
+    assert_eq!(nic_interface(&dev), NicInterface::SW_RESET, "3-bit field (SW_RESET = 7)");
 }
 
 #[test]
@@ -112,7 +113,10 @@ fn doorbell_ignored_while_initializing() {
     let (done, commands) = (host.is_done(0), dev.stats().commands);
     // The doorbell is handled when it is written: if the firmware is still initializing now, it
     // was then.
-    assert!(dev.bar0_read32(iseg::INITIALIZING as u64) >> 31 == 1, "test needs the firmware still initializing");
+    assert!(
+        dev.bar0_read32(iseg::INITIALIZING as u64) >> iseg::INITIALIZING_BIT == 1,
+        "test needs the firmware still initializing"
+    );
     assert!(!done, "a doorbell while initializing must not execute the command");
     assert_eq!(commands, 0);
     assert!(host.wait_ready(Duration::from_secs(2)));
@@ -151,7 +155,7 @@ fn initializing_is_set_again_after_the_queue_address_is_written() {
     host.enable_bus_master();
     assert!(host.wait_ready(Duration::from_secs(2)));
     host.program_queue();
-    let init = |d: &SimDevice| d.bar0_read32(iseg::INITIALIZING as u64) >> 31 == 1;
+    let init = |d: &SimDevice| d.bar0_read32(iseg::INITIALIZING as u64) >> iseg::INITIALIZING_BIT == 1;
     assert!(init(&dev), "initializing again while the firmware takes the queue address");
     // A command posted now (a driver that does not wait) is dropped.
     let p = host.prepare(0, &cmd_input(CmdOpcode::ENABLE_HCA, 0, 16), 16);

@@ -5,8 +5,9 @@ mod firmware_common;
 
 use firmware_common::*;
 use std::time::Duration;
-use umlx_hwdesc::enums::{CmdOpcode, DeliveryStatus, HcaCapType, PagesOpMod};
+use umlx_hwdesc::enums::{CmdOpcode, DeliveryStatus, HcaCapType, HealthSyndrome, PagesOpMod};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{cmd, cmd_layout};
 
 #[test]
 fn unmapped_command_queue_completes_nothing() {
@@ -21,11 +22,11 @@ fn unmapped_command_queue_completes_nothing() {
     let acc = dev.page_accounting();
     assert_eq!(acc.iommu_faults, faults + 1, "the entry read faulted");
     let f = dev.last_iommu_fault().expect("a recorded fault");
-    assert_eq!(f.iova, host.queue().iova() + 2 * 64);
+    assert_eq!(f.iova, host.queue().iova() + CmdHost::entry_offset(2) as u64);
     assert!(!f.write);
     host.timeout = Duration::from_millis(20);
     assert!(host.poll(&p).unwrap_err().timed_out, "nothing completes");
-    assert_eq!(host.status_own(2), 1, "the entry is still owned by the device");
+    assert_eq!(host.status_own(2), cmd::CMD_OWNER_HW, "the entry is still owned by the device");
     // Mapped again, a new doorbell runs the command.
     host.queue().map().unwrap();
     host.ring(1 << 2);
@@ -53,7 +54,7 @@ fn unmapped_mailboxes_are_delivery_errors() {
     let commands = dev.stats().commands;
     // Input chain unmapped.
     let mut set = cmd_input(CmdOpcode::SET_HCA_CAP, 0, set_hca_cap_in::SIZE_BYTES);
-    set[0x10..].copy_from_slice(&host.query_hca_cap(HcaCapType::GENERAL, true).unwrap());
+    set_cap(&mut set, &host.query_hca_cap(HcaCapType::GENERAL, true).unwrap());
     let mut p = host.prepare(0, &set, 16);
     p.mailbox.as_mut().unwrap().unmap().unwrap();
     host.post(&p);
@@ -62,10 +63,10 @@ fn unmapped_mailboxes_are_delivery_errors() {
     // An output chain at an unmapped IOVA: refused before the command runs (no side effect).
     let mut cap = host.query_hca_cap(HcaCapType::GENERAL, true).unwrap();
     cmd_hca_cap::log_max_qp.set(&mut cap, 9);
-    set[0x10..].copy_from_slice(&cap);
+    set_cap(&mut set, &cap);
     let p = host.prepare(0, &set, 16 + 512);
     let nowhere = host.reserve_iova(4096);
-    host.queue().write_u64_be(CmdHost::entry_offset(0) + 0x30, nowhere);
+    host.queue().write_u64_be(CmdHost::entry_offset(0) + cmd_layout::out_ptr, nowhere);
     host.post(&p);
     expect_delivery(host.poll(&p), DeliveryStatus::OUT_LENGTH_ERR);
     assert_eq!(dev.last_iommu_fault().unwrap().iova, nowhere);
@@ -138,14 +139,14 @@ fn a_held_page_unmapped_behind_the_firmware_is_fatal() {
     let mut page = env.host.alloc(4096);
     env.host.give_page_list(&[page.iova()]).expect("the firmware takes the page");
     std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(env.dev.bar0_read32(0x23c) >> 16 & 0xff, 0, "healthy while the page is mapped");
+    assert_eq!(health_synd(&env.dev), HealthSyndrome(0), "healthy while the page is mapped");
     page.unmap().unwrap();
     let start = std::time::Instant::now();
-    while env.dev.bar0_read32(0x23c) >> 16 & 0xff == 0 && start.elapsed() < Duration::from_secs(5) {
+    while health_synd(&env.dev) == HealthSyndrome(0) && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(2));
     }
     // The firmware keeps reading its pages: the unmapped one faults and the device goes fatal
     // with "ICM fetch PCI error" (0xa).
-    assert_eq!(env.dev.bar0_read32(0x23c) >> 16 & 0xff, 0xa);
+    assert_eq!(health_synd(&env.dev), HealthSyndrome::FETCH_PCI_ERR);
     assert_eq!(env.dev.last_iommu_fault().expect("a fault").iova, page.iova());
 }

@@ -5,8 +5,9 @@
 mod firmware_common;
 
 use firmware_common::*;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, QpServiceType, QpState};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, CqeOpcode, QpServiceType, QpState, RqType};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{cqe64, dbr, eq, uar};
 
 #[test]
 fn pd_td_uar_and_q_counter() {
@@ -38,13 +39,14 @@ fn pd_td_uar_and_q_counter() {
     let u1 = h.alloc_uar().unwrap();
     let u2 = h.alloc_uar().unwrap();
     assert!(u1 >= 8 && u2 >= 8 && u1 != u2 && u1 != env.uar);
-    assert!((u2 as u64) << 12 < env.dev.bar0_len());
+    assert!(((u2 as usize * uar::UAR_PAGE_SIZE) as u64) < env.dev.bar0_len());
     h.dealloc_uar(u1).unwrap();
     h.dealloc_uar(u2).unwrap();
     expect_fail(h.dealloc_uar(u2), CmdOpcode::DEALLOC_UAR, CmdStatus::BAD_RES_ERR, sy::NO_SUCH_OBJECT);
     // A doorbell on a UAR that is not allocated is counted, not acted upon.
     let bad = env.dev.stats().bad_doorbells;
-    env.dev.bar0_write32(((u2 as u64) << 12) + 0x40, env.eq.eqn << 24);
+    let arm = u2 as usize * uar::UAR_PAGE_SIZE + uar::EQ_DOORBELL_ARM;
+    env.dev.bar0_write32(arm as u64, env.eq.eqn << eq::DB_EQN_SHIFT);
     assert_eq!(env.dev.stats().bad_doorbells, bad + 1);
     // Q counters.
     let o = h.exec(CmdOpcode::ALLOC_Q_COUNTER, 0, 16, alloc_q_counter_out::SIZE_BYTES, |_| {}).unwrap();
@@ -80,7 +82,7 @@ fn cq_lifecycle() {
     let h = &mut env.host;
     let cq = create_cq(h, uar, eqn, 6).expect("CREATE_CQ");
     assert!(cq.cqn >= 1);
-    cq.dbr.write_u32_be(0, 5); // consumer index in the doorbell record
+    cq.dbr.write_u32_be(dbr::CQ_SET_CI, 5);
     let o = query_cq(h, cq.cqn).expect("QUERY_CQ");
     let c = query_cq_out::cq_context;
     assert_eq!(c.inner(cqc::log_cq_size).get(&o), 6);
@@ -121,7 +123,7 @@ fn cq_lifecycle() {
 
     // Resize to 256 CQEs in 4 new pages. The firmware writes the RESIZE_CQ marker in the old
     // ring, so the doorbell record must hold a consumer index the ring agrees with again.
-    cq.dbr.write_u32_be(0, 0);
+    cq.dbr.write_u32_be(dbr::CQ_SET_CI, 0);
     let big = h.alloc(4 * 4096);
     let resize = |i: &mut [u8]| {
         modify_cq_in::cq_context.inner(cqc::log_cq_size).set(i, 8);
@@ -137,7 +139,12 @@ fn cq_lifecycle() {
     let pas: Vec<u64> =
         (0..4).map(|k| u64::from_be_bytes(o[query_cq_out::SIZE_BYTES + 8 * k..][..8].try_into().unwrap())).collect();
     assert_eq!(pas, pages_of(&big));
-    assert_eq!(cq.buf.read_u8(63) >> 4, 5, "the RESIZE_CQ marker sits at the switch point of the old ring");
+    let op_own = cq.buf.read_u8(cqe64::op_own);
+    assert_eq!(
+        CqeOpcode::from_op_own(op_own),
+        CqeOpcode::RESIZE_CQ,
+        "the RESIZE_CQ marker sits at the switch point of the old ring"
+    );
     assert_eq!(c.inner(cqc::producer_counter).get(&o), 1, "the producer goes on after the marker");
     // Resize with too few pages, or beyond the limit.
     let r = modify(h, 1, 0b1, &resize, &pages_of(&big)[..2]);
@@ -185,8 +192,8 @@ fn cq_create_validation() {
     assert_eq!(env.dev.object_counts().cqs, 0, "no CQ left behind by refused commands");
 }
 
-fn mkey_input(pd: u32, start: u64, len: u64, variant: u8, mtt: &[u64], f: impl FnOnce(&mut [u8])) -> Vec<u8> {
-    let n = mtt.len().next_multiple_of(2);
+fn mkey_input(pd: u32, start: u64, len: u64, variant: u8, pages: &[u64], f: impl FnOnce(&mut [u8])) -> Vec<u8> {
+    let n = pages.len().next_multiple_of(2);
     let mut i = cmd_input(CmdOpcode::CREATE_MKEY, 0, create_mkey_in::SIZE_BYTES + 8 * n);
     let m = create_mkey_in::memory_key_mkey_entry;
     create_mkey_in::pg_access.set(&mut i, 1);
@@ -203,8 +210,12 @@ fn mkey_input(pd: u32, start: u64, len: u64, variant: u8, mtt: &[u64], f: impl F
     m.inner(mkc::translations_octword_size).set(&mut i, (n / 2) as u64);
     m.inner(mkc::log_page_size).set(&mut i, 12);
     create_mkey_in::translations_octword_actual_size.set(&mut i, (n / 2) as u64);
-    let entries: Vec<u64> = mtt.iter().map(|a| a | 3).collect();
-    put_pas(&mut i, create_mkey_in::SIZE_BYTES, &entries);
+    for (k, &page) in pages.iter().enumerate() {
+        let e = create_mkey_in::klm_pas_mtt.elem(k);
+        e.set(&mut i, page);
+        e.inner(mtt::rd_en).set(&mut i, 1);
+        e.inner(mtt::wr_en).set(&mut i, 1);
+    }
     f(&mut i);
     i
 }
@@ -298,7 +309,7 @@ fn srq_lifecycle() {
     let o = create(h, 1, pd).expect("CREATE_SRQ (16 WQEs of 32 bytes)");
     let srqn = create_srq_out::srqn.get(&o) as u32;
     assert!(srqn >= 1);
-    dbr.write_u32_be(0, 7); // seven WQEs posted
+    dbr.write_u32_be(dbr::RCV_DBR, 7); // seven WQEs posted
     let query = |h: &mut CmdHost| {
         h.exec(CmdOpcode::QUERY_SRQ, 0, query_srq_in::SIZE_BYTES, query_srq_out::SIZE_BYTES, |i| {
             query_srq_in::srqn.set(i, srqn as u64);
@@ -335,7 +346,7 @@ fn srq_lifecycle() {
     };
     expect_fail(destroy(h), CmdOpcode::DESTROY_SRQ, CmdStatus::BAD_RES_STATE_ERR, sy::OBJECT_IN_USE);
     let o = query_qp(h, qp.qpn).unwrap();
-    assert_eq!(query_qp_out::qpc.inner(qpc::rq_type).get(&o), 1);
+    assert_eq!(query_qp_out::qpc.inner(qpc::rq_type).get(&o), RqType::SRQ_RQ.0 as u64);
     assert_eq!(query_qp_out::qpc.inner(qpc::srqn_rmpn_xrqn).get(&o), srqn as u64);
     destroy_qp(h, qp.qpn).unwrap();
     destroy(h).expect("DESTROY_SRQ");
@@ -390,7 +401,7 @@ fn qp_create_rc_and_ud() {
     });
     expect_fail(r, CmdOpcode::CREATE_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_FIELD_VALUE);
     let r = create_qp_with(h, spec, |i| {
-        create_qp_in::qpc.inner(qpc::rq_type).set(i, 2);
+        create_qp_in::qpc.inner(qpc::rq_type).set(i, RqType::CRQ_RQ.0 as u64);
     });
     expect_fail(r, CmdOpcode::CREATE_QP, CmdStatus::BAD_PARAM_ERR, sy::BAD_FIELD_VALUE);
     assert_eq!(env.dev.object_counts().qps, 2);

@@ -6,7 +6,7 @@ mod firmware_common;
 use firmware_common::*;
 use umlx_hwdesc::enums::{EventType, PagesOpMod};
 
-const PAGE_REQUEST_MASK: u64 = 1 << 0x0b;
+const PAGE_REQUEST_MASK: u64 = 1 << EventType::PAGE_REQUEST.0;
 
 /// The page requests waiting on `eq`: the signed page counts, in order.
 fn requests(eq: &mut HostEq) -> Vec<i32> {
@@ -15,9 +15,10 @@ fn requests(eq: &mut HostEq) -> Vec<i32> {
         .into_iter()
         .map(|e| {
             assert_eq!(eqe_type(&e), EventType::PAGE_REQUEST.0, "only page requests are subscribed");
-            assert_eq!(u16::from_be_bytes([e[0x20], e[0x21]]), 0, "ec_function");
-            assert_eq!(u16::from_be_bytes([e[0x22], e[0x23]]), 0, "func_id");
-            eqe_data_u32(&e, 4) as i32
+            let req = page_request(&e);
+            assert_eq!(req.ec_function.get(), 0, "ec_function");
+            assert_eq!(req.func_id.get(), 0, "func_id");
+            req.num_pages.get()
         })
         .collect();
     eq.doorbell(false);
@@ -130,7 +131,7 @@ fn no_page_request_without_a_subscribed_eq() {
     let mut host = CmdHost::new(&dev);
     host.bring_up().unwrap();
     let uar = host.alloc_uar().unwrap();
-    let mut eq = host.create_eq(uar, 4, 1 << 0x0a, 0).unwrap(); // commands only
+    let mut eq = host.create_eq(uar, 4, 1 << EventType::CMD.0, 0).unwrap(); // commands only
     eq.drain();
     eq.doorbell(false);
     dev.request_extra_pages(5);

@@ -31,6 +31,11 @@ fn query_gids(h: &mut CmdHost, index: u16, n: usize) -> Result<Vec<u8>, CmdError
     })
 }
 
+/// Whether a QUERY_ROCE_ADDRESS output holds an empty entry (all zeros).
+fn is_empty_entry(o: &[u8]) -> bool {
+    query_roce_address_out::roce_address.bytes(o).expect("a QUERY_ROCE_ADDRESS output").iter().all(|&b| b == 0)
+}
+
 fn gid_at(o: &[u8], k: usize) -> [u8; 16] {
     let off = query_hca_vport_gid_out::SIZE_BYTES + 16 * k;
     o[off..off + 16].try_into().unwrap()
@@ -59,8 +64,7 @@ fn roce_address_table() {
         assert_eq!(a.inner(roce_addr_layout::vlan_valid).get(&o), 0);
     }
     // An empty entry reads as zeros.
-    let o = query_roce_address(h, 2).unwrap();
-    assert!(o[0x10..].iter().all(|&b| b == 0));
+    assert!(is_empty_entry(&query_roce_address(h, 2).unwrap()));
 
     // QUERY_HCA_VPORT_GID: one entry, then the whole table.
     let o = query_gids(h, 1, 1).expect("QUERY_HCA_VPORT_GID 1");
@@ -81,7 +85,7 @@ fn roce_address_table() {
     // Deleting an entry (zero GID) empties it.
     set_roce_address(h, 1, [0; 16], [0; 6], 0, 0).expect("delete");
     assert_eq!(gid_at(&query_gids(h, 1, 1).unwrap(), 0), [0; 16]);
-    assert!(query_roce_address(h, 1).unwrap()[0x10..].iter().all(|&b| b == 0));
+    assert!(is_empty_entry(&query_roce_address(h, 1).unwrap()));
 }
 
 #[test]
@@ -103,7 +107,7 @@ fn roce_address_validation() {
     });
     bad(r.map(drop), sy::BAD_FIELD_VALUE);
     // Nothing was written.
-    assert!(query_roce_address(h, 3).unwrap()[0x10..].iter().all(|&b| b == 0));
+    assert!(is_empty_entry(&query_roce_address(h, 3).unwrap()));
     expect_fail(query_roce_address(h, 256), CmdOpcode::QUERY_ROCE_ADDRESS, CmdStatus::BAD_PARAM_ERR, sy::EXCEEDS_LIMIT);
 }
 
@@ -139,6 +143,17 @@ fn query_nic_vport(h: &mut CmdHost) -> Vec<u8> {
     .expect("QUERY_NIC_VPORT_CONTEXT")
 }
 
+/// The permanent MAC in a QUERY_NIC_VPORT_CONTEXT output.
+fn permanent_mac(o: &[u8]) -> [u8; 6] {
+    let a = query_nic_vport_context_out::nic_vport_context.inner(nic_vport_context::permanent_address);
+    let hi = a.inner(mac_address_layout::mac_addr_47_32).get(o) as u16;
+    let lo = a.inner(mac_address_layout::mac_addr_31_0).get(o) as u32;
+    let mut mac = [0; 6];
+    mac[..2].copy_from_slice(&hi.to_be_bytes());
+    mac[2..].copy_from_slice(&lo.to_be_bytes());
+    mac
+}
+
 fn modify_nic_vport(h: &mut CmdHost, f: impl FnOnce(&mut [u8])) -> Result<(), CmdError> {
     h.exec(CmdOpcode::MODIFY_NIC_VPORT_CONTEXT, 0, modify_nic_vport_context_in::SIZE_BYTES, 16, f).map(drop)
 }
@@ -149,7 +164,7 @@ fn nic_vport_mac_and_mtu() {
     let h = &mut env.host;
     let cfg = SimConfig::default();
     let o = query_nic_vport(h);
-    assert_eq!(o[0x106..0x10c], cfg.mac, "permanent MAC at output 0x106..0x10c");
+    assert_eq!(permanent_mac(&o), cfg.mac, "permanent MAC");
     let c = query_nic_vport_context_out::nic_vport_context;
     assert_eq!(c.inner(nic_vport_context::mtu).get(&o), 1500);
     assert_eq!(c.inner(nic_vport_context::node_guid).get(&o), mac_to_guid(cfg.mac));
@@ -183,7 +198,7 @@ fn nic_vport_mac_and_mtu() {
         a.inner(mac_address_layout::mac_addr_31_0).set(i, 0x2233_4455);
     })
     .unwrap();
-    assert_eq!(query_nic_vport(h)[0x106..0x10c], new_mac);
+    assert_eq!(permanent_mac(&query_nic_vport(h)), new_mac);
     // Another vport is not ours.
     let r = h.exec(CmdOpcode::QUERY_NIC_VPORT_CONTEXT, 0, 16, query_nic_vport_context_out::SIZE_BYTES, |i| {
         query_nic_vport_context_in::other_vport.set(i, 1);

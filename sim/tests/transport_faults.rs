@@ -4,11 +4,12 @@
 mod transport_common;
 use std::time::Duration;
 use transport_common::*;
+use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
 
-const SEND: u8 = 0x0a;
-const WRITE: u8 = 0x08;
-const READ: u8 = 0x10;
-const FA: u8 = 0x12;
+const SEND: WqeOpcode = WqeOpcode::SEND;
+const WRITE: WqeOpcode = WqeOpcode::RDMA_WRITE;
+const READ: WqeOpcode = WqeOpcode::RDMA_READ;
+const FA: WqeOpcode = WqeOpcode::ATOMIC_FA;
 
 fn run(cfg: FabricConfig) {
     let mut p = RcPair::new(cfg, RcParams { ack_timeout: 12, ..Default::default() });
@@ -43,8 +44,7 @@ fn run(cfg: FabricConfig) {
     }
     // One fetch-add: executed exactly once despite duplicates and retries.
     p.b.mem.write_u64_be(0x3f0000, 1000);
-    let mut at = [0u8; 16];
-    at[0..8].copy_from_slice(&1u64.to_be_bytes());
+    let at = atomic_seg(1, 0);
     let s = segs(&[&raddr_seg(p.b.va(0x3f0000), p.b.mkey), &at, &data_seg(8, p.a.mkey, p.a.va(0x3f0000))]);
     p.a.post_send(&mut p.qa, FA, true, 0, &s);
     for i in 0..=msgs {
@@ -53,19 +53,19 @@ fn run(cfg: FabricConfig) {
                 .unwrap_or_else(|| panic!("CQE {i} missing; {:?}", p.a.dev.transport_stats()));
         assert_eq!(
             cqe_opcode(&c),
-            0,
-            "CQE {i} syndrome {:#x}; {:?} B: {:?} {:?}",
-            c[0x37],
+            CqeOpcode::REQ,
+            "CQE {i} syndrome {}; {:?} B: {:?} {:?}",
+            syndrome(&c),
             p.a.dev.transport_stats(),
             p.b.dev.transport_stats(),
             p.fabric.stats()
         );
-        assert_eq!(be16(&c, 0x3c) as usize, i, "in order, one per message");
+        assert_eq!(cqe(&c).wqe_counter.get() as usize, i, "in order, one per message");
     }
     assert!(p.a.poll_cq_timeout(Duration::from_millis(50)).is_none(), "no duplicate completion");
     let mut recv = 0;
     while let Some(r) = p.b.poll_cq_timeout(Duration::from_millis(200)) {
-        assert_eq!(cqe_opcode(&r), 2);
+        assert_eq!(cqe_opcode(&r), CqeOpcode::RESP_SEND);
         recv += 1;
     }
     assert_eq!(recv, msgs / 4, "one receive completion per SEND");
@@ -122,16 +122,15 @@ fn rc_total_loss_is_transport_retry_exceeded() {
         &segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(8, p.a.mkey, p.a.va(0))]),
     );
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x15), "transport retry exceeded");
+    let retry_exceeded = (CqeOpcode::REQ_ERR, CqeSyndrome::TRANSPORT_RETRY_EXC_ERR);
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), retry_exceeded, "transport retry exceeded");
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x05), "then flushed");
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::WR_FLUSH_ERR), "then flushed");
     assert_eq!(p.a.dev.transport_stats().timeouts, 4);
 }
 
 #[test]
 fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
-    use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
-    use umlx_hwdesc::plain::err_cqe;
     // Every frame is lost, so the WRITE is sent again after the ACK timeout, and its source
     // is unmapped by then. The device reads a packet's payload from host memory when it builds
     // the packet, as a NIC's DMA engine does, so the retransmission's read faults.
@@ -140,10 +139,9 @@ fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
         RcParams { retry_count: 3, ack_timeout: 8, ..Default::default() },
     );
     p.a.mem.write(0, &pattern(7, 600));
-    let write = WqeOpcode::RDMA_WRITE.0;
     p.a.post_send(
         &mut p.qa,
-        write,
+        WRITE,
         true,
         0,
         &segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0))]),
@@ -153,8 +151,8 @@ fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
     let faults = p.a.dev.page_accounting().iommu_faults;
     p.a.mem.unmap().expect("unmap");
     let c = p.a.poll_cq();
-    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ_ERR.0);
-    assert_eq!(c[err_cqe::syndrome], CqeSyndrome::LOCAL_PROT_ERR.0, "not a transport retry");
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ_ERR);
+    assert_eq!(syndrome(&c), CqeSyndrome::LOCAL_PROT_ERR, "not a transport retry");
     let s = p.a.dev.transport_stats();
     assert_eq!((s.timeouts, s.tx_packets), (1, 3), "the first retransmission faulted before it was sent");
     assert_eq!(p.a.dev.page_accounting().iommu_faults, faults + 1);
@@ -162,7 +160,6 @@ fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
 
 #[test]
 fn an_engine_waits_for_a_distant_retransmit_timer_instead_of_looking_every_100_us() {
-    use umlx_hwdesc::enums::WqeOpcode;
     // Every frame is lost and the ACK timeout is about 4 s (4.096 µs << 20): the WRITE's
     // retransmit timer stays armed for the whole test. The engine sleeps until the timers are
     // due, a millisecond at most, so it looks about 100 times in 100 ms (it looked every
@@ -171,10 +168,9 @@ fn an_engine_waits_for_a_distant_retransmit_timer_instead_of_looking_every_100_u
         FabricConfig { loss: 1.0, ..Default::default() },
         RcParams { ack_timeout: 20, ..Default::default() },
     );
-    let write = WqeOpcode::RDMA_WRITE.0;
     p.a.post_send(
         &mut p.qa,
-        write,
+        WRITE,
         true,
         0,
         &segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(8, p.a.mkey, p.a.va(0))]),

@@ -3,15 +3,19 @@
 
 mod transport_common;
 use transport_common::*;
+use umlx_hwdesc::U32;
+use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
+use umlx_hwdesc::plain::{wqe as w, wqe_inline_seg};
+use zerocopy::IntoBytes;
 
-const SEND: u8 = 0x0a;
-const SEND_IMM: u8 = 0x0b;
-const WRITE: u8 = 0x08;
-const WRITE_IMM: u8 = 0x09;
-const READ: u8 = 0x10;
-const CS: u8 = 0x11;
-const FA: u8 = 0x12;
-const NOP: u8 = 0x00;
+const SEND: WqeOpcode = WqeOpcode::SEND;
+const SEND_IMM: WqeOpcode = WqeOpcode::SEND_IMM;
+const WRITE: WqeOpcode = WqeOpcode::RDMA_WRITE;
+const WRITE_IMM: WqeOpcode = WqeOpcode::RDMA_WRITE_IMM;
+const READ: WqeOpcode = WqeOpcode::RDMA_READ;
+const CS: WqeOpcode = WqeOpcode::ATOMIC_CS;
+const FA: WqeOpcode = WqeOpcode::ATOMIC_FA;
+const NOP: WqeOpcode = WqeOpcode::NOP;
 
 fn pair() -> RcPair {
     RcPair::new(FabricConfig::default(), RcParams::default())
@@ -26,11 +30,11 @@ fn rc_write_send_read_byte_exact_multi_packet() {
     let s = segs(&[&raddr_seg(p.b.va(0x10000), p.b.mkey), &data_seg(5000, p.a.mkey, p.a.va(0))]);
     let idx = p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!(cqe_opcode(&c), 0, "REQ CQE");
-    assert_eq!(c[0x38], WRITE, "send opcode in sop_drop_qpn");
-    assert_eq!(be32(&c, 0x38) & 0xff_ffff, p.qa.qpn);
-    assert_eq!(be16(&c, 0x3c), idx);
-    assert_eq!(c[63] & 1, 0, "owner bit of the first pass");
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ, "REQ CQE");
+    assert_eq!(sent_opcode(&c), WRITE, "send opcode in sop_drop_qpn");
+    assert_eq!(cqe_qpn(&c), p.qa.qpn);
+    assert_eq!(cqe(&c).wqe_counter.get(), idx);
+    assert!(!op_own(&c).owner(), "owner bit of the first pass");
     assert_eq!(p.b.mem.to_vec(0x10000, 5000), data);
 
     // SEND of 3000 bytes into a posted receive.
@@ -40,13 +44,13 @@ fn rc_write_send_read_byte_exact_multi_packet() {
     let s = data_seg(3000, p.a.mkey, p.a.va(0x2000));
     p.a.post_send(&mut p.qa, SEND_IMM, true, 0xdeadbeef, &s);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x38]), (0, SEND_IMM));
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (CqeOpcode::REQ, SEND_IMM));
     let r = p.b.poll_cq();
-    assert_eq!(cqe_opcode(&r), 3, "RESP_SEND_IMM");
-    assert_eq!(be32(&r, 0x2c), 3000, "byte_cnt");
-    assert_eq!(be32(&r, 0x24), 0xdeadbeef, "imm");
-    assert_eq!(be32(&r, 0x38) & 0xff_ffff, p.qb.qpn);
-    assert_eq!(be16(&r, 0x3c), 0, "receive WQE counter");
+    assert_eq!(cqe_opcode(&r), CqeOpcode::RESP_SEND_IMM, "RESP_SEND_IMM");
+    assert_eq!(cqe(&r).byte_cnt.get(), 3000, "byte_cnt");
+    assert_eq!(cqe(&r).imm_inval_pkey.get(), 0xdeadbeef, "imm");
+    assert_eq!(cqe_qpn(&r), p.qb.qpn);
+    assert_eq!(cqe(&r).wqe_counter.get(), 0, "receive WQE counter");
     assert_eq!(p.b.mem.to_vec(0x40000, 3000), data2);
 
     // READ 6000 bytes back from B into A.
@@ -55,8 +59,8 @@ fn rc_write_send_read_byte_exact_multi_packet() {
     let s = segs(&[&raddr_seg(p.b.va(0x80000), p.b.mkey), &data_seg(6000, p.a.mkey, p.a.va(0x100000))]);
     p.a.post_send(&mut p.qa, READ, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x38]), (0, READ), "{:02x?}", &c[0x30..]);
-    assert_eq!(be32(&c, 0x2c), 6000);
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (CqeOpcode::REQ, READ), "{:?}", cqe(&c));
+    assert_eq!(cqe(&c).byte_cnt.get(), 6000);
     assert_eq!(p.a.mem.to_vec(0x100000, 6000), data3);
 }
 
@@ -69,9 +73,9 @@ fn rc_send_plain_write_imm_atomics_nop_unsignaled() {
     p.a.post_send(&mut p.qa, SEND, false, 0, &data_seg(11, p.a.mkey, p.a.va(0)));
     let nop = p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
     let c = p.a.poll_cq();
-    assert_eq!((c[0x38], be16(&c, 0x3c)), (NOP, nop));
+    assert_eq!((sent_opcode(&c), cqe(&c).wqe_counter.get()), (NOP, nop));
     let r = p.b.poll_cq();
-    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 11));
+    assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (CqeOpcode::RESP_SEND, 11));
     assert_eq!(p.b.mem.to_vec(0x1000, 11), b"hello world");
 
     // WRITE with immediate consumes a receive WQE.
@@ -79,36 +83,33 @@ fn rc_send_plain_write_imm_atomics_nop_unsignaled() {
     p.a.mem.write(0x100, &[7u8; 600]);
     let s = segs(&[&raddr_seg(p.b.va(0x3000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x100))]);
     p.a.post_send(&mut p.qa, WRITE_IMM, true, 0x1234, &s);
-    assert_eq!(p.a.poll_cq()[0x38], WRITE_IMM);
+    assert_eq!(sent_opcode(&p.a.poll_cq()), WRITE_IMM);
     let r = p.b.poll_cq();
-    assert_eq!((cqe_opcode(&r), be32(&r, 0x24), be32(&r, 0x2c)), (1, 0x1234, 600));
+    let rx = cqe(&r);
+    assert_eq!((cqe_opcode(&r), rx.imm_inval_pkey.get(), rx.byte_cnt.get()), (CqeOpcode::RESP_WR_IMM, 0x1234, 600));
     assert_eq!(p.b.mem.to_vec(0x3000, 600), vec![7u8; 600]);
 
     // Inline WRITE.
-    let mut inl = vec![0u8; 32];
-    inl[0..4].copy_from_slice(&(0x8000_0000u32 | 20).to_be_bytes());
-    inl[4..24].copy_from_slice(&[0x5a; 20]);
+    let mut inl = segs(&[wqe_inline_seg { byte_count: U32::new(w::INLINE_SEG | 20) }.as_bytes(), &[0x5a; 20]]);
+    inl.resize(inl.len().next_multiple_of(w::SEND_WQE_DS), 0);
     let s = segs(&[&raddr_seg(p.b.va(0x5000), p.b.mkey), &inl]);
     p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
-    assert_eq!(cqe_opcode(&p.a.poll_cq()), 0);
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), CqeOpcode::REQ);
     assert_eq!(p.b.mem.to_vec(0x5000, 20), vec![0x5a; 20]);
 
     // Atomics: fetch-add then compare-swap on a big-endian 8-byte target.
     p.b.mem.write_u64_be(0x6000, 100);
-    let mut at = [0u8; 16];
-    at[0..8].copy_from_slice(&5u64.to_be_bytes());
+    let at = atomic_seg(5, 0);
     let s = segs(&[&raddr_seg(p.b.va(0x6000), p.b.mkey), &at, &data_seg(8, p.a.mkey, p.a.va(0x7000))]);
     p.a.post_send(&mut p.qa, FA, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x38], be32(&c, 0x2c)), (0, FA, 8));
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c), cqe(&c).byte_cnt.get()), (CqeOpcode::REQ, FA, 8));
     assert_eq!(p.a.mem.read_u64_be(0x7000), 100);
     assert_eq!(p.b.mem.read_u64_be(0x6000), 105);
-    let mut at = [0u8; 16];
-    at[0..8].copy_from_slice(&999u64.to_be_bytes());
-    at[8..16].copy_from_slice(&105u64.to_be_bytes());
+    let at = atomic_seg(999, 105);
     let s = segs(&[&raddr_seg(p.b.va(0x6000), p.b.mkey), &at, &data_seg(8, p.a.mkey, p.a.va(0x7008))]);
     p.a.post_send(&mut p.qa, CS, true, 0, &s);
-    assert_eq!(p.a.poll_cq()[0x38], CS);
+    assert_eq!(sent_opcode(&p.a.poll_cq()), CS);
     assert_eq!(p.a.mem.read_u64_be(0x7008), 105);
     assert_eq!(p.b.mem.read_u64_be(0x6000), 999);
 }
@@ -121,15 +122,15 @@ fn rc_bad_rkey_is_remote_access_error_and_memory_unchanged() {
     let s = segs(&[&raddr_seg(p.b.va(0x9000), p.b.mkey ^ 0x100), &data_seg(64, p.a.mkey, p.a.va(0))]);
     let idx = p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!(cqe_opcode(&c), 13, "REQ_ERR");
-    assert_eq!(c[0x37], 0x13, "remote access error syndrome");
-    assert_eq!(be16(&c, 0x3c), idx);
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ_ERR, "REQ_ERR");
+    assert_eq!(syndrome(&c), CqeSyndrome::REMOTE_ACCESS_ERR, "remote access error syndrome");
+    assert_eq!(error_cqe(&c).wqe_counter.get(), idx);
     assert_eq!(p.b.mem.to_vec(0x9000, 64), vec![0xee; 64]);
     assert!(p.b.dev.transport_stats().err_naks_sent >= 1, "NAK on the wire");
     // Later WQEs are flushed.
     p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x05), "flushed");
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::WR_FLUSH_ERR), "flushed");
 }
 
 #[test]
@@ -138,7 +139,7 @@ fn rc_out_of_bounds_read_is_remote_access_error() {
     let s = segs(&[&raddr_seg(p.b.va(MEM - 16), p.b.mkey), &data_seg(64, p.a.mkey, p.a.va(0))]);
     p.a.post_send(&mut p.qa, READ, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x13));
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::REMOTE_ACCESS_ERR));
 }
 
 #[test]
@@ -146,7 +147,7 @@ fn rc_bad_lkey_is_local_protection_error() {
     let mut p = pair();
     p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(64, p.a.mkey ^ 0x1, p.a.va(0)));
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x04));
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::LOCAL_PROT_ERR));
 }
 
 #[test]
@@ -158,9 +159,9 @@ fn rc_rnr_then_receive_posted() {
     assert!(p.b.dev.transport_stats().rnr_naks_sent >= 1);
     p.b.post_recv(&mut p.qb, 0x100, 128);
     let c = p.a.poll_cq();
-    assert_eq!(cqe_opcode(&c), 0);
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ);
     let r = p.b.poll_cq();
-    assert_eq!((cqe_opcode(&r), be32(&r, 0x2c)), (2, 100));
+    assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (CqeOpcode::RESP_SEND, 100));
     assert_eq!(p.b.mem.to_vec(0x100, 100), vec![3; 100]);
 }
 
@@ -169,7 +170,7 @@ fn rc_rnr_retry_exceeded() {
     let mut p = RcPair::new(FabricConfig::default(), RcParams { rnr_retry: 2, ..Default::default() });
     p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(10, p.a.mkey, p.a.va(0)));
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[0x37]), (13, 0x16));
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::RNR_RETRY_EXC_ERR));
 }
 
 #[test]
@@ -181,7 +182,8 @@ fn rc_flush_on_error_state() {
     p.b.move_to_error(&p.qb);
     for i in 0..3u16 {
         let c = p.b.poll_cq();
-        assert_eq!((cqe_opcode(&c), c[0x37], be16(&c, 0x3c)), (14, 0x05, i));
+        let flushed = (CqeOpcode::RESP_ERR, CqeSyndrome::WR_FLUSH_ERR, i);
+        assert_eq!((cqe_opcode(&c), syndrome(&c), error_cqe(&c).wqe_counter.get()), flushed);
     }
 }
 
@@ -192,7 +194,7 @@ fn rc_cqe_owner_bit_flips_after_wrap() {
     for i in 0..n + 5 {
         p.a.post_send(&mut p.qa, NOP, true, 0, &[]);
         let c = p.a.poll_cq();
-        assert_eq!(c[63] & 1, ((i / n) & 1) as u8, "owner at {i}");
+        assert_eq!(op_own(&c).owner(), (i / n) & 1 == 1, "owner at {i}");
     }
 }
 
@@ -210,8 +212,6 @@ fn send_only(p: &RcPair, dgid: &[u8; 16], dest_qp: u32) -> Vec<u8> {
 
 #[test]
 fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
-    use umlx_hwdesc::enums::CqeOpcode;
-    use umlx_hwdesc::plain::cqe64;
     let mut p = pair();
     p.b.post_recv(&mut p.qb, 0x1000, 64);
     let before = p.b.dev.transport_stats();
@@ -231,9 +231,9 @@ fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
     // The QP still takes its own traffic: the receive WQE is still there for A's SEND.
     p.a.mem.write(0, b"for B");
     p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(5, p.a.mkey, p.a.va(0)));
-    assert_eq!(cqe_opcode(&p.a.poll_cq()), CqeOpcode::REQ.0);
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), CqeOpcode::REQ);
     let r = p.b.poll_cq();
-    assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (CqeOpcode::RESP_SEND.0, 5));
+    assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (CqeOpcode::RESP_SEND, 5));
     assert_eq!(p.b.mem.to_vec(0x1000, 5), b"for B");
 }
 
@@ -241,8 +241,6 @@ fn rc_requests_for_another_gid_or_an_unknown_qp_are_dropped_and_counted() {
 fn a_doorbell_rung_while_another_thread_holds_the_device_is_posted_and_runs_when_it_lets_go() {
     use std::sync::mpsc;
     use std::time::Duration;
-    use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
-    use umlx_hwdesc::plain::cqe64;
     let mut p = pair();
     p.a.mem.write(0, b"posted doorbell");
     let dev = p.a.dev.clone();
@@ -259,33 +257,29 @@ fn a_doorbell_rung_while_another_thread_holds_the_device_is_posted_and_runs_when
         (before, while_held)
     });
     held_rx.recv().expect("holder thread");
-    let write = WqeOpcode::RDMA_WRITE.0;
     let s = segs(&[&raddr_seg(p.b.va(0x2000), p.b.mkey), &data_seg(15, p.a.mkey, p.a.va(0))]);
-    p.a.post_send(&mut p.qa, write, true, 0, &s);
+    p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
     rang_tx.send(()).expect("holder thread");
     let (before, while_held) = holder.join().expect("holder thread");
     assert_eq!(while_held, before, "the WQE ran while another thread held the device");
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), be32(&c, cqe64::byte_cnt)), (CqeOpcode::REQ.0, 15));
+    assert_eq!((cqe_opcode(&c), cqe(&c).byte_cnt.get()), (CqeOpcode::REQ, 15));
     assert_eq!(p.b.mem.to_vec(0x2000, 15), b"posted doorbell");
     assert_eq!(p.a.dev.transport_stats().tx_packets, before + 1);
 }
 
 #[test]
 fn rc_read_of_memory_the_responder_cannot_reach_is_a_remote_access_error() {
-    use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, WqeOpcode};
-    use umlx_hwdesc::plain::err_cqe;
     // The responder reads a READ's data as it builds each response, having checked the whole
     // range first: a range whose host memory is no longer mapped for DMA is refused before any
     // response goes out.
     let mut p = pair();
     p.b.mem.unmap().expect("unmap");
     let faults = p.b.dev.page_accounting().iommu_faults;
-    let read = WqeOpcode::RDMA_READ.0;
     let s = segs(&[&raddr_seg(p.b.va(0), p.b.mkey), &data_seg(3000, p.a.mkey, p.a.va(0))]);
-    p.a.post_send(&mut p.qa, read, true, 0, &s);
+    p.a.post_send(&mut p.qa, READ, true, 0, &s);
     let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), c[err_cqe::syndrome]), (CqeOpcode::REQ_ERR.0, CqeSyndrome::REMOTE_ACCESS_ERR.0));
+    assert_eq!((cqe_opcode(&c), syndrome(&c)), (CqeOpcode::REQ_ERR, CqeSyndrome::REMOTE_ACCESS_ERR));
     assert_eq!(p.b.dev.page_accounting().iommu_faults, faults + 1);
     assert_eq!(p.b.dev.transport_stats().tx_packets, 1, "one NAK, no READ response");
 }

@@ -19,9 +19,9 @@ use umlx_hwdesc::enums::{CqeOpcode, WqeOpcode};
 use umlx_hwdesc::plain::cqe64;
 use umlx_wire::Opcode;
 
-const SEND: u8 = WqeOpcode::SEND.0;
-const REQ: u8 = CqeOpcode::REQ.0;
-const RESP_SEND: u8 = CqeOpcode::RESP_SEND.0;
+const SEND: WqeOpcode = WqeOpcode::SEND;
+const REQ: CqeOpcode = CqeOpcode::REQ;
+const RESP_SEND: CqeOpcode = CqeOpcode::RESP_SEND;
 const RC_SEND_ONLY: Opcode = Opcode::RC_SEND_ONLY;
 const RC_ACK: Opcode = Opcode::RC_ACKNOWLEDGE;
 
@@ -102,7 +102,7 @@ fn setup() -> (Node, Qp, Node, Qp, Relay) {
 }
 
 /// B's application: polls B's CQ, and B's wire when the CQ is empty, until a CQE comes.
-fn busy_poll(b: &mut Node) -> [u8; 64] {
+fn busy_poll(b: &mut Node) -> [u8; cqe64::SIZE] {
     let end = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(c) = b.poll_cq_timeout(Duration::ZERO) {
@@ -114,7 +114,7 @@ fn busy_poll(b: &mut Node) -> [u8; 64] {
 }
 
 /// A's two CQEs of a round (its SEND's and its receive's), in either order: (send, receive).
-fn a_round(a: &mut Node) -> ([u8; 64], [u8; 64]) {
+fn a_round(a: &mut Node) -> ([u8; cqe64::SIZE], [u8; cqe64::SIZE]) {
     let (x, y) = (a.poll_cq(), a.poll_cq());
     if cqe_opcode(&x) == REQ { (x, y) } else { (y, x) }
 }
@@ -135,15 +135,15 @@ fn a_polled_responder_sends_the_ack_with_its_reply_and_data_and_completions_are_
         a.post_send(&mut qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
         // B sees the SEND by polling, and replies at once.
         let r = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (RESP_SEND, 64), "B's receive CQE, round {round}");
+        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "B's receive CQE, round {round}");
         assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
         b.post_send(&mut qb, SEND, true, 0, &data_seg(64, b.mkey, b.va(0)));
         let (s, r) = a_round(&mut a);
-        assert_eq!((cqe_opcode(&s), s[cqe64::sop_drop_qpn]), (REQ, SEND), "A's SEND completes, round {round}");
-        assert_eq!((cqe_opcode(&r), be32(&r, cqe64::byte_cnt)), (RESP_SEND, 64), "A's receive CQE, round {round}");
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "A's SEND completes, round {round}");
+        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "A's receive CQE, round {round}");
         assert_eq!(a.mem.to_vec(0x1000, 64), pong, "round {round}");
         let s = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&s), s[cqe64::sop_drop_qpn]), (REQ, SEND), "B's SEND completes, round {round}");
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "B's SEND completes, round {round}");
         // The relay noted what B sent this round before forwarding it, and A has both.
         let sent = relay.opcodes(Way::BToA)[seen..].to_vec();
         if sent == [RC_SEND_ONLY, RC_ACK] {
@@ -178,7 +178,7 @@ fn an_ack_left_waiting_leaves_when_the_application_stops_polling() {
         // would retransmit (268 ms).
         let start = Instant::now();
         let c = a.poll_cq_timeout(Duration::from_millis(100)).expect("A's SEND completes without a retransmission");
-        assert_eq!((cqe_opcode(&c), c[cqe64::sop_drop_qpn]), (REQ, SEND), "round {round}");
+        assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, SEND), "round {round}");
         assert!(start.elapsed() < Duration::from_millis(100), "round {round}: {:?}", start.elapsed());
     }
     let sends = relay.opcodes(Way::AToB).iter().filter(|&&o| o == RC_SEND_ONLY).count();

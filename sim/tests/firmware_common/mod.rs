@@ -3,12 +3,17 @@
 #![allow(dead_code)]
 
 use std::fmt::Debug;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, DeliveryStatus, QpServiceType, QpState};
+use umlx_hwdesc::enums::{
+    CmdOpcode, CmdStatus, DeliveryStatus, EventType, HealthSyndrome, NicInterface, QpPmState, QpServiceType, QpState,
+    RqType,
+};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{self, cq, cqe64, eqe_cmd, eqe_page_req, iseg, wqe};
 #[allow(unused_imports)]
 pub use umlx_sim::firmware::syndrome as sy;
 pub use umlx_sim::host::*;
 pub use umlx_sim::{SimConfig, SimDevice};
+use zerocopy::FromBytes;
 
 /// A device brought up to INIT_HCA with a UAR, a PD and an EQ for completion events only (so
 /// commands do not fill it).
@@ -31,7 +36,7 @@ impl Env {
         host.bring_up().expect("bring-up");
         let uar = host.alloc_uar().expect("ALLOC_UAR");
         let pd = host.alloc_pd().expect("ALLOC_PD");
-        let eq = host.create_eq(uar, 6, 1 << 0, 0).expect("CREATE_EQ");
+        let eq = host.create_eq(uar, 6, 1 << EventType::COMP.0, 0).expect("CREATE_EQ");
         Env { dev, host, uar, pd, eq }
     }
 }
@@ -99,9 +104,9 @@ pub fn pages_of(buf: &HostBuffer) -> Vec<u64> {
 
 /// Creates a CQ of 2^`log_size` CQEs with fresh memory (every CQE owned by software).
 pub fn create_cq(host: &mut CmdHost, uar: u32, eqn: u32, log_size: u32) -> Result<CqHandle, CmdError> {
-    let buf = host.alloc(64 << log_size);
+    let buf = host.alloc(cqe64::SIZE << log_size);
     for i in 0..(1usize << log_size) {
-        buf.write_u8(i * 64 + 63, 0xf0);
+        buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cq::CQE_OP_OWN_INVALID);
     }
     let dbr = host.alloc(64);
     let input = cq_input(uar, eqn, log_size, &pages_of(&buf), dbr.iova());
@@ -152,14 +157,14 @@ pub fn create_qp(host: &mut CmdHost, s: QpSpec) -> Result<QpHandle, CmdError> {
 /// CREATE_QP as [`create_qp`], with `extra` changing the input last.
 pub fn create_qp_with(host: &mut CmdHost, s: QpSpec, extra: impl FnOnce(&mut [u8])) -> Result<QpHandle, CmdError> {
     let rq_bytes = if s.srqn.is_some() { 0 } else { 64usize << s.log_rq_size };
-    let buf = host.alloc(rq_bytes + (64usize << s.log_sq_size));
+    let buf = host.alloc(rq_bytes + (wqe::SEND_WQE_BB << s.log_sq_size));
     let dbr = host.alloc(64);
     let pas = pages_of(&buf);
     let q = create_qp_in::qpc;
     let o =
         host.exec(CmdOpcode::CREATE_QP, 0, create_qp_in::SIZE_BYTES + 8 * pas.len(), create_qp_out::SIZE_BYTES, |i| {
             q.inner(qpc::st).set(i, s.st.0 as u64);
-            q.inner(qpc::pm_state).set(i, 3);
+            q.inner(qpc::pm_state).set(i, QpPmState::MIGRATED.0 as u64);
             q.inner(qpc::pd).set(i, s.pd as u64);
             q.inner(qpc::uar_page).set(i, s.uar as u64);
             q.inner(qpc::log_rq_size).set(i, s.log_rq_size as u64);
@@ -169,7 +174,7 @@ pub fn create_qp_with(host: &mut CmdHost, s: QpSpec, extra: impl FnOnce(&mut [u8
             q.inner(qpc::cqn_rcv).set(i, s.cqn as u64);
             q.inner(qpc::dbr_addr).set(i, dbr.iova());
             if let Some(srqn) = s.srqn {
-                q.inner(qpc::rq_type).set(i, 1);
+                q.inner(qpc::rq_type).set(i, RqType::SRQ_RQ.0 as u64);
                 q.inner(qpc::srqn_rmpn_xrqn).set(i, srqn as u64);
             }
             put_pas(i, create_qp_in::SIZE_BYTES, &pas);
@@ -302,4 +307,50 @@ pub fn rc_to_rts(host: &mut CmdHost, qpn: u32) {
     modify_qp(host, CmdOpcode::RST2INIT_QP, qpn, 0, init_attrs).expect("RST2INIT");
     modify_qp(host, CmdOpcode::INIT2RTR_QP, qpn, 0, rtr_attrs).expect("INIT2RTR");
     modify_qp(host, CmdOpcode::RTR2RTS_QP, qpn, 0, rts_attrs).expect("RTR2RTS");
+}
+
+/// An EQE as hwdesc declares it.
+pub fn eqe(e: &[u8; plain::eqe::SIZE]) -> plain::eqe {
+    plain::eqe::read_from_bytes(&e[..]).expect("a 64-byte EQE")
+}
+
+/// The completed-slot vector of a command-completion EQE.
+pub fn cmd_vector(e: &[u8; plain::eqe::SIZE]) -> u32 {
+    eqe_cmd::read_from_prefix(&eqe(e).data[..]).expect("a CMD payload").0.vector.get()
+}
+
+/// The payload of a PAGE_REQUEST EQE.
+pub fn page_request(e: &[u8; plain::eqe::SIZE]) -> eqe_page_req {
+    eqe_page_req::read_from_prefix(&eqe(e).data[..]).expect("a PAGE_REQUEST payload").0
+}
+
+/// The health buffer's syndrome byte (one byte of a 32-bit BAR0 register).
+pub fn health_synd(dev: &SimDevice) -> HealthSyndrome {
+    let dword = iseg::HEALTH_SYND & !3;
+    HealthSyndrome((dev.bar0_read32(dword as u64) >> (8 * (3 - (iseg::HEALTH_SYND & 3)))) as u8)
+}
+
+/// The `nic_interface` field of `cmdq_addr_l_sz`.
+pub fn nic_interface(dev: &SimDevice) -> NicInterface {
+    let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
+    NicInterface((v >> iseg::NIC_IFC_SHIFT & iseg::NIC_IFC_MASK) as u8)
+}
+
+/// Writes `nic_interface` into `cmdq_addr_l_sz`, with the queue address it holds.
+pub fn set_nic_interface(dev: &SimDevice, ifc: NicInterface) {
+    let v = dev.bar0_read32(iseg::CMDQ_ADDR_L_SZ as u64);
+    dev.bar0_write32(
+        iseg::CMDQ_ADDR_L_SZ as u64,
+        (v & iseg::CMDQ_ADDR_L_MASK) | ((ifc.0 as u32) << iseg::NIC_IFC_SHIFT),
+    );
+}
+
+/// Puts a capability page into a SET_HCA_CAP input.
+pub fn set_cap(input: &mut [u8], cap: &[u8]) {
+    set_hca_cap_in::capability.bytes_mut(input).expect("a SET_HCA_CAP input").copy_from_slice(cap);
+}
+
+/// The capability page of a QUERY_HCA_CAP output.
+pub fn cap_of(out: &[u8]) -> &[u8] {
+    query_hca_cap_out::capability.bytes(out).expect("a QUERY_HCA_CAP output")
 }

@@ -4,14 +4,25 @@
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
-use umlx_hwdesc::enums::{CmdOpcode, QpServiceType};
+use umlx_hwdesc::enums::{CmdOpcode, CqeOpcode, CqeSyndrome, EventType, IbMtu, QpPmState, QpServiceType, WqeOpcode};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::{
+    CqeOpOwn, cq as cq_consts, cqe64, dbr, err_cqe, uar as uar_page, wqe as w, wqe_atomic_seg, wqe_ctrl_seg,
+    wqe_data_seg, wqe_raddr_seg,
+};
+use umlx_hwdesc::{U32, U64};
 pub use umlx_sim::fabric::{Fabric, FabricConfig};
 pub use umlx_sim::host::*;
 pub use umlx_sim::{SimConfig, SimDevice};
+use zerocopy::{FromBytes, IntoBytes};
 
 /// Memory region size of each node.
 pub const MEM: usize = 4 << 20;
+
+/// Receive WQE size: a data segment, the terminating one, zeros after them.
+const RQ_WQE_SIZE: usize = 64;
+/// The QPC's `log_rq_stride` for [`RQ_WQE_SIZE`] (the stride is in 16-byte units).
+const LOG_RQ_STRIDE: u32 = 2;
 
 /// A completion queue.
 pub struct Cq {
@@ -61,7 +72,14 @@ pub struct RcParams {
 
 impl Default for RcParams {
     fn default() -> Self {
-        RcParams { mtu: 1, ack_timeout: 8, retry_count: 7, rnr_retry: 7, min_rnr_nak: 1, access: (true, true, true) }
+        RcParams {
+            mtu: IbMtu::MTU_256.0,
+            ack_timeout: 8,
+            retry_count: 7,
+            rnr_retry: 7,
+            min_rnr_nak: 1,
+            access: (true, true, true),
+        }
     }
 }
 
@@ -101,7 +119,8 @@ impl Node {
         host.bring_up().expect("bring-up");
         let uar = host.alloc_uar().expect("ALLOC_UAR");
         let pd = host.alloc_pd().expect("ALLOC_PD");
-        let eq = host.create_eq(uar, 8, 1 << 0 | 1 << 0x13 | 1 << 0x14, 0).expect("CREATE_EQ");
+        let events = [EventType::COMP, EventType::SRQ_LAST_WQE, EventType::SRQ_RQ_LIMIT];
+        let eq = host.create_eq(uar, 8, events.iter().fold(0, |m, t| m | 1 << t.0), 0).expect("CREATE_EQ");
         let a = set_roce_address_in::roce_address;
         host.exec(
             CmdOpcode::SET_ROCE_ADDRESS,
@@ -134,7 +153,7 @@ impl Node {
 
     /// Creates an RC or UD QP using the node's CQ for both directions.
     pub fn create_qp(&mut self, ud: bool, log_sq: u32, log_rq: u32) -> Qp {
-        let buf = self.host.alloc((64usize << log_rq) + (64usize << log_sq));
+        let buf = self.host.alloc((RQ_WQE_SIZE << log_rq) + (w::SEND_WQE_BB << log_sq));
         let dbr = self.host.alloc(64);
         let pas = pages_of(&buf);
         let q = create_qp_in::qpc;
@@ -144,11 +163,11 @@ impl Node {
             .host
             .exec(CmdOpcode::CREATE_QP, 0, create_qp_in::SIZE_BYTES + 8 * pas.len(), create_qp_out::SIZE_BYTES, |i| {
                 q.inner(qpc::st).set(i, st.0 as u64);
-                q.inner(qpc::pm_state).set(i, 3);
+                q.inner(qpc::pm_state).set(i, QpPmState::MIGRATED.0 as u64);
                 q.inner(qpc::pd).set(i, pd as u64);
                 q.inner(qpc::uar_page).set(i, uar as u64);
                 q.inner(qpc::log_rq_size).set(i, log_rq as u64);
-                q.inner(qpc::log_rq_stride).set(i, 2);
+                q.inner(qpc::log_rq_stride).set(i, LOG_RQ_STRIDE as u64);
                 q.inner(qpc::log_sq_size).set(i, log_sq as u64);
                 q.inner(qpc::cqn_snd).set(i, cqn as u64);
                 q.inner(qpc::cqn_rcv).set(i, cqn as u64);
@@ -224,62 +243,62 @@ impl Node {
     }
 
     /// Posts a send WQE made of `segs` (16-byte units after the control segment).
-    pub fn post_send(&mut self, qp: &mut Qp, opcode: u8, signaled: bool, imm: u32, segs: &[u8]) -> u16 {
-        self.post_send_flags(qp, opcode, if signaled { 0x08 } else { 0 }, imm, segs)
+    pub fn post_send(&mut self, qp: &mut Qp, opcode: WqeOpcode, signaled: bool, imm: u32, segs: &[u8]) -> u16 {
+        self.post_send_flags(qp, opcode, if signaled { w::WQE_CTRL_CQ_UPDATE } else { 0 }, imm, segs)
     }
 
     /// Posts a send WQE with explicit `fm_ce_se`.
-    pub fn post_send_flags(&mut self, qp: &mut Qp, opcode: u8, fm_ce_se: u8, imm: u32, segs: &[u8]) -> u16 {
-        assert_eq!(segs.len() % 16, 0);
-        let ds = 1 + segs.len() / 16;
-        let mut w = vec![0u8; ds * 16];
+    pub fn post_send_flags(&mut self, qp: &mut Qp, opcode: WqeOpcode, fm_ce_se: u8, imm: u32, segs: &[u8]) -> u16 {
+        assert_eq!(segs.len() % w::SEND_WQE_DS, 0);
+        let ds = 1 + segs.len() / w::SEND_WQE_DS;
         let idx = qp.sq_pi;
-        w[0..4].copy_from_slice(&(((idx as u32) << 8) | opcode as u32).to_be_bytes());
-        w[4..8].copy_from_slice(&((qp.qpn << 8) | ds as u32).to_be_bytes());
-        w[11] = fm_ce_se;
-        w[12..16].copy_from_slice(&imm.to_be_bytes());
-        w[16..].copy_from_slice(segs);
-        let nbb = (ds * 16).div_ceil(64);
-        w.resize(nbb * 64, 0);
-        let sq_off = 64usize << qp.log_rq;
+        let ctrl = wqe_ctrl_seg {
+            opmod_idx_opcode: U32::new(((idx as u32) << w::WQE_CTRL_WQE_INDEX_SHIFT) | opcode.0 as u32),
+            qpn_ds: U32::new((qp.qpn << w::WQE_CTRL_QPN_SHIFT) | ds as u32),
+            fm_ce_se,
+            imm: U32::new(imm),
+            ..Default::default()
+        };
+        let mut wqe = [ctrl.as_bytes(), segs].concat();
+        let nbb = wqe.len().div_ceil(w::SEND_WQE_BB);
+        wqe.resize(nbb * w::SEND_WQE_BB, 0);
+        let sq_off = RQ_WQE_SIZE << qp.log_rq;
         let size = 1usize << qp.log_sq;
-        for k in 0..nbb {
+        for (k, bb) in wqe.chunks_exact(w::SEND_WQE_BB).enumerate() {
             let slot = (qp.sq_pi as usize + k) & (size - 1);
-            qp.buf.write(sq_off + slot * 64, &w[k * 64..k * 64 + 64]);
+            qp.buf.write(sq_off + slot * w::SEND_WQE_BB, bb);
         }
         qp.sq_pi = qp.sq_pi.wrapping_add(nbb as u16);
-        qp.dbr.write_u32_be(4, qp.sq_pi as u32);
-        let db = u64::from_be_bytes(w[0..8].try_into().expect("8 bytes"));
-        self.dev.bar0_write64((self.uar as u64) << 12 | 0x800, db);
+        qp.dbr.write_u32_be(dbr::SND_DBR, qp.sq_pi as u32);
+        // The doorbell is the control segment's first eight bytes.
+        let db = u64::from_be_bytes(wqe[..8].try_into().expect("8 bytes"));
+        self.dev.bar0_write64((self.uar as usize * uar_page::UAR_PAGE_SIZE + uar_page::BF_OFFSET) as u64, db);
         idx
     }
 
-    /// Posts a receive WQE with one scatter entry.
+    /// Posts a receive WQE with one scatter entry (and the terminating data segment).
     pub fn post_recv(&mut self, qp: &mut Qp, off: usize, len: u32) {
-        let mut w = [0u8; 64];
-        w[0..4].copy_from_slice(&len.to_be_bytes());
-        w[4..8].copy_from_slice(&self.mkey.to_be_bytes());
-        w[8..16].copy_from_slice(&self.va(off).to_be_bytes());
-        w[20..24].copy_from_slice(&0x100u32.to_be_bytes());
+        let mut wqe = [data_seg(len, self.mkey, self.va(off)), data_seg(0, w::INVALID_LKEY, 0)].concat();
+        wqe.resize(RQ_WQE_SIZE, 0);
         let slot = qp.rq_pi as usize & ((1 << qp.log_rq) - 1);
-        qp.buf.write(slot * 64, &w);
+        qp.buf.write(slot * RQ_WQE_SIZE, &wqe);
         qp.rq_pi = qp.rq_pi.wrapping_add(1);
-        qp.dbr.write_u32_be(0, qp.rq_pi as u32);
+        qp.dbr.write_u32_be(dbr::RCV_DBR, qp.rq_pi as u32);
     }
 
     /// Waits for the next CQE (up to `timeout`).
-    pub fn poll_cq_timeout(&mut self, timeout: Duration) -> Option<[u8; 64]> {
+    pub fn poll_cq_timeout(&mut self, timeout: Duration) -> Option<[u8; cqe64::SIZE]> {
         let end = Instant::now() + timeout;
         loop {
             let n = 1u32 << self.cq.log;
-            let off = ((self.cq.ci & (n - 1)) * 64) as usize;
-            let op_own = self.cq.buf.read_u8(off + 63);
-            let owner = ((self.cq.ci >> self.cq.log) & 1) as u8;
-            if op_own >> 4 != 15 && op_own & 1 == owner {
-                let mut c = [0u8; 64];
+            let off = (self.cq.ci & (n - 1)) as usize * cqe64::SIZE;
+            let op_own = CqeOpOwn::from_bits(self.cq.buf.read_u8(off + cqe64::op_own));
+            let owner = (self.cq.ci >> self.cq.log) & 1 == 1;
+            if CqeOpcode(op_own.opcode()) != CqeOpcode::INVALID && op_own.owner() == owner {
+                let mut c = [0u8; cqe64::SIZE];
                 self.cq.buf.read(off, &mut c);
                 self.cq.ci = self.cq.ci.wrapping_add(1);
-                self.cq.dbr.write_u32_be(0, self.cq.ci & 0xff_ffff);
+                self.cq.dbr.write_u32_be(dbr::CQ_SET_CI, self.cq.ci & cq_consts::NUM_MASK_24);
                 return Some(c);
             }
             if Instant::now() > end {
@@ -290,16 +309,16 @@ impl Node {
     }
 
     /// Waits for the next CQE (panics after 10 s).
-    pub fn poll_cq(&mut self) -> [u8; 64] {
+    pub fn poll_cq(&mut self) -> [u8; cqe64::SIZE] {
         self.poll_cq_timeout(Duration::from_secs(10)).expect("no CQE within 10 s")
     }
 }
 
-/// Creates a CQ of 2^log entries (owner bits initialized to 0xf0).
+/// Creates a CQ of 2^log entries (every `op_own` byte INVALID, owner 0).
 pub fn create_cq(host: &mut CmdHost, uar: u32, eqn: u32, log: u32) -> Cq {
-    let buf = host.alloc(64 << log);
+    let buf = host.alloc(cqe64::SIZE << log);
     for i in 0..(1usize << log) {
-        buf.write_u8(i * 64 + 63, 0xf0);
+        buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cq_consts::CQE_OP_OWN_INVALID);
     }
     let dbr = host.alloc(64);
     let pas = pages_of(&buf);
@@ -337,9 +356,10 @@ pub fn create_mkey(host: &mut CmdHost, pd: u32, mem: &HostBuffer, variant: u8, r
             m.inner(mkc::translations_octword_size).set(i, pages.div_ceil(2) as u64);
             create_mkey_in::translations_octword_actual_size.set(i, pages.div_ceil(2) as u64);
             for k in 0..pages {
-                let e = (mem.iova() + 4096 * k as u64) | 3;
-                let at = create_mkey_in::SIZE_BYTES + 8 * k;
-                i[at..at + 8].copy_from_slice(&e.to_be_bytes());
+                let e = create_mkey_in::klm_pas_mtt.elem(k);
+                e.set(i, mem.iova() + 4096 * k as u64);
+                e.inner(mtt::rd_en).set(i, 1);
+                e.inner(mtt::wr_en).set(i, 1);
             }
         })
         .expect("CREATE_MKEY");
@@ -370,20 +390,19 @@ impl RcPair {
 }
 
 /// A data segment.
-pub fn data_seg(len: u32, lkey: u32, va: u64) -> [u8; 16] {
-    let mut s = [0u8; 16];
-    s[0..4].copy_from_slice(&len.to_be_bytes());
-    s[4..8].copy_from_slice(&lkey.to_be_bytes());
-    s[8..16].copy_from_slice(&va.to_be_bytes());
-    s
+pub fn data_seg(len: u32, lkey: u32, va: u64) -> [u8; wqe_data_seg::SIZE] {
+    zerocopy::transmute!(wqe_data_seg { byte_count: U32::new(len), lkey: U32::new(lkey), addr: U64::new(va) })
 }
 
 /// A remote address segment.
-pub fn raddr_seg(va: u64, rkey: u32) -> [u8; 16] {
-    let mut s = [0u8; 16];
-    s[0..8].copy_from_slice(&va.to_be_bytes());
-    s[8..12].copy_from_slice(&rkey.to_be_bytes());
-    s
+pub fn raddr_seg(va: u64, rkey: u32) -> [u8; wqe_raddr_seg::SIZE] {
+    zerocopy::transmute!(wqe_raddr_seg { raddr: U64::new(va), rkey: U32::new(rkey), ..Default::default() })
+}
+
+/// An atomic segment: the swap (compare-and-swap) or add (fetch-and-add) value, and the compare
+/// value.
+pub fn atomic_seg(swap_add: u64, compare: u64) -> [u8; wqe_atomic_seg::SIZE] {
+    zerocopy::transmute!(wqe_atomic_seg { swap_add: U64::new(swap_add), compare: U64::new(compare) })
 }
 
 /// Concatenates segments.
@@ -391,17 +410,39 @@ pub fn segs(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
+/// A CQE as hwdesc declares it.
+pub fn cqe(c: &[u8; cqe64::SIZE]) -> cqe64 {
+    cqe64::read_from_bytes(&c[..]).expect("a 64-byte CQE")
+}
+
+/// An error CQE (opcode REQ_ERR or RESP_ERR) as hwdesc declares it.
+pub fn error_cqe(c: &[u8; cqe64::SIZE]) -> err_cqe {
+    err_cqe::read_from_bytes(&c[..]).expect("a 64-byte CQE")
+}
+
+/// A CQE's `op_own` byte: opcode and owner bit.
+pub fn op_own(c: &[u8; cqe64::SIZE]) -> CqeOpOwn {
+    CqeOpOwn::from_bits(cqe(c).op_own)
+}
+
 /// CQE opcode.
-pub fn cqe_opcode(c: &[u8; 64]) -> u8 {
-    c[63] >> 4
+pub fn cqe_opcode(c: &[u8; cqe64::SIZE]) -> CqeOpcode {
+    CqeOpcode(op_own(c).opcode())
 }
-/// Big-endian u32 at `o`.
-pub fn be32(c: &[u8], o: usize) -> u32 {
-    u32::from_be_bytes(c[o..o + 4].try_into().expect("4 bytes"))
+
+/// The opcode of the send WQE a requester CQE completes (`sop_drop_qpn` bits 31:24).
+pub fn sent_opcode(c: &[u8; cqe64::SIZE]) -> WqeOpcode {
+    WqeOpcode((cqe(c).sop_drop_qpn.get() >> cq_consts::SOP_WQE_OPCODE_SHIFT) as u8)
 }
-/// Big-endian u16 at `o`.
-pub fn be16(c: &[u8], o: usize) -> u16 {
-    u16::from_be_bytes(c[o..o + 2].try_into().expect("2 bytes"))
+
+/// The local QP number of a CQE.
+pub fn cqe_qpn(c: &[u8; cqe64::SIZE]) -> u32 {
+    cqe(c).sop_drop_qpn.get() & cq_consts::NUM_MASK_24
+}
+
+/// The syndrome of an error CQE.
+pub fn syndrome(c: &[u8; cqe64::SIZE]) -> CqeSyndrome {
+    CqeSyndrome(error_cqe(c).syndrome)
 }
 
 /// A deterministic byte pattern.
