@@ -218,9 +218,9 @@ const ONE_SGE_OPS: [OneSgeOp; 5] = {
 };
 
 /// `ops.post_send`: the chain `wr` on `qp`. A single one-SGE request (the common post) takes
-/// verbs' short path (`Qp::try_post_send_one`); any other chain, and a request the short path
-/// declines, goes to the general post (by a tail call), which translates and posts one request
-/// at a time or gives the error. As ibverbs: the requests before a failing one are posted,
+/// verbs' short path (`Qp::try_post_send_one_from`, which reads the request in place); any
+/// other chain, and a request the short path declines, goes to the general post (by a tail
+/// call), which translates and posts one request at a time or gives the error. As ibverbs: the requests before a failing one are posted,
 /// `*bad_wr` names it.
 pub(super) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
