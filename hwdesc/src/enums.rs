@@ -5,7 +5,8 @@
 //! the device or driver produces that we do not know survives unchanged and prints as
 //! `Unknown(0x..)`. Constant names are the PRM / Linux names without their `MLX5_..._` prefix.
 //!
-//! Bit sets (MKEY access flags, QP optional-parameter mask) are [`MkeyAccess`] and
+//! Bit sets (MKEY access flags, supported ISSI versions, atomic operations, QP
+//! optional-parameter mask) are [`MkeyAccess`], [`SupportedIssi`], [`AtomicOps`] and
 //! [`QpOptParam`]: they print the names of the set bits and any remaining bits as
 //! `Unknown(0x..)`.
 
@@ -737,6 +738,61 @@ crate::open_enum! {
         /// No receive queue.
         ZERO_LEN_RQ = 0x3,
     }
+
+    /// CQ status: the `status` field of the CQC (`MLX5_CQC_STATUS_*`, Linux `mlx5_ifc.h`).
+    pub struct CqStatus(u8) {
+        OK = 0x0,
+        /// The CQ overflowed.
+        CQ_OVERFLOW = 0x9,
+        /// Writing a CQE failed.
+        CQ_WRITE_FAIL = 0xa,
+    }
+
+    /// CQ arm state: the `st` field of the CQC (`MLX5_CQC_ST_*`, Linux `mlx5_ifc.h`).
+    pub struct CqState(u8) {
+        /// Armed for the next solicited completion.
+        SOLICITED_NOTIFICATION_REQUEST_ARMED = 0x6,
+        /// Armed for the next completion.
+        NOTIFICATION_REQUEST_ARMED = 0x9,
+        /// Not armed: the last arm request has fired (or none was made).
+        FIRED = 0xa,
+    }
+
+    /// Memory key access mode: the 5-bit value split over the mkey context's `access_mode_4_2`
+    /// and `access_mode_1_0` fields (`MLX5_MKC_ACCESS_MODE_*`, Linux `mlx5_ifc.h`).
+    pub struct MkcAccessMode(u8) {
+        /// Physical addresses, no translation.
+        PA = 0x0,
+        /// Translation through the MTT entries that follow the context.
+        MTT = 0x1,
+        /// Indirect key through KLM entries.
+        KLMS = 0x2,
+        /// Indirect key through fixed-size KSM entries.
+        KSM = 0x3,
+        /// Software-managed ICM.
+        SW_ICM = 0x4,
+        /// On-device memory (MEMIC).
+        MEMIC = 0x5,
+        /// A key of another function (cross-VHCA).
+        CROSSING = 0x6,
+    }
+}
+
+impl MkcAccessMode {
+    /// The mkey context's `access_mode_1_0` value (bits 1:0 of the mode).
+    pub const fn bits_1_0(self) -> u8 {
+        self.0 & 0x3
+    }
+
+    /// The mkey context's `access_mode_4_2` value (bits 4:2 of the mode).
+    pub const fn bits_4_2(self) -> u8 {
+        (self.0 >> 2) & 0x7
+    }
+
+    /// The mode carried in an mkey context's `access_mode_4_2` and `access_mode_1_0` fields.
+    pub const fn from_fields(access_mode_4_2: u8, access_mode_1_0: u8) -> Self {
+        Self(((access_mode_4_2 & 0x7) << 2) | (access_mode_1_0 & 0x3))
+    }
 }
 
 /// Vendor error syndrome (err_cqe `vendor_err_synd`) of an ODP page fault
@@ -962,6 +1018,33 @@ flag_set! {
         ATOMIC = 1 << 6,
         /// Allow UMR to modify this key.
         UMR_EN = 1 << 7,
+    }
+}
+
+flag_set! {
+    /// ISSI versions the device supports: `query_issi_out.supported_issi_dw0`, where bit `n`
+    /// set means ISSI `n` is supported (Linux `mlx5_core_set_issi` and rdma-core
+    /// `mlx5_vfio_set_issi` test `1 << 1` and `1 << 0`; neither names the bits).
+    pub struct SupportedIssi(u32) {
+        /// ISSI 0.
+        ISSI_0 = 1 << 0,
+        /// ISSI 1, the version umlx and Linux set.
+        ISSI_1 = 1 << 1,
+    }
+}
+
+flag_set! {
+    /// Atomic operations the device supports: `atomic_caps.atomic_operations`
+    /// (`MLX5_ATOMIC_OPS_*`, Linux `device.h`).
+    pub struct AtomicOps(u16) {
+        /// 8-byte compare-and-swap.
+        CMP_SWAP = 1 << 0,
+        /// 8-byte fetch-and-add.
+        FETCH_ADD = 1 << 1,
+        /// Extended (masked) compare-and-swap.
+        EXTENDED_CMP_SWAP = 1 << 2,
+        /// Extended (masked) fetch-and-add.
+        EXTENDED_FETCH_ADD = 1 << 3,
     }
 }
 

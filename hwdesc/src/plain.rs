@@ -114,7 +114,8 @@ crate::plain! {
     /// `cmd_exec_to`/`cmd_q_init_to` and `real_time_h/l` registers exist only in newer kernels'
     /// copy of the structure (older copies and rdma-core show them as reserved).
     struct init_seg[0x2010] {
-        /// bits 15:0 firmware major, bits 31:16 firmware minor.
+        /// bits 15:0 firmware major, bits 31:16 firmware minor (PRM `initial_seg.fw_rev_major`,
+        /// `fw_rev_minor`).
         fw_rev @ 0x0000: U32,
         /// bits 31:16 command interface revision (must be [`iseg::CMDIF_REV`]), bits 15:0
         /// firmware sub-minor.
@@ -146,7 +147,8 @@ crate::plain! {
         internal_timer_l @ 0x1004: U32,
         /// Reserved.
         rsvd3 @ 0x1008: [u8; 8],
-        /// bits 23:0 health counter the firmware keeps incrementing.
+        /// bits 31:24 health syndrome (PRM `initial_seg.health_syndrome`), bits 23:0 health
+        /// counter the firmware keeps incrementing (PRM `initial_seg.health_counter`).
         health_counter @ 0x1010: U32,
         /// Reserved.
         rsvd4 @ 0x1014: Bytes<0x2c>,
@@ -190,6 +192,9 @@ pub mod iseg {
     pub const HEALTH_RFR: usize = init_seg::health + health_buffer::rfr;
     /// Health buffer `synd` (one byte).
     pub const HEALTH_SYND: usize = init_seg::health + health_buffer::synd;
+    /// The big-endian dword holding the health buffer's `irisc_index` (bits 31:24), `synd`
+    /// (bits 23:16) and `ext_synd` (bits 15:0).
+    pub const HEALTH_SYND_DWORD: usize = init_seg::health + health_buffer::irisc_index;
     /// `cmd_exec_to` (newer kernels).
     pub const CMD_EXEC_TO: usize = init_seg::cmd_exec_to;
     /// `cmd_q_init_to` (newer kernels).
@@ -213,6 +218,15 @@ pub mod iseg {
     /// Size of the initialization segment.
     pub const SIZE: usize = init_seg::SIZE;
 
+    /// Mask of the firmware major version in `fw_rev` (bits 15:0; PRM `fw_rev_major`).
+    pub const FW_REV_MAJOR_MASK: u32 = 0xffff;
+    /// Shift of the firmware minor version in `fw_rev` (bits 31:16; PRM `fw_rev_minor`).
+    pub const FW_REV_MINOR_SHIFT: u32 = 16;
+    /// Mask of the firmware sub-minor version in `cmdif_rev_fw_sub` (bits 15:0; PRM
+    /// `fw_rev_subminor`).
+    pub const FW_SUB_MINOR_MASK: u32 = 0xffff;
+    /// Shift of the health buffer `synd` byte in the [`HEALTH_SYND_DWORD`] register value.
+    pub const HEALTH_SYND_SHIFT: u32 = 8 * (HEALTH_SYND_DWORD + 4 - HEALTH_SYND - 1) as u32;
     /// The only command interface revision drivers accept (`cmdif_rev_fw_sub` bits 31:16).
     pub const CMDIF_REV: u32 = 5;
     /// Shift of the command interface revision in `cmdif_rev_fw_sub`.
@@ -233,6 +247,10 @@ pub mod iseg {
     pub const CMDQ_ADDR_L_MASK: u32 = 0xffff_f000;
     /// Mask of the 24-bit `health_counter`.
     pub const HEALTH_COUNTER_MASK: u32 = 0x00ff_ffff;
+    /// Shift of the health syndrome in the `health_counter` register (bits 31:24; PRM
+    /// `initial_seg.health_syndrome`, an `enums::HealthSyndrome` value). Linux and rdma-core
+    /// read the syndrome from the health buffer's `synd` instead.
+    pub const HEALTH_COUNTER_SYNDROME_SHIFT: u32 = 24;
     /// Health buffer `rfr` bit 31: recovery flow required (`MLX5_RFR_OFFSET`).
     pub const RFR_BIT: u32 = 31;
     /// `cmd_exec_to` / `cmd_q_init_to`: bits 19:0 hold the count of time units (Linux
@@ -411,6 +429,14 @@ pub mod eq {
     /// Value software writes into every EQE `owner` byte before CREATE_EQ
     /// (`MLX5_EQE_OWNER_INIT_VAL`).
     pub const EQE_OWNER_INIT_VAL: u8 = 0x1;
+    /// Mask of the ownership bit in the EQE `owner` byte (bit 0, PRM `eqe.owner`; Linux
+    /// `next_eqe_sw` tests it with `& 1`).
+    pub const EQE_OWNER_MASK: u8 = 0x1;
+    /// Shift of the port number in `eqe_port_state.port` (bits 7:4; Linux reads
+    /// `(port >> 4) & 0xf`).
+    pub const PORT_STATE_PORT_SHIFT: u32 = 4;
+    /// Mask of the port number after the shift.
+    pub const PORT_STATE_PORT_MASK: u8 = 0xf;
     /// Size of one EQE.
     pub const EQE_SIZE: usize = super::eqe::SIZE;
     /// Byte offset of the event payload inside an EQE.
@@ -740,6 +766,34 @@ pub mod wqe {
     pub const WQE_CTRL_OPMOD_SHIFT: u32 = 24;
     /// Data segment `byte_count` of an atomic's local result buffer (`MLX5_ATOMIC_SIZE`).
     pub const ATOMIC_SIZE: u32 = 8;
+    /// Log2 of the unit of the QPC and SRQC `log_rq_stride`: the receive WQE stride is
+    /// `1 << (log_rq_stride + RQ_STRIDE_UNIT_SHIFT)` bytes (16-byte units; Linux writes
+    /// `wqe_shift - 4`).
+    pub const RQ_STRIDE_UNIT_SHIFT: u32 = 4;
+}
+
+/// Memory keys: the 32-bit lkey / rkey a WQE carries is the mkey index (CREATE_MKEY's
+/// `mkey_index`) above the 8-bit variant the driver chose (mkey context `mkey_7_0`).
+pub mod mkey {
+    /// Shift of the mkey index in a key (Linux `mlx5_idx_to_mkey` / `mlx5_mkey_to_idx`).
+    pub const INDEX_SHIFT: u32 = 8;
+    /// Mask of the variant (`mkey_7_0`) in a key.
+    pub const VARIANT_MASK: u32 = 0xff;
+
+    /// The key of mkey `index` with `variant` in its low byte.
+    pub const fn key(index: u32, variant: u8) -> u32 {
+        (index << INDEX_SHIFT) | variant as u32
+    }
+
+    /// The mkey index a key names (Linux `mlx5_mkey_to_idx`).
+    pub const fn index(key: u32) -> u32 {
+        key >> INDEX_SHIFT
+    }
+
+    /// The variant (`mkey_7_0`) of a key.
+    pub const fn variant(key: u32) -> u8 {
+        (key & VARIANT_MASK) as u8
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -93,21 +93,32 @@ fn init_segment_and_health_buffer() {
     assert_eq!(iseg::CMDIF_REV, 5);
     assert_eq!(iseg::NIC_IFC_SHIFT, 8);
     assert_eq!(iseg::FW_RESET_SUPPORTED_BIT, 30);
+    assert_eq!((iseg::FW_REV_MAJOR_MASK, iseg::FW_REV_MINOR_SHIFT, iseg::FW_SUB_MINOR_MASK), (0xffff, 16, 0xffff));
+    assert_eq!((iseg::HEALTH_SYND_DWORD, iseg::HEALTH_SYND_SHIFT), (0x23c, 16));
+    assert_eq!(iseg::HEALTH_COUNTER_SYNDROME_SHIFT, 24);
     // The constants and the struct say the same thing.
     assert_eq!(core::mem::offset_of!(init_seg, health) + 0x30, iseg::HEALTH_FW_VER);
     assert_eq!(core::mem::offset_of!(init_seg, clr_intx), iseg::CLR_INTX);
 
     // Big-endian decoding of a BAR0 image.
     let mut bar = vec![0u8; 0x2010];
+    bar[0x00..0x04].copy_from_slice(&[0x00, 0x27, 0x00, 0x16]);
     bar[0x04..0x08].copy_from_slice(&[0x00, 0x05, 0x12, 0x34]);
     bar[0x1fc] = 0x80;
-    bar[0x23d] = 0x07;
-    bar[0x1010..0x1014].copy_from_slice(&[0x00, 0x00, 0x01, 0x02]);
+    bar[0x23c..0x240].copy_from_slice(&[0x02, 0x07, 0xab, 0xcd]);
+    bar[0x1010..0x1014].copy_from_slice(&[0x07, 0x00, 0x01, 0x02]);
     let seg = init_seg::ref_from_bytes(&bar[..]).unwrap();
+    let fw_rev = seg.fw_rev.get();
+    assert_eq!((fw_rev & iseg::FW_REV_MAJOR_MASK, fw_rev >> iseg::FW_REV_MINOR_SHIFT), (0x16, 0x27));
     assert_eq!(seg.cmdif_rev_fw_sub.get() >> iseg::CMDIF_REV_SHIFT, 5);
+    assert_eq!(seg.cmdif_rev_fw_sub.get() & iseg::FW_SUB_MINOR_MASK, 0x1234);
     assert_eq!(seg.initializing.get() >> iseg::INITIALIZING_BIT, 1);
     assert_eq!(HealthSyndrome(seg.health.synd), HealthSyndrome::IRISC_ERR);
+    assert_eq!(seg.health.ext_synd.get(), 0xabcd);
+    let synd_dword = u32::from_be_bytes(bar[iseg::HEALTH_SYND_DWORD..][..4].try_into().unwrap());
+    assert_eq!((synd_dword >> iseg::HEALTH_SYND_SHIFT) as u8, HealthSyndrome::IRISC_ERR.0);
     assert_eq!(seg.health_counter.get() & iseg::HEALTH_COUNTER_MASK, 0x102);
+    assert_eq!(seg.health_counter.get() >> iseg::HEALTH_COUNTER_SYNDROME_SHIFT, 7);
 }
 
 #[test]
@@ -211,7 +222,11 @@ fn eqe_and_event_payloads() {
         &[("rsvd1", 0, 20), ("type_", 0x34 - base, 1), ("rsvd2", 0x15, 3), ("qp_srq_n", 0x38 - base, 4)],
     );
     assert_eq!(eq::EQE_OWNER_INIT_VAL, 1);
+    assert_eq!(eq::EQE_OWNER_MASK, 1);
     assert_eq!(eq::EQE_DATA_OFFSET, 0x20);
+    assert_eq!((eq::PORT_STATE_PORT_SHIFT, eq::PORT_STATE_PORT_MASK), (4, 0xf));
+    let port = eqe_port_state { port: 0x20, ..Default::default() };
+    assert_eq!((port.port >> eq::PORT_STATE_PORT_SHIFT) & eq::PORT_STATE_PORT_MASK, 2);
 
     // A page request asking for 3 pages back, decoded through the payload struct.
     let mut raw = [0u8; 64];
@@ -224,7 +239,7 @@ fn eqe_and_event_payloads() {
     let req = eqe_page_req::read_from_bytes(&e.data[..]).unwrap();
     assert_eq!(req.func_id.get(), 1);
     assert_eq!(req.num_pages.get(), -3);
-    assert_eq!(e.owner & 1, 1);
+    assert_eq!(e.owner & eq::EQE_OWNER_MASK, 1);
 }
 
 #[test]
@@ -352,6 +367,10 @@ fn wqe_segments_and_doorbell_records() {
     assert_eq!(wqe::WQE_CTRL_FENCE, 0x80);
     assert_eq!(wqe::WQE_CTRL_CQ_UPDATE, 0x08);
     assert_eq!(wqe::WQE_CTRL_SOLICITED, 0x02);
+    assert_eq!(wqe::RQ_STRIDE_UNIT_SHIFT, 4, "log_rq_stride 2 = 64-byte receive WQEs");
+    assert_eq!((mkey::INDEX_SHIFT, mkey::VARIANT_MASK), (8, 0xff));
+    assert_eq!(mkey::key(0x1234, 0x42), 0x0012_3442);
+    assert_eq!((mkey::index(0x0012_3442), mkey::variant(0x0012_3442)), (0x1234, 0x42));
 
     assert_eq!(uar::CQ_DOORBELL, 0x20);
     assert_eq!(uar::EQ_DOORBELL_ARM, 0x40);
@@ -612,6 +631,20 @@ fn enum_values_match_the_contract() {
     );
     assert_eq!([NicInterface::FULL.0, NicInterface::DISABLED.0, NicInterface::SW_RESET.0], [0, 1, 7]);
     assert_eq!([RqType::NON_ZERO_RQ.0, RqType::SRQ_RQ.0, RqType::ZERO_LEN_RQ.0], [0, 1, 3]);
+    assert_eq!([CqStatus::OK.0, CqStatus::CQ_OVERFLOW.0, CqStatus::CQ_WRITE_FAIL.0], [0, 9, 0xa]);
+    assert_eq!(
+        [CqState::SOLICITED_NOTIFICATION_REQUEST_ARMED.0, CqState::NOTIFICATION_REQUEST_ARMED.0, CqState::FIRED.0],
+        [6, 9, 0xa]
+    );
+    assert_eq!(
+        MkcAccessMode::ALL.iter().map(|m| m.0).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5, 6],
+        "PA MTT KLMS KSM SW_ICM MEMIC CROSSING"
+    );
+    assert_eq!((MkcAccessMode::MTT.bits_4_2(), MkcAccessMode::MTT.bits_1_0()), (0, 1));
+    assert_eq!((MkcAccessMode::MEMIC.bits_4_2(), MkcAccessMode::MEMIC.bits_1_0()), (1, 1));
+    assert_eq!(MkcAccessMode::from_fields(1, 2), MkcAccessMode::CROSSING);
+    assert_eq!(MkcAccessMode::from_fields(0, 2), MkcAccessMode::KLMS);
 }
 
 #[test]
@@ -626,6 +659,20 @@ fn flag_sets() {
     assert_eq!(MkeyAccess(0x2d).to_string(), "LOCAL_READ | LOCAL_WRITE | REMOTE_WRITE | Unknown(0x1)");
     assert_eq!(MkeyAccess(0x3).to_string(), "Unknown(0x3)");
     assert_eq!(MkeyAccess::empty().to_string(), "(empty)");
+
+    assert_eq!((SupportedIssi::ISSI_0.0, SupportedIssi::ISSI_1.0), (1, 2));
+    assert_eq!(SupportedIssi(0b11).to_string(), "ISSI_0 | ISSI_1");
+    assert_eq!(
+        [
+            AtomicOps::CMP_SWAP.0,
+            AtomicOps::FETCH_ADD.0,
+            AtomicOps::EXTENDED_CMP_SWAP.0,
+            AtomicOps::EXTENDED_FETCH_ADD.0
+        ],
+        [1, 2, 4, 8]
+    );
+    assert!(AtomicOps(0b1011).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
+    assert!(!AtomicOps(0b01).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
 
     let opt = QpOptParam::RRE | QpOptParam::RWE | QpOptParam::PKEY_INDEX;
     assert_eq!(opt.bits(), 0b1_1010);
