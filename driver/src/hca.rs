@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{
-    AccessRegOpMod, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface,
+    AccessRegOpMod, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface, SupportedIssi,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
@@ -325,11 +325,11 @@ impl<B: Backend> Hca<B> {
 
         let t = Instant::now();
         let out = self.exec_simple(CmdOpcode::QUERY_ISSI, 0, query_issi_in::SIZE_BYTES, query_issi_out::SIZE_BYTES)?;
-        let supported = query_issi_out::supported_issi_dw0.get(&out);
-        if supported & 2 == 0 {
+        let supported = SupportedIssi(query_issi_out::supported_issi_dw0.get(&out) as u32);
+        if !supported.contains(SupportedIssi::ISSI_1) {
             return Err(Error::Firmware {
                 device: self.name().into(),
-                problem: format!("ISSI 1 not supported (mask {supported:#x})"),
+                problem: format!("ISSI 1 not supported (mask {:#x})", supported.bits()),
             });
         }
         let mut inp = cmd_in(CmdOpcode::SET_ISSI, 0, set_issi_in::SIZE_BYTES);
@@ -629,7 +629,7 @@ impl<B: Backend> Hca<B> {
 
     fn create_async_eq(&self, uar: u32) -> Result<u32> {
         let n = 1usize << ASYNC_EQ_LOG_SIZE;
-        let buf = DmaBuffer::new(&self.space, n * 64, false)?;
+        let buf = DmaBuffer::new(&self.space, n * eqk::EQE_SIZE, false)?;
         for i in 0..n {
             buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
         }
@@ -687,7 +687,7 @@ impl<B: Backend> Hca<B> {
             let mut consumed = 0;
             loop {
                 let idx = (eq.ci & (n - 1)) as usize;
-                let owner = eq.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & 1;
+                let owner = eq.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & eqk::EQE_OWNER_MASK;
                 if owner as u32 != (eq.ci >> eq.log_size) & 1 {
                     break;
                 }
@@ -711,7 +711,7 @@ impl<B: Backend> Hca<B> {
                             self.push_event(AsyncEvent {
                                 event_type: ty,
                                 sub_type: e.sub_type,
-                                object: (p.port >> 4) as u32,
+                                object: ((p.port >> eqk::PORT_STATE_PORT_SHIFT) & eqk::PORT_STATE_PORT_MASK) as u32,
                                 syndrome: 0,
                             })
                         }
@@ -777,9 +777,8 @@ impl<B: Backend> Hca<B> {
         }
         let fw_ver = self.backend.read32(iseg::HEALTH_FW_VER);
         let rfr = self.backend.read32(iseg::HEALTH_RFR) >> iseg::RFR_BIT & 1 == 1;
-        // `synd` is one byte inside the big-endian dword that starts at a multiple of 4.
-        let synd_dword = iseg::HEALTH_SYND & !3;
-        let synd = HealthSyndrome((self.backend.read32(synd_dword) >> (8 * (3 - (iseg::HEALTH_SYND & 3)))) as u8);
+        // `synd` is one byte inside a big-endian dword.
+        let synd = HealthSyndrome((self.backend.read32(iseg::HEALTH_SYND_DWORD) >> iseg::HEALTH_SYND_SHIFT) as u8);
         let nic_if = NicInterface(
             ((self.backend.read32(iseg::CMDQ_ADDR_L_SZ) >> iseg::NIC_IFC_SHIFT) & iseg::NIC_IFC_MASK) as u8,
         );

@@ -13,9 +13,9 @@ use crate::{Error, Hca, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, EventType, QpServiceType, QpState};
+use umlx_hwdesc::enums::{CmdOpcode, EventType, MkcAccessMode, QpServiceType, QpState};
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::{cq as cqk, cqe64, eq as eqk, eqe, eqe_comp};
+use umlx_hwdesc::plain::{cq as cqk, cqe64, eq as eqk, eqe, eqe_comp, mkey as mkeyk, wqe as wqek};
 
 fn report<B: Backend>(hca: &Hca<B>, what: &str, r: Result<Vec<u8>>) {
     if let Err(e) = r
@@ -235,7 +235,7 @@ impl<B: Backend> CompEq<B> {
             let ci = self.ci.load(Ordering::Relaxed);
             let idx = (ci & (n - 1)) as usize;
             let base = idx * eqk::EQE_SIZE;
-            if (self.buf.read_u8_at(base + eqe::owner) & 1) as u32 != (ci >> self.log_size) & 1 {
+            if (self.buf.read_u8_at(base + eqe::owner) & eqk::EQE_OWNER_MASK) as u32 != (ci >> self.log_size) & 1 {
                 break;
             }
             crate::dma::dma_rmb();
@@ -344,7 +344,8 @@ impl<B: Backend> Mkey<B> {
                 let s = |b: &mut Vec<u8>, f: Field, v: u64| {
                     c.inner(f).set(b, v);
                 };
-                s(b, mkc::access_mode_1_0, 1);
+                s(b, mkc::access_mode_4_2, MkcAccessMode::MTT.bits_4_2() as u64);
+                s(b, mkc::access_mode_1_0, MkcAccessMode::MTT.bits_1_0() as u64);
                 s(b, mkc::lr, 1);
                 s(b, mkc::lw, write as u64);
                 s(b, mkc::rr, access.contains(Access::REMOTE_READ) as u64);
@@ -362,7 +363,7 @@ impl<B: Backend> Mkey<B> {
             },
         )?;
         let index = create_mkey_out::mkey_index.get(&out) as u32;
-        Ok(Mkey { hca, _pd: pd.clone(), index, key: (index << 8) | variant as u32, addr, len })
+        Ok(Mkey { hca, _pd: pd.clone(), index, key: mkeyk::key(index, variant), addr, len })
     }
 
     /// Registers a whole DMA buffer (already pinned and mapped) at virtual address `addr`.
@@ -628,7 +629,7 @@ impl<B: Backend> Srq<B> {
             |b| {
                 let c = create_srq_in::srq_context_entry;
                 c.inner(srqc::log_srq_size).set(b, log_size as u64);
-                c.inner(srqc::log_rq_stride).set(b, (stride_shift - 4) as u64);
+                c.inner(srqc::log_rq_stride).set(b, (stride_shift - wqek::RQ_STRIDE_UNIT_SHIFT) as u64);
                 c.inner(srqc::pd).set(b, pd.pdn() as u64);
                 c.inner(srqc::lwm).set(b, limit as u64);
                 c.inner(srqc::dbr_addr).set(b, mem.dbr.iova());
@@ -803,7 +804,7 @@ impl<B: Backend> Qp<B> {
                     }
                     None => {
                         s(b, qpc::log_rq_size, config.log_rq_size as u64);
-                        s(b, qpc::log_rq_stride, (config.rq_stride_shift - 4) as u64);
+                        s(b, qpc::log_rq_stride, (config.rq_stride_shift - wqek::RQ_STRIDE_UNIT_SHIFT) as u64);
                     }
                 }
                 pas_bytes(b, create_qp_in::SIZE_BYTES, pages_of(&mem.buf));

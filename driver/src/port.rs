@@ -6,7 +6,7 @@
 
 use crate::backend::Backend;
 use crate::{Error, Hca, Result};
-use umlx_hwdesc::enums::{AccessRegId, AccessRegOpMod, CmdOpcode, PtysProto};
+use umlx_hwdesc::enums::{AccessRegId, AccessRegOpMod, AtomicOps, CmdOpcode, PtysProto};
 use umlx_hwdesc::ifc::{
     access_register_in, access_register_out, atomic_caps, hca_vport_context, ptys_reg, query_hca_vport_context_in,
     query_hca_vport_context_out, query_hca_vport_gid_in, query_hca_vport_gid_out,
@@ -79,16 +79,20 @@ impl<B: Backend> Hca<B> {
         let b = self.backend();
         let rev = b.read32(iseg::FW_REV);
         let sub = b.read32(iseg::CMDIF_REV_FW_SUB);
-        FwVersion { major: rev as u16, minor: (rev >> 16) as u16, sub_minor: sub as u16 }
+        FwVersion {
+            major: (rev & iseg::FW_REV_MAJOR_MASK) as u16,
+            minor: (rev >> iseg::FW_REV_MINOR_SHIFT) as u16,
+            sub_minor: (sub & iseg::FW_SUB_MINOR_MASK) as u16,
+        }
     }
 
     /// Whether the device does the two ibverbs atomics, compare-and-swap and fetch-and-add
-    /// (atomic caps `atomic_operations` bits 0 and 1).
+    /// (atomic caps `atomic_operations` CMP_SWAP and FETCH_ADD).
     pub fn atomics_supported(&self) -> bool {
-        const CMP_SWAP_AND_FETCH_ADD: u64 = 0b11;
         let atomic = self.caps().atomic;
         !atomic.is_empty()
-            && atomic_caps::atomic_operations.get(&atomic) & CMP_SWAP_AND_FETCH_ADD == CMP_SWAP_AND_FETCH_ADD
+            && AtomicOps(atomic_caps::atomic_operations.get(&atomic) as u16)
+                .contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD)
     }
 
     /// PCI vendor and device id (config space offsets 0 and 2).

@@ -455,31 +455,31 @@ impl HostEq {
 
     /// Byte offset of the entry for consumer counter `ci`.
     pub fn entry_offset(&self, ci: u32) -> usize {
-        (ci & (self.nent() - 1)) as usize * 64
+        (ci & (self.nent() - 1)) as usize * eq::EQE_SIZE
     }
 
     /// The EQE at the consumer counter if software owns it (its owner bit equals the counter's
     /// wrap bit).
-    pub fn peek(&self) -> Option<[u8; 64]> {
+    pub fn peek(&self) -> Option<[u8; eqe::SIZE]> {
         let off = self.entry_offset(self.ci);
-        let owner = self.buf.read_u8(off + 63) & 1;
+        let owner = self.buf.read_u8(off + eqe::owner) & eq::EQE_OWNER_MASK;
         if owner as u32 != (self.ci >> self.log_size) & 1 {
             return None;
         }
-        let mut e = [0u8; 64];
+        let mut e = [0u8; eqe::SIZE];
         self.buf.read(off, &mut e);
         Some(e)
     }
 
     /// Consumes the next EQE if there is one (does not ring the doorbell).
-    pub fn poll(&mut self) -> Option<[u8; 64]> {
+    pub fn poll(&mut self) -> Option<[u8; eqe::SIZE]> {
         let e = self.peek()?;
         self.ci = self.ci.wrapping_add(1);
         Some(e)
     }
 
     /// Waits up to `timeout` for the next EQE and consumes it.
-    pub fn wait(&mut self, timeout: Duration) -> Option<[u8; 64]> {
+    pub fn wait(&mut self, timeout: Duration) -> Option<[u8; eqe::SIZE]> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(e) = self.poll() {
@@ -493,7 +493,7 @@ impl HostEq {
     }
 
     /// Consumes every available EQE.
-    pub fn drain(&mut self) -> Vec<[u8; 64]> {
+    pub fn drain(&mut self) -> Vec<[u8; eqe::SIZE]> {
         std::iter::from_fn(|| self.poll()).collect()
     }
 
@@ -506,12 +506,12 @@ impl HostEq {
 }
 
 /// The event type of an EQE.
-pub fn eqe_type(e: &[u8; 64]) -> u8 {
+pub fn eqe_type(e: &[u8; eqe::SIZE]) -> u8 {
     e[eqe::type_]
 }
 
 /// The first big-endian dword of an EQE's data (CMD: the completed-slot vector).
-pub fn eqe_data_u32(e: &[u8; 64], off: usize) -> u32 {
+pub fn eqe_data_u32(e: &[u8; eqe::SIZE], off: usize) -> u32 {
     let at = eqe::data + off;
     u32::from_be_bytes(e[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -1054,10 +1054,10 @@ impl CmdHost {
     /// `event_mask` (bit n = type n, types 0..63), raising MSI-X vector `intr`. The ring is a
     /// fresh buffer with every owner byte pre-set to 1 and one 4 KiB page per PAS entry.
     pub fn create_eq(&mut self, uar: u32, log_size: u32, event_mask: u64, intr: u32) -> Result<HostEq, CmdError> {
-        let bytes = 64usize << log_size;
+        let bytes = eq::EQE_SIZE << log_size;
         let buf = self.alloc(bytes);
         for i in 0..(1usize << log_size) {
-            buf.write_u8(i * 64 + 63, umlx_hwdesc::plain::eq::EQE_OWNER_INIT_VAL);
+            buf.write_u8(i * eq::EQE_SIZE + eqe::owner, eq::EQE_OWNER_INIT_VAL);
         }
         let npages = buf.len() / PAGE_SIZE;
         let size = create_eq_in::SIZE_BYTES + 8 * npages;

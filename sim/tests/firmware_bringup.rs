@@ -5,7 +5,8 @@ mod firmware_common;
 
 use firmware_common::*;
 use umlx_hwdesc::enums::{
-    AccessRegId, CmdOpcode, CmdStatus, EventType, HcaCapType, NicInterface, PagesOpMod, TeardownProfile,
+    AccessRegId, AtomicOps, CmdOpcode, CmdStatus, EventType, HcaCapType, NicInterface, PagesOpMod, SupportedIssi,
+    TeardownProfile,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_sim::firmware::HcaState;
@@ -27,7 +28,7 @@ fn bring_up_and_teardown_with_page_accounting() {
     // ISSI
     let (cur, supported) = host.query_issi().expect("QUERY_ISSI");
     assert_eq!(cur, 0, "ISSI 0 after enable");
-    assert_ne!(supported & 0b10, 0, "ISSI 1 supported (bit 1)");
+    assert!(SupportedIssi(supported).contains(SupportedIssi::ISSI_1), "ISSI 1 supported");
     host.set_issi(1).expect("SET_ISSI 1");
     assert_eq!(host.query_issi().unwrap().0, 1);
     expect_fail(host.set_issi(2), CmdOpcode::SET_ISSI, CmdStatus::BAD_PARAM_ERR, sy::BAD_ISSI);
@@ -94,7 +95,11 @@ fn bring_up_and_teardown_with_page_accounting() {
     assert_eq!(roce_cap::sw_r_roce_src_udp_port.get(&rcur), 0);
     assert_eq!(roce_cap::sw_r_roce_src_udp_port.get(&rmax), 1);
     let acur = host.query_hca_cap(HcaCapType::ATOMIC, true).unwrap();
-    assert_eq!(atomic_caps::atomic_operations.get(&acur), 0b11, "CS and FA");
+    assert_eq!(
+        AtomicOps(atomic_caps::atomic_operations.get(&acur) as u16),
+        AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD,
+        "CS and FA"
+    );
     assert_eq!(atomic_caps::atomic_size_qp.get(&acur), 8, "8-byte atomics");
 
     // SET_HCA_CAP: a settable field is accepted and shows in the current caps ...
@@ -184,7 +189,7 @@ fn bring_up_and_teardown_with_page_accounting() {
     let e0 = eq.poll().expect("PAGE_REQUEST EQE");
     assert_eq!(eqe_type(&e0), EventType::PAGE_REQUEST.0);
     assert_eq!(page_request(&e0).num_pages.get(), 1);
-    assert_eq!(eqe(&e0).owner & 1, 0, "owner 0 on the first pass");
+    assert_eq!(eqe(&e0).owner & umlx_hwdesc::plain::eq::EQE_OWNER_MASK, 0, "owner 0 on the first pass");
     let e1 = eq.poll().expect("CMD EQE of CREATE_EQ");
     assert_eq!(eqe_type(&e1), EventType::CMD.0);
     assert_eq!(cmd_vector(&e1), 1 << host.slot);

@@ -7,7 +7,7 @@ use firmware_common::*;
 use std::time::Duration;
 use umlx_hwdesc::enums::{CmdOpcode, EventType, HealthSyndrome, PortChangeSubtype};
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::{self, cmd, cmd_layout, eq as eq_consts, eqe_port_state, iseg};
+use umlx_hwdesc::plain::{self, cmd, cmd_layout, eq as eq_consts, eqe_port_state};
 use zerocopy::FromBytes;
 
 const CMD_MASK: u64 = 1 << EventType::CMD.0;
@@ -47,7 +47,7 @@ fn command_completion_eqe_and_interrupt() {
     let e = eq.poll().expect("CMD EQE");
     assert_eq!(eqe_type(&e), EventType::CMD.0);
     assert_eq!(cmd_vector(&e), 1 << 3, "vector = bitmask of the completed slot");
-    assert_eq!(eqe(&e).owner & 1, 0);
+    assert_eq!(eqe(&e).owner & eq_consts::EQE_OWNER_MASK, 0);
     assert!(eq.poll().is_none(), "one EQE per completion");
 
     // Arming is one-shot: the next completion writes an EQE but raises nothing.
@@ -94,8 +94,15 @@ fn eqe_owner_bit_across_wrap_around() {
         let off = eq.entry_offset(ci);
         let e = eq.poll().unwrap_or_else(|| panic!("EQE {k} (ci {ci}) not valid for software"));
         assert_eq!(eqe_type(&e), EventType::CMD.0);
-        assert_eq!(eqe(&e).owner & 1, ((ci >> 2) & 1) as u8, "owner bit of pass {} at index {}", ci >> 2, ci & 3);
-        assert_eq!(eq.buf.read_u8(off + plain::eqe::owner) & 1, ((ci >> 2) & 1) as u8);
+        let pass = ((ci >> 2) & 1) as u8;
+        assert_eq!(
+            eqe(&e).owner & eq_consts::EQE_OWNER_MASK,
+            pass,
+            "owner bit of pass {} at index {}",
+            ci >> 2,
+            ci & 3
+        );
+        assert_eq!(eq.buf.read_u8(off + plain::eqe::owner) & eq_consts::EQE_OWNER_MASK, pass);
         assert!(eq.poll().is_none(), "the next entry still belongs to the device (stale owner)");
         eq.doorbell(false);
     }
@@ -127,10 +134,11 @@ fn eq_overrun_is_a_fatal_error_unless_ignored() {
     nop(&mut host); // completes, but its EQE overruns the EQ
     assert_eq!(dev.stats().eq_overruns, 1);
     assert_eq!(health_synd(&dev), HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> 24, HealthSyndrome::ASYNC_EQ_OVERRUN_ERR.0 as u32);
+    assert_eq!(health_counter_synd(&dev), HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
     // The entries already written are intact; nothing was overwritten.
-    assert_eq!(eq.buf.read_u8(eq.entry_offset(0) + plain::eqe::owner) & 1, 0);
-    assert_eq!(eq.buf.read_u8(eq.entry_offset(1) + plain::eqe::owner) & 1, 0);
+    for k in 0..2 {
+        assert_eq!(eq.buf.read_u8(eq.entry_offset(k) + plain::eqe::owner) & eq_consts::EQE_OWNER_MASK, 0);
+    }
     assert_eq!(cmd_vector(&eq.peek().unwrap()), 1, "entry 0 still holds CREATE_EQ's completion");
     // The device is dead: the next command never completes.
     host.timeout = Duration::from_millis(30);
@@ -183,7 +191,7 @@ fn port_change_event_at_init_hca() {
     let e = eq.poll().expect("port change EQE");
     assert_eq!((eqe_type(&e), eqe(&e).sub_type), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
     let (port, _) = eqe_port_state::read_from_prefix(&eqe(&e).data[..]).expect("a PORT_CHANGE payload");
-    assert_eq!(port.port >> 4, 1, "port 1");
+    assert_eq!((port.port >> eq_consts::PORT_STATE_PORT_SHIFT) & eq_consts::PORT_STATE_PORT_MASK, 1, "port 1");
     paos(&mut host, PortStatus::UP);
     let e = eq.poll().expect("port change EQE");
     assert_eq!(eqe(&e).sub_type, PortChangeSubtype::ACTIVE.0);

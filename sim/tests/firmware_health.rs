@@ -29,7 +29,7 @@ fn injected_fatal_error() {
     dev.inject_fatal(HealthSyndrome::HW_FTL_ERR);
     assert_eq!(health_synd(&dev), HealthSyndrome::HW_FTL_ERR, "health synd byte at BAR0 0x23d");
     assert_eq!(dev.bar0_read32(iseg::HEALTH_RFR as u64) >> iseg::RFR_BIT, 1, "recovery flow required");
-    assert_eq!(dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> 24, HealthSyndrome::HW_FTL_ERR.0 as u32);
+    assert_eq!(health_counter_synd(&dev), HealthSyndrome::HW_FTL_ERR, "health_counter bits 31:24");
     assert_ne!(dev.bar0_read32(iseg::HEALTH_FW_VER as u64), 0xffff_ffff, "the function still answers");
     let c0 = counter(&dev);
     std::thread::sleep(Duration::from_millis(5));

@@ -19,11 +19,11 @@ fn identity_registers() {
     let (major, minor, sub) = SimConfig::default().fw_version;
     assert_eq!((major, minor, sub), (22, 39, 1002));
     let fw_rev = dev.bar0_read32(iseg::FW_REV as u64);
-    assert_eq!(fw_rev & 0xffff, major as u32, "fw_rev bits 15:0 = major");
-    assert_eq!(fw_rev >> 16, minor as u32, "fw_rev bits 31:16 = minor");
+    assert_eq!(fw_rev & iseg::FW_REV_MAJOR_MASK, major as u32, "fw_rev bits 15:0 = major");
+    assert_eq!(fw_rev >> iseg::FW_REV_MINOR_SHIFT, minor as u32, "fw_rev bits 31:16 = minor");
     let cmdif = dev.bar0_read32(iseg::CMDIF_REV_FW_SUB as u64);
     assert_eq!(cmdif >> iseg::CMDIF_REV_SHIFT, iseg::CMDIF_REV, "command interface revision");
-    assert_eq!(cmdif & ((1 << iseg::CMDIF_REV_SHIFT) - 1), sub as u32, "firmware sub-minor");
+    assert_eq!(cmdif & iseg::FW_SUB_MINOR_MASK, sub as u32, "firmware sub-minor");
     let fw_ver = dev.bar0_read32(iseg::HEALTH_FW_VER as u64);
     assert_ne!(fw_ver, 0xffff_ffff, "health fw_ver must not read as a dead function");
     assert_eq!(health_synd(&dev), HealthSyndrome(0), "healthy: synd 0");
@@ -80,7 +80,7 @@ fn health_counter_and_internal_timer_advance() {
     let (c0, t0) = (hc(&dev), timer(&dev));
     std::thread::sleep(Duration::from_millis(5));
     let (c1, t1) = (hc(&dev), timer(&dev));
-    assert_eq!(c0 >> 24, 0, "health syndrome byte 0 while healthy");
+    assert_eq!(c0 >> iseg::HEALTH_COUNTER_SYNDROME_SHIFT, 0, "health syndrome byte 0 while healthy");
     assert_ne!(c1 & iseg::HEALTH_COUNTER_MASK, c0 & iseg::HEALTH_COUNTER_MASK, "health counter must advance");
     assert!(t1 > t0, "internal timer must advance ({t0} -> {t1})");
     assert!(t1 - t0 >= 4_000_000, "timer runs at 1 GHz: {} ticks in 5 ms", t1 - t0);

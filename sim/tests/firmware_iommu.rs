@@ -5,7 +5,7 @@ mod firmware_common;
 
 use firmware_common::*;
 use std::time::Duration;
-use umlx_hwdesc::enums::{CmdOpcode, DeliveryStatus, HcaCapType, HealthSyndrome, PagesOpMod};
+use umlx_hwdesc::enums::{CmdOpcode, DeliveryStatus, HcaCapType, HealthSyndrome, PagesOpMod, SupportedIssi};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{cmd, cmd_layout};
 
@@ -32,7 +32,7 @@ fn unmapped_command_queue_completes_nothing() {
     host.ring(1 << 2);
     host.timeout = Duration::from_secs(5);
     let o = host.poll(&p).expect("QUERY_ISSI after remapping the queue");
-    assert_eq!(query_issi_out::supported_issi_dw0.get(&o) & 2, 2);
+    assert!(SupportedIssi(query_issi_out::supported_issi_dw0.get(&o) as u32).contains(SupportedIssi::ISSI_1));
     assert_eq!(dev.page_accounting().iommu_faults, faults + 1);
 }
 
@@ -99,7 +99,7 @@ fn object_buffers_are_not_touched_at_create() {
             q.inner(qpc::pd).set(i, pd as u64);
             q.inner(qpc::uar_page).set(i, uar as u64);
             q.inner(qpc::log_rq_size).set(i, 3);
-            q.inner(qpc::log_rq_stride).set(i, 2);
+            q.inner(qpc::log_rq_stride).set(i, LOG_RQ_STRIDE as u64);
             q.inner(qpc::log_sq_size).set(i, 3);
             q.inner(qpc::cqn_snd).set(i, cqn as u64);
             q.inner(qpc::cqn_rcv).set(i, cqn as u64);

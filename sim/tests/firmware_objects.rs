@@ -5,9 +5,11 @@
 mod firmware_common;
 
 use firmware_common::*;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, CqeOpcode, QpServiceType, QpState, RqType};
+use umlx_hwdesc::enums::{
+    CmdOpcode, CmdStatus, CqState, CqStatus, CqeOpcode, MkcAccessMode, QpServiceType, QpState, RqType,
+};
 use umlx_hwdesc::ifc::*;
-use umlx_hwdesc::plain::{cqe64, dbr, eq, uar};
+use umlx_hwdesc::plain::{cqe64, dbr, eq, uar, wqe};
 
 #[test]
 fn pd_td_uar_and_q_counter() {
@@ -91,8 +93,8 @@ fn cq_lifecycle() {
     assert_eq!(c.inner(cqc::dbr_addr).get(&o), cq.dbr.iova());
     assert_eq!(c.inner(cqc::consumer_counter).get(&o), 5, "read from the doorbell record");
     assert_eq!(c.inner(cqc::producer_counter).get(&o), 0);
-    assert_eq!(c.inner(cqc::status).get(&o), 0);
-    assert_eq!(c.inner(cqc::st).get(&o), 0xa, "not armed");
+    assert_eq!(c.inner(cqc::status).get(&o), CqStatus::OK.0 as u64);
+    assert_eq!(c.inner(cqc::st).get(&o), CqState::FIRED.0 as u64, "not armed");
     // With room for the page list, QUERY_CQ returns it too.
     let o = h
         .exec(CmdOpcode::QUERY_CQ, 0, query_cq_in::SIZE_BYTES, query_cq_out::SIZE_BYTES + 8, |i| {
@@ -197,7 +199,7 @@ fn mkey_input(pd: u32, start: u64, len: u64, variant: u8, pages: &[u64], f: impl
     let mut i = cmd_input(CmdOpcode::CREATE_MKEY, 0, create_mkey_in::SIZE_BYTES + 8 * n);
     let m = create_mkey_in::memory_key_mkey_entry;
     create_mkey_in::pg_access.set(&mut i, 1);
-    m.inner(mkc::access_mode_1_0).set(&mut i, 1); // MTT
+    m.inner(mkc::access_mode_1_0).set(&mut i, MkcAccessMode::MTT.bits_1_0() as u64);
     m.inner(mkc::lr).set(&mut i, 1);
     m.inner(mkc::lw).set(&mut i, 1);
     m.inner(mkc::rr).set(&mut i, 1);
@@ -242,7 +244,7 @@ fn mkey_lifecycle() {
     assert_eq!(m.inner(mkc::start_addr).get(&o), start);
     assert_eq!(m.inner(mkc::len).get(&o), len);
     assert_eq!(m.inner(mkc::mkey_7_0).get(&o), 0x42);
-    assert_eq!(m.inner(mkc::access_mode_1_0).get(&o), 1);
+    assert_eq!(m.inner(mkc::access_mode_1_0).get(&o), MkcAccessMode::MTT.bits_1_0() as u64);
     assert_eq!((m.inner(mkc::rr).get(&o), m.inner(mkc::rw).get(&o), m.inner(mkc::a).get(&o)), (1, 1, 0));
     assert_eq!(m.inner(mkc::log_page_size).get(&o), 12);
     // The PD is in use now.
@@ -264,7 +266,7 @@ fn mkey_lifecycle() {
     bad(
         h,
         mkey_input(pd, start, len, 1, &pages, |i| {
-            m.inner(mkc::access_mode_1_0).set(i, 2); // KLM
+            m.inner(mkc::access_mode_1_0).set(i, MkcAccessMode::KLMS.bits_1_0() as u64);
         }),
         CmdStatus::BAD_PARAM_ERR,
         sy::BAD_FIELD_VALUE,
@@ -295,18 +297,19 @@ fn srq_lifecycle() {
     let h = &mut env.host;
     let buf = h.alloc(4096);
     let dbr = h.alloc(4096);
-    let create = |h: &mut CmdHost, log_stride: u64, pd: u32| {
+    // Receive WQE strides are passed as log2 of their size in bytes.
+    let create = |h: &mut CmdHost, stride_shift: u32, pd: u32| {
         let s = create_srq_in::srq_context_entry;
         h.exec(CmdOpcode::CREATE_SRQ, 0, create_srq_in::SIZE_BYTES + 8, create_srq_out::SIZE_BYTES, |i| {
             s.inner(srqc::log_srq_size).set(i, 4);
-            s.inner(srqc::log_rq_stride).set(i, log_stride);
+            s.inner(srqc::log_rq_stride).set(i, (stride_shift - wqe::RQ_STRIDE_UNIT_SHIFT) as u64);
             s.inner(srqc::pd).set(i, pd as u64);
             s.inner(srqc::dbr_addr).set(i, dbr.iova());
             s.inner(srqc::lwm).set(i, 0);
             put_pas(i, create_srq_in::SIZE_BYTES, &[buf.iova()]);
         })
     };
-    let o = create(h, 1, pd).expect("CREATE_SRQ (16 WQEs of 32 bytes)");
+    let o = create(h, 5, pd).expect("CREATE_SRQ (16 WQEs of 32 bytes)");
     let srqn = create_srq_out::srqn.get(&o) as u32;
     assert!(srqn >= 1);
     dbr.write_u32_be(dbr::RCV_DBR, 7); // seven WQEs posted
@@ -318,7 +321,7 @@ fn srq_lifecycle() {
     let s = query_srq_out::srq_context_entry;
     let o = query(h).expect("QUERY_SRQ");
     assert_eq!(s.inner(srqc::log_srq_size).get(&o), 4);
-    assert_eq!(s.inner(srqc::log_rq_stride).get(&o), 1);
+    assert_eq!(s.inner(srqc::log_rq_stride).get(&o), (5 - wqe::RQ_STRIDE_UNIT_SHIFT) as u64);
     assert_eq!(s.inner(srqc::pd).get(&o), pd as u64);
     assert_eq!(s.inner(srqc::dbr_addr).get(&o), dbr.iova());
     assert_eq!(s.inner(srqc::wqe_cnt).get(&o), 7);
@@ -353,8 +356,8 @@ fn srq_lifecycle() {
     expect_fail(query(h), CmdOpcode::QUERY_SRQ, CmdStatus::BAD_RES_ERR, sy::NO_SUCH_OBJECT);
     // Validation.
     // 2 KiB receive WQEs exceed max_wqe_sz_rq (512).
-    expect_fail(create(h, 7, pd), CmdOpcode::CREATE_SRQ, CmdStatus::BAD_PARAM_ERR, sy::EXCEEDS_LIMIT);
-    expect_fail(create(h, 1, pd + 50), CmdOpcode::CREATE_SRQ, CmdStatus::BAD_PARAM_ERR, sy::BAD_REFERENCE);
+    expect_fail(create(h, 11, pd), CmdOpcode::CREATE_SRQ, CmdStatus::BAD_PARAM_ERR, sy::EXCEEDS_LIMIT);
+    expect_fail(create(h, 5, pd + 50), CmdOpcode::CREATE_SRQ, CmdStatus::BAD_PARAM_ERR, sy::BAD_REFERENCE);
 }
 
 #[test]
@@ -389,7 +392,8 @@ fn qp_create_rc_and_ud() {
     // Limits and fields the device refuses.
     let spec = QpSpec::rc(pd, uar, cq.cqn);
     let r = create_qp_with(h, spec, |i| {
-        create_qp_in::qpc.inner(qpc::log_rq_stride).set(i, 6); // 1 KiB receive WQEs > 512
+        // 1 KiB receive WQEs > 512.
+        create_qp_in::qpc.inner(qpc::log_rq_stride).set(i, (10 - wqe::RQ_STRIDE_UNIT_SHIFT) as u64);
     });
     expect_fail(r, CmdOpcode::CREATE_QP, CmdStatus::BAD_PARAM_ERR, sy::EXCEEDS_LIMIT);
     let r = create_qp_with(h, spec, |i| {

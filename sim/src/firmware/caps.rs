@@ -11,7 +11,7 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, HcaCapType};
+use umlx_hwdesc::enums::{AtomicOps, CmdOpcode, HcaCapType};
 use umlx_hwdesc::ifc::*;
 
 /// Size of the capability area in QUERY_HCA_CAP / SET_HCA_CAP.
@@ -196,7 +196,7 @@ impl Caps {
 
         let mut a = vec![0u8; CAP_AREA];
         // Compare-and-swap and fetch-and-add on 8 bytes; requester endianness settable.
-        atomic_caps::atomic_operations.set(&mut a, 0b11);
+        atomic_caps::atomic_operations.set(&mut a, (AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD).bits() as u64);
         atomic_caps::atomic_size_qp.set(&mut a, 1 << 3);
         atomic_caps::atomic_req_8B_endianness_mode.set(&mut a, 0);
         // Whether mode 1 (host-order 8-byte atomic results) may be asked for; off by default

@@ -4,7 +4,7 @@
 use super::{CmdFail, Hca, HcaState, syndrome as sy};
 use umlx_hwdesc::enums::{
     AccessRegId, AccessRegOpMod, CmdOpcode, CmdStatus, EthLinkMode, ExtEthLinkMode, HealthSyndrome, PortStatus,
-    PtysProto,
+    PtysProto, SupportedIssi,
 };
 use umlx_hwdesc::ifc::*;
 
@@ -180,8 +180,8 @@ impl Hca {
     fn cmd_query_issi(&mut self) -> CmdResult {
         let mut o = out(query_issi_out::SIZE_BYTES);
         query_issi_out::current_issi.set(&mut o, self.issi as u64);
-        // ISSI 0 and 1 supported: bits 0 and 1 of the last byte of the supported mask.
-        query_issi_out::supported_issi_dw0.set(&mut o, 0b11);
+        // ISSI 0 and 1 supported.
+        query_issi_out::supported_issi_dw0.set(&mut o, (SupportedIssi::ISSI_0 | SupportedIssi::ISSI_1).bits() as u64);
         Ok(o)
     }
 

@@ -287,7 +287,7 @@ impl Hca {
     pub fn health_counter(&self) -> u32 {
         match self.health.frozen_counter {
             Some(v) => v,
-            None => (self.reset_at.elapsed().as_nanos() / HEALTH_TICK.as_nanos()) as u32 & 0xff_ffff,
+            None => (self.reset_at.elapsed().as_nanos() / HEALTH_TICK.as_nanos()) as u32 & iseg::HEALTH_COUNTER_MASK,
         }
     }
 
@@ -314,11 +314,13 @@ impl Hca {
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
     pub fn bar_read32(&mut self, offset: u64) -> u32 {
-        const SYND_DWORD: usize = iseg::HEALTH_SYND & !3;
         let Ok(offset) = usize::try_from(offset) else { return 0 };
+        let (major, minor, sub_minor) = self.cfg.fw_version;
         match offset {
-            iseg::FW_REV => ((self.cfg.fw_version.1 as u32) << 16) | self.cfg.fw_version.0 as u32,
-            iseg::CMDIF_REV_FW_SUB => (iseg::CMDIF_REV << iseg::CMDIF_REV_SHIFT) | self.cfg.fw_version.2 as u32,
+            // The health buffer's `fw_ver` is one opaque dword to drivers (Linux and rdma-core
+            // compare it with all ones and print it raw); the model gives it `fw_rev`'s value.
+            iseg::FW_REV | iseg::HEALTH_FW_VER => ((minor as u32) << iseg::FW_REV_MINOR_SHIFT) | major as u32,
+            iseg::CMDIF_REV_FW_SUB => (iseg::CMDIF_REV << iseg::CMDIF_REV_SHIFT) | sub_minor as u32,
             iseg::CMDQ_ADDR_H => self.cmdq_addr_h,
             iseg::CMDQ_ADDR_L_SZ => {
                 (self.cmdq_addr_l & iseg::CMDQ_ADDR_L_MASK)
@@ -330,15 +332,18 @@ impl Hca {
                 let init = if self.initializing() { 1u32 << iseg::INITIALIZING_BIT } else { 0 };
                 init | (1 << iseg::FW_RESET_SUPPORTED_BIT)
             }
-            iseg::HEALTH_FW_VER => ((self.cfg.fw_version.0 as u32) << 16) | self.cfg.fw_version.1 as u32,
             iseg::HEALTH_RFR if self.health.rfr => 1 << iseg::RFR_BIT,
-            // irisc_index, synd, ext_synd share one dword.
-            SYND_DWORD => ((self.health.synd as u32) << 16) | self.health.ext_synd as u32,
+            // irisc_index (0 here), synd, ext_synd share one dword.
+            iseg::HEALTH_SYND_DWORD => {
+                ((self.health.synd as u32) << iseg::HEALTH_SYND_SHIFT) | self.health.ext_synd as u32
+            }
             iseg::CMD_EXEC_TO => self.cfg.cmd_exec_to,
             iseg::CMD_Q_INIT_TO => self.cfg.cmd_q_init_to,
             iseg::INTERNAL_TIMER_H => (self.internal_timer() >> 32) as u32,
             iseg::INTERNAL_TIMER_L => self.internal_timer() as u32,
-            iseg::HEALTH_COUNTER => self.health_counter() | ((self.health.synd as u32) << 24),
+            iseg::HEALTH_COUNTER => {
+                self.health_counter() | ((self.health.synd as u32) << iseg::HEALTH_COUNTER_SYNDROME_SHIFT)
+            }
             iseg::REAL_TIME_H => (self.real_time() >> 32) as u32,
             iseg::REAL_TIME_L => self.real_time() as u32,
             _ => 0,

@@ -13,7 +13,9 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{CmdFail, Hca, syndrome as sy};
 use std::collections::{BTreeMap, BTreeSet};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, EventType, QpOptParam, QpServiceType, QpState};
+use umlx_hwdesc::enums::{
+    CmdOpcode, CmdStatus, CqState, CqStatus, EventType, MkcAccessMode, QpOptParam, QpServiceType, QpState,
+};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain;
 
@@ -106,9 +108,9 @@ pub struct Cq {
 /// A memory key.
 #[derive(Clone, Debug)]
 pub struct Mkey {
-    /// Index (key >> 8).
+    /// Index (`plain::mkey::index` of the key).
     pub index: u32,
-    /// Variant byte (key & 0xff).
+    /// Variant byte (`plain::mkey::variant` of the key).
     pub variant: u8,
     /// PD.
     pub pd: u32,
@@ -137,7 +139,7 @@ pub struct Mkey {
 impl Mkey {
     /// The 32-bit key.
     pub fn key(&self) -> u32 {
-        (self.index << 8) | self.variant as u32
+        plain::mkey::key(self.index, self.variant)
     }
 }
 
@@ -823,7 +825,7 @@ impl Hca {
     }
 
     /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it. Returns whether an EQ
-    /// took it.
+    /// took it. `data` is the EQE's payload ([`event_data`] builds it from a payload structure).
     pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &[u8; 28]) -> bool {
         let t = ty.0 as usize;
         let Some(eqn) =
@@ -857,7 +859,11 @@ impl Hca {
         if !self.may_dma() {
             return false;
         }
-        if self.iommu.write(iova, &eqe[..63]).is_err() || self.iommu.write_u8_release(iova + 63, owner).is_err() {
+        // Everything but the owner byte first, then the owner byte with release ordering.
+        let own = plain::eqe::owner;
+        if self.iommu.write(iova, &eqe[..own]).is_err()
+            || self.iommu.write_u8_release(iova + own as u64, owner).is_err()
+        {
             return false;
         }
         let eq = self.objects.eqs.get_mut(&eqn).expect("EQ looked up above");
@@ -974,14 +980,18 @@ impl Hca {
         let s = |o: &mut Vec<u8>, f: Field, v: u64| {
             ctx.inner(f).set(o, v);
         };
-        s(&mut o, cqc::status, if cq.error { 0x9 } else { 0 });
+        s(&mut o, cqc::status, if cq.error { CqStatus::CQ_OVERFLOW } else { CqStatus::OK }.0 as u64);
         s(&mut o, cqc::log_cq_size, cq.log_size as u64);
         s(&mut o, cqc::uar_page, cq.uar as u64);
         s(&mut o, cqc::c_eqn_or_apu_element, cq.eqn as u64);
         s(&mut o, cqc::log_page_size, (cq.buf.page_shift - 12) as u64);
         s(&mut o, cqc::page_offset, cq.buf.offset / 64);
         s(&mut o, cqc::oi, cq.oi as u64);
-        s(&mut o, cqc::st, if cq.arm.is_some() { 0x9 } else { 0xa });
+        s(
+            &mut o,
+            cqc::st,
+            if cq.arm.is_some() { CqState::NOTIFICATION_REQUEST_ARMED } else { CqState::FIRED }.0 as u64,
+        );
         s(&mut o, cqc::cq_period, cq.moderation.0 as u64);
         s(&mut o, cqc::cq_max_count, cq.moderation.1 as u64);
         s(&mut o, cqc::consumer_counter, (ci & plain::cq::NUM_MASK_24) as u64);
@@ -1125,9 +1135,7 @@ impl Hca {
             cq.error = true;
         }
         let err = plain::eqe_cq_err { cqn: (cqn & plain::cq::NUM_MASK_24).into(), syndrome, ..Default::default() };
-        let mut data = [0u8; 28];
-        data[..plain::eqe_cq_err::SIZE].copy_from_slice(zerocopy::IntoBytes::as_bytes(&err));
-        self.post_event(EventType::CQ_ERROR, 0, &data);
+        self.post_event(EventType::CQ_ERROR, 0, &event_data(&err));
     }
 
     // ---- MKey ----
@@ -1138,8 +1146,8 @@ impl Hca {
         let ctx = create_mkey_in::memory_key_mkey_entry;
         let g = |f: Field| ctx.inner(f).get(input);
         if create_mkey_in::mkey_umem_valid.get(input) != 0
-            || g(mkc::access_mode_4_2) != 0
-            || g(mkc::access_mode_1_0) != 1
+            || MkcAccessMode::from_fields(g(mkc::access_mode_4_2) as u8, g(mkc::access_mode_1_0) as u8)
+                != MkcAccessMode::MTT
         {
             // MTT translation only.
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
@@ -1219,7 +1227,7 @@ impl Hca {
 
     /// Looks up an MKey by its 32-bit key (index and variant must both match).
     pub fn mkey(&self, key: u32) -> Option<&Mkey> {
-        self.objects.mkeys.get(&(key >> 8)).filter(|m| m.variant == key as u8)
+        self.objects.mkeys.get(&plain::mkey::index(key)).filter(|m| m.variant == plain::mkey::variant(key))
     }
 
     // ---- SRQ ----
@@ -1230,7 +1238,7 @@ impl Hca {
         let ctx = create_srq_in::srq_context_entry;
         let g = |f: Field| ctx.inner(f).get(input);
         let log_size = g(srqc::log_srq_size) as u32;
-        let stride_shift = g(srqc::log_rq_stride) as u32 + 4;
+        let stride_shift = g(srqc::log_rq_stride) as u32 + plain::wqe::RQ_STRIDE_UNIT_SHIFT;
         if log_size as u64 > limits::LOG_MAX_SRQ_SZ || (1u64 << stride_shift) > limits::MAX_WQE_SZ_RQ {
             return Err(bad_param(op, sy::EXCEEDS_LIMIT));
         }
@@ -1296,7 +1304,7 @@ impl Hca {
         let ctx = query_srq_out::srq_context_entry;
         ctx.inner(srqc::state).set(&mut o, if s.error { 1 } else { 0 });
         ctx.inner(srqc::log_srq_size).set(&mut o, s.log_size as u64);
-        ctx.inner(srqc::log_rq_stride).set(&mut o, (s.stride_shift - 4) as u64);
+        ctx.inner(srqc::log_rq_stride).set(&mut o, (s.stride_shift - plain::wqe::RQ_STRIDE_UNIT_SHIFT) as u64);
         ctx.inner(srqc::pd).set(&mut o, s.pd as u64);
         ctx.inner(srqc::cqn).set(&mut o, s.cqn as u64);
         ctx.inner(srqc::lwm).set(&mut o, s.lwm as u64);
@@ -1362,7 +1370,7 @@ impl Hca {
             _ => return Err(bad_param(op, sy::BAD_FIELD_VALUE)),
         };
         let log_rq_size = g(qpc::log_rq_size) as u32;
-        let rq_stride_shift = g(qpc::log_rq_stride) as u32 + 4;
+        let rq_stride_shift = g(qpc::log_rq_stride) as u32 + plain::wqe::RQ_STRIDE_UNIT_SHIFT;
         let no_sq = g(qpc::no_sq) != 0;
         let log_sq = g(qpc::log_sq_size) as u32;
         if log_rq_size as u64 > limits::LOG_MAX_QP_SZ
@@ -1532,4 +1540,12 @@ impl Hca {
         }
         Ok(())
     }
+}
+
+/// An EQE payload (`plain::eqe::data`) that starts with `payload` and is zero after it.
+pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutable)) -> [u8; 28] {
+    let mut data = [0u8; 28];
+    let b = payload.as_bytes();
+    data[..b.len()].copy_from_slice(b);
+    data
 }

@@ -6,10 +6,12 @@
 //! empty. QUERY_HCA_VPORT_GID reads the GIDs back.
 
 use super::exec::{CmdResult, bad_param, need_in, out};
+use super::objects::event_data;
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
 use umlx_hwdesc::enums::{CmdOpcode, EventType, PortChangeSubtype};
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain;
 
 /// One RoCE address table entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,10 +83,9 @@ impl Hca {
             return;
         }
         self.vport.up = up;
-        let mut data = [0u8; 28];
-        data[8] = 1 << 4; // port 1 in bits 7:4 of byte 0x28
+        let port = plain::eqe_port_state { port: 1 << plain::eq::PORT_STATE_PORT_SHIFT, ..Default::default() };
         let sub = if up { PortChangeSubtype::ACTIVE } else { PortChangeSubtype::DOWN };
-        self.post_event(EventType::PORT_CHANGE, sub.0, &data);
+        self.post_event(EventType::PORT_CHANGE, sub.0, &event_data(&port));
     }
 
     pub(crate) fn execute_vport_cmd(&mut self, op: CmdOpcode, input: &[u8]) -> Option<CmdResult> {

@@ -149,14 +149,19 @@ impl QpSpec {
     }
 }
 
-/// CREATE_QP with fresh memory (RQ of 2^log_rq_size 64-byte WQEs, then the SQ).
+/// Receive WQE size of the QPs [`create_qp`] makes.
+pub const RQ_WQE_SIZE: usize = 64;
+/// The QPC's `log_rq_stride` for [`RQ_WQE_SIZE`].
+pub const LOG_RQ_STRIDE: u32 = RQ_WQE_SIZE.trailing_zeros() - wqe::RQ_STRIDE_UNIT_SHIFT;
+
+/// CREATE_QP with fresh memory (RQ of 2^log_rq_size [`RQ_WQE_SIZE`]-byte WQEs, then the SQ).
 pub fn create_qp(host: &mut CmdHost, s: QpSpec) -> Result<QpHandle, CmdError> {
     create_qp_with(host, s, |_| {})
 }
 
 /// CREATE_QP as [`create_qp`], with `extra` changing the input last.
 pub fn create_qp_with(host: &mut CmdHost, s: QpSpec, extra: impl FnOnce(&mut [u8])) -> Result<QpHandle, CmdError> {
-    let rq_bytes = if s.srqn.is_some() { 0 } else { 64usize << s.log_rq_size };
+    let rq_bytes = if s.srqn.is_some() { 0 } else { RQ_WQE_SIZE << s.log_rq_size };
     let buf = host.alloc(rq_bytes + (wqe::SEND_WQE_BB << s.log_sq_size));
     let dbr = host.alloc(64);
     let pas = pages_of(&buf);
@@ -168,7 +173,7 @@ pub fn create_qp_with(host: &mut CmdHost, s: QpSpec, extra: impl FnOnce(&mut [u8
             q.inner(qpc::pd).set(i, s.pd as u64);
             q.inner(qpc::uar_page).set(i, s.uar as u64);
             q.inner(qpc::log_rq_size).set(i, s.log_rq_size as u64);
-            q.inner(qpc::log_rq_stride).set(i, 2); // 64-byte receive WQEs
+            q.inner(qpc::log_rq_stride).set(i, LOG_RQ_STRIDE as u64);
             q.inner(qpc::log_sq_size).set(i, s.log_sq_size as u64);
             q.inner(qpc::cqn_snd).set(i, s.cqn as u64);
             q.inner(qpc::cqn_rcv).set(i, s.cqn as u64);
@@ -326,8 +331,12 @@ pub fn page_request(e: &[u8; plain::eqe::SIZE]) -> eqe_page_req {
 
 /// The health buffer's syndrome byte (one byte of a 32-bit BAR0 register).
 pub fn health_synd(dev: &SimDevice) -> HealthSyndrome {
-    let dword = iseg::HEALTH_SYND & !3;
-    HealthSyndrome((dev.bar0_read32(dword as u64) >> (8 * (3 - (iseg::HEALTH_SYND & 3)))) as u8)
+    HealthSyndrome((dev.bar0_read32(iseg::HEALTH_SYND_DWORD as u64) >> iseg::HEALTH_SYND_SHIFT) as u8)
+}
+
+/// The health syndrome in bits 31:24 of the `health_counter` register.
+pub fn health_counter_synd(dev: &SimDevice) -> HealthSyndrome {
+    HealthSyndrome((dev.bar0_read32(iseg::HEALTH_COUNTER as u64) >> iseg::HEALTH_COUNTER_SYNDROME_SHIFT) as u8)
 }
 
 /// The `nic_interface` field of `cmdq_addr_l_sz`.

@@ -4,10 +4,12 @@
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
-use umlx_hwdesc::enums::{CmdOpcode, CqeOpcode, CqeSyndrome, EventType, IbMtu, QpPmState, QpServiceType, WqeOpcode};
+use umlx_hwdesc::enums::{
+    CmdOpcode, CqeOpcode, CqeSyndrome, EventType, IbMtu, MkcAccessMode, QpPmState, QpServiceType, WqeOpcode,
+};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{
-    CqeOpOwn, cq as cq_consts, cqe64, dbr, err_cqe, uar as uar_page, wqe as w, wqe_atomic_seg, wqe_ctrl_seg,
+    CqeOpOwn, cq as cq_consts, cqe64, dbr, err_cqe, mkey, uar as uar_page, wqe as w, wqe_atomic_seg, wqe_ctrl_seg,
     wqe_data_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U32, U64};
@@ -21,8 +23,8 @@ pub const MEM: usize = 4 << 20;
 
 /// Receive WQE size: a data segment, the terminating one, zeros after them.
 const RQ_WQE_SIZE: usize = 64;
-/// The QPC's `log_rq_stride` for [`RQ_WQE_SIZE`] (the stride is in 16-byte units).
-const LOG_RQ_STRIDE: u32 = 2;
+/// The QPC's `log_rq_stride` for [`RQ_WQE_SIZE`].
+const LOG_RQ_STRIDE: u32 = RQ_WQE_SIZE.trailing_zeros() - w::RQ_STRIDE_UNIT_SHIFT;
 
 /// A completion queue.
 pub struct Cq {
@@ -341,7 +343,7 @@ pub fn create_mkey(host: &mut CmdHost, pd: u32, mem: &HostBuffer, variant: u8, r
     let m = create_mkey_in::memory_key_mkey_entry;
     let o = host
         .exec(CmdOpcode::CREATE_MKEY, 0, create_mkey_in::SIZE_BYTES + 8 * pages, create_mkey_out::SIZE_BYTES, |i| {
-            m.inner(mkc::access_mode_1_0).set(i, 1);
+            m.inner(mkc::access_mode_1_0).set(i, MkcAccessMode::MTT.bits_1_0() as u64);
             m.inner(mkc::lw).set(i, 1);
             m.inner(mkc::lr).set(i, 1);
             m.inner(mkc::rr).set(i, remote as u64);
@@ -363,7 +365,7 @@ pub fn create_mkey(host: &mut CmdHost, pd: u32, mem: &HostBuffer, variant: u8, r
             }
         })
         .expect("CREATE_MKEY");
-    ((create_mkey_out::mkey_index.get(&o) as u32) << 8) | variant as u32
+    mkey::key(create_mkey_out::mkey_index.get(&o) as u32, variant)
 }
 
 /// Two nodes with one connected RC QP pair.
