@@ -95,6 +95,21 @@ fn cq_lifecycle() {
     assert_eq!(c.inner(cqc::producer_counter).get(&o), 0);
     assert_eq!(c.inner(cqc::status).get(&o), CqStatus::OK.0 as u64);
     assert_eq!(c.inner(cqc::st).get(&o), CqState::FIRED.0 as u64, "not armed");
+    // Armed (the UAR's CQ doorbell: the arm command and the consumer index, 0 as the producer's
+    // so that nothing fires, over the CQ number), for the next completion and for the next
+    // solicited one: QUERY_CQ reports each state.
+    for (cmd, st) in [
+        (uar::CQ_DB_REQ_NOT, CqState::NOTIFICATION_REQUEST_ARMED),
+        (uar::CQ_DB_REQ_NOT_SOL, CqState::SOLICITED_NOTIFICATION_REQUEST_ARMED),
+    ] {
+        let hi = cmd;
+        h.dev().bar0_write64(
+            (uar as usize * uar::UAR_PAGE_SIZE + uar::CQ_DOORBELL) as u64,
+            ((hi as u64) << 32) | cq.cqn as u64,
+        );
+        let o = query_cq(h, cq.cqn).expect("QUERY_CQ");
+        assert_eq!(c.inner(cqc::st).get(&o), st.0 as u64, "armed with command {cmd:#x}");
+    }
     // With room for the page list, QUERY_CQ returns it too.
     let o = h
         .exec(CmdOpcode::QUERY_CQ, 0, query_cq_in::SIZE_BYTES, query_cq_out::SIZE_BYTES + 8, |i| {

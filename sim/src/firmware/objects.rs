@@ -990,7 +990,12 @@ impl Hca {
         s(
             &mut o,
             cqc::st,
-            if cq.arm.is_some() { CqState::NOTIFICATION_REQUEST_ARMED } else { CqState::FIRED }.0 as u64,
+            match cq.arm {
+                Some(CqArm { solicited_only: true, .. }) => CqState::SOLICITED_NOTIFICATION_REQUEST_ARMED,
+                Some(_) => CqState::NOTIFICATION_REQUEST_ARMED,
+                None => CqState::FIRED,
+            }
+            .0 as u64,
         );
         s(&mut o, cqc::cq_period, cq.moderation.0 as u64);
         s(&mut o, cqc::cq_max_count, cq.moderation.1 as u64);
