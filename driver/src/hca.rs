@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{
-    AccessRegOpMod, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface, SupportedIssi,
+    AccessRegOpMod, AtomicReqMode, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface,
+    RoceL3Type, RoceVersion, SupportedIssi,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
@@ -123,7 +124,8 @@ impl Caps {
     /// The 8-byte atomic result byte order in force: true when the device returns the
     /// original value in host order (`atomic_req_8B_endianness_mode` 1), false for big-endian.
     pub fn atomic_host_endian(&self) -> bool {
-        !self.atomic.is_empty() && atomic_caps::atomic_req_8B_endianness_mode.get(&self.atomic) == 1
+        !self.atomic.is_empty()
+            && atomic_caps::atomic_req_8B_endianness_mode.get(&self.atomic) == AtomicReqMode::HOST_ENDIANNESS.0 as u64
     }
 }
 
@@ -449,9 +451,9 @@ impl<B: Backend> Hca<B> {
             // in host byte order (mode 1), ask for it. Without it (mode 0) the original value an
             // atomic writes into the requester's buffer is big-endian.
             if atomic_caps::supported_atomic_req_8B_endianness_mode_1.get(&atomic) == 1
-                && atomic_caps::atomic_req_8B_endianness_mode.get(&atomic) != 1
+                && atomic_caps::atomic_req_8B_endianness_mode.get(&atomic) != AtomicReqMode::HOST_ENDIANNESS.0 as u64
             {
-                atomic_caps::atomic_req_8B_endianness_mode.set(&mut atomic, 1);
+                atomic_caps::atomic_req_8B_endianness_mode.set(&mut atomic, AtomicReqMode::HOST_ENDIANNESS.0 as u64);
                 set(HcaCapType::ATOMIC, &atomic)?;
                 atomic = query(HcaCapType::ATOMIC, true)?;
             }
@@ -516,8 +518,9 @@ impl<B: Backend> Hca<B> {
                     a.inner(roce_addr_layout::source_mac_47_32).set(b, u16::from_be_bytes([mac[0], mac[1]]) as u64);
                     a.inner(roce_addr_layout::source_mac_31_0)
                         .set(b, u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]) as u64);
-                    a.inner(roce_addr_layout::roce_l3_type).set(b, if g.ipv4 { 0 } else { 1 });
-                    a.inner(roce_addr_layout::roce_version).set(b, 2);
+                    let l3_type = if g.ipv4 { RoceL3Type::IPV4 } else { RoceL3Type::IPV6 };
+                    a.inner(roce_addr_layout::roce_l3_type).set(b, l3_type.0 as u64);
+                    a.inner(roce_addr_layout::roce_version).set(b, RoceVersion::VERSION_2.0 as u64);
                 },
             )?;
         }

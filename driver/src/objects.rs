@@ -13,7 +13,9 @@ use crate::{Error, Hca, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{CmdOpcode, EventType, MkcAccessMode, QpServiceType, QpState};
+use umlx_hwdesc::enums::{
+    ArmRqOpMod, CmdOpcode, CqResizeFields, EventType, MkcAccessMode, ModifyCqOpMod, QpServiceType, QpState, RqType,
+};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{cq as cqk, cqe64, eq as eqk, eqe, eqe_comp, mkey as mkeyk, wqe as wqek};
 
@@ -358,7 +360,7 @@ impl<B: Backend> Mkey<B> {
                 s(b, mkc::len, len);
                 s(b, mkc::translations_octword_size, (nmtt / 2) as u64);
                 s(b, mkc::log_page_size, page_shift as u64);
-                let flags = if write { 3 } else { 1 };
+                let flags = if write { mkeyk::MTT_READ | mkeyk::MTT_WRITE } else { mkeyk::MTT_READ };
                 pas_bytes(b, create_mkey_in::SIZE_BYTES, (0..npages).map(|i| iova_of_page(i) | flags));
             },
         )?;
@@ -557,13 +559,13 @@ impl<B: Backend> Cq<B> {
         let npages = buf.len().div_ceil(4096);
         self.hca.command(
             CmdOpcode::MODIFY_CQ,
-            1,
+            ModifyCqOpMod::RESIZE.0,
             modify_cq_in::SIZE_BYTES + 8 * npages,
             modify_cq_out::SIZE_BYTES,
             |b| {
                 modify_cq_in::cqn.set(b, self.cqn as u64);
-                // log_cq_size, page_offset and log_page_size change.
-                modify_cq_in::modify_field_select_resize_field_select.set(b, 0b111);
+                let select = CqResizeFields::LOG_SIZE | CqResizeFields::PG_OFFSET | CqResizeFields::PG_SIZE;
+                modify_cq_in::modify_field_select_resize_field_select.set(b, select.bits() as u64);
                 let c = modify_cq_in::cq_context;
                 c.inner(cqc::log_cq_size).set(b, log_size as u64);
                 c.inner(cqc::log_page_size).set(b, 0);
@@ -647,7 +649,7 @@ impl<B: Backend> Srq<B> {
     /// ARM_RQ: raise the limit event when fewer than `limit` WQEs remain.
     pub fn arm(&self, limit: u32) -> Result<()> {
         self.hca
-            .command(CmdOpcode::ARM_RQ, 1, arm_rq_in::SIZE_BYTES, arm_rq_out::SIZE_BYTES, |b| {
+            .command(CmdOpcode::ARM_RQ, ArmRqOpMod::SRQ.0, arm_rq_in::SIZE_BYTES, arm_rq_out::SIZE_BYTES, |b| {
                 arm_rq_in::srq_number.set(b, self.srqn as u64);
                 arm_rq_in::lwm.set(b, limit as u64);
             })
@@ -799,7 +801,7 @@ impl<B: Backend> Qp<B> {
                 s(b, qpc::log_page_size, 0);
                 match srq {
                     Some(srq) => {
-                        s(b, qpc::rq_type, 1);
+                        s(b, qpc::rq_type, RqType::SRQ_RQ.0 as u64);
                         s(b, qpc::srqn_rmpn_xrqn, srq.srqn() as u64);
                     }
                     None => {

@@ -776,6 +776,76 @@ crate::open_enum! {
         /// A key of another function (cross-VHCA).
         CROSSING = 0x6,
     }
+
+    /// CQ error syndrome: the `syndrome` byte of a CQ_ERROR event's [`crate::plain::eqe_cq_err`]
+    /// (`MLX5_CQ_ERROR_SYNDROME_*`, Linux `mlx5_ifc.h`).
+    pub struct CqErrorSyndrome(u8) {
+        /// More CQEs than the CQ holds (consumer index not advanced).
+        CQ_OVERRUN = 0x1,
+        /// The CQ buffer or doorbell record could not be accessed.
+        CQ_ACCESS_VIOLATION_ERROR = 0x2,
+    }
+
+    /// EQ status: the `status` field of the EQC (`MLX5_EQC_STATUS_*`, Linux `mlx5_ifc.h`).
+    pub struct EqStatus(u8) {
+        OK = 0x0,
+        /// Writing an EQE failed (the EQ overran).
+        EQ_WRITE_FAILURE = 0xa,
+    }
+
+    /// EQ arm state: the `st` field of the EQC (`MLX5_EQC_ST_*`, Linux `mlx5_ifc.h`).
+    pub struct EqState(u8) {
+        /// Armed: the next EQE raises the interrupt.
+        ARMED = 0x9,
+        /// Not armed: the interrupt has fired (or the EQ was never armed).
+        FIRED = 0xa,
+    }
+
+    /// SRQ state: the `state` field of the SRQ context (`MLX5_SRQC_STATE_*`, Linux
+    /// `mlx5_ifc.h`).
+    pub struct SrqState(u8) {
+        GOOD = 0x0,
+        ERROR = 0x1,
+    }
+
+    /// MODIFY_CQ `op_mod`. Linux names only the resize value (`MLX5_CQ_OPMOD_RESIZE`,
+    /// `cq.h`); `MODIFY` (moderation and other context fields, op_mod 0) is a descriptive name.
+    pub struct ModifyCqOpMod(u16) {
+        /// Modify the fields named in `modify_field_select` ([`CqModifyFields`]).
+        MODIFY = 0x0,
+        /// Resize the CQ: the fields named in `resize_field_select` ([`CqResizeFields`]).
+        RESIZE = 0x1,
+    }
+
+    /// Requester 8-byte atomic result endianness: `atomic_caps.atomic_req_8B_endianness_mode`
+    /// (`MLX5_ATOMIC_REQ_MODE_*`, Linux `drivers/net/ethernet/mellanox/mlx5/core/main.c`).
+    pub struct AtomicReqMode(u8) {
+        /// Big-endian original values.
+        BE = 0x0,
+        /// Original values in host byte order.
+        HOST_ENDIANNESS = 0x1,
+    }
+
+    /// RoCE version of a GID table entry: `roce_addr_layout.roce_version`
+    /// (`MLX5_ROCE_VERSION_*`, Linux `device.h`).
+    pub struct RoceVersion(u8) {
+        VERSION_1 = 0,
+        VERSION_2 = 2,
+    }
+
+    /// L3 address type of a GID table entry: `roce_addr_layout.roce_l3_type`
+    /// (`MLX5_ROCE_L3_TYPE_*`, Linux `device.h`).
+    pub struct RoceL3Type(u8) {
+        IPV4 = 0,
+        IPV6 = 1,
+    }
+
+    /// ARM_RQ `op_mod`: which kind of receive queue is armed (`MLX5_ARM_RQ_IN_OP_MOD_*`, Linux
+    /// `mlx5_ifc.h`).
+    pub struct ArmRqOpMod(u16) {
+        /// Shared receive queue.
+        SRQ = 0x1,
+    }
 }
 
 impl MkcAccessMode {
@@ -1127,5 +1197,41 @@ impl QpOptParam {
             CmdOpcode::SQERR2RTS_QP | CmdOpcode::SQD_RTS_QP if ud => P::Q_KEY,
             _ => P(0),
         }
+    }
+}
+
+flag_set! {
+    /// MODIFY_CQ `modify_field_select` (op_mod [`ModifyCqOpMod::MODIFY`]): the CQ context
+    /// fields the command changes (`MLX5_CQ_MODIFY_*`, Linux `cq.h`).
+    pub struct CqModifyFields(u32) {
+        /// `cq_period`.
+        PERIOD = 1 << 0,
+        /// `cq_max_count`.
+        COUNT = 1 << 1,
+        /// `oi` (overrun ignore).
+        OVERRUN = 1 << 2,
+    }
+}
+
+flag_set! {
+    /// MODIFY_CQ `resize_field_select` (op_mod [`ModifyCqOpMod::RESIZE`]): the CQ context
+    /// fields a resize changes (`MLX5_MODIFY_CQ_MASK_*`, Linux `cq.h`).
+    pub struct CqResizeFields(u32) {
+        /// `log_cq_size`.
+        LOG_SIZE = 1 << 0,
+        /// `page_offset`.
+        PG_OFFSET = 1 << 1,
+        /// `log_page_size`.
+        PG_SIZE = 1 << 2,
+    }
+}
+
+flag_set! {
+    /// Atomic operand sizes the device supports: `atomic_caps.atomic_size_qp` (and
+    /// `atomic_size_dc`). Linux names only the 8-byte bit (`MLX5_ATOMIC_SIZE_QP_8BYTES`,
+    /// `drivers/infiniband/hw/mlx5/main.c`).
+    pub struct AtomicSize(u16) {
+        /// 8-byte atomic operations (`MLX5_ATOMIC_SIZE_QP_8BYTES`).
+        QP_8BYTES = 1 << 3,
     }
 }

@@ -142,6 +142,14 @@ impl Field {
         }
     }
 
+    /// The field's bits in a structure of `struct_bits` bits (at most 64) read as one big-endian
+    /// integer: the mask that tests or sets the field in such a value (an MTT entry read as a
+    /// `u64`, for example).
+    pub const fn be_mask(&self, struct_bits: usize) -> u64 {
+        assert!(struct_bits <= 64 && self.end_bits() <= struct_bits && self.width_bits > 0, "field outside the word");
+        (u64::MAX >> (64 - self.width_bits)) << (struct_bits - self.end_bits())
+    }
+
     /// Whether `buf` is long enough to hold this field.
     pub const fn fits(&self, buf_len: usize) -> bool {
         self.end_bits().div_ceil(8) <= buf_len

@@ -775,6 +775,8 @@ pub mod wqe {
 /// Memory keys: the 32-bit lkey / rkey a WQE carries is the mkey index (CREATE_MKEY's
 /// `mkey_index`) above the 8-bit variant the driver chose (mkey context `mkey_7_0`).
 pub mod mkey {
+    use crate::ifc::mtt;
+
     /// Shift of the mkey index in a key (Linux `mlx5_idx_to_mkey` / `mlx5_mkey_to_idx`).
     pub const INDEX_SHIFT: u32 = 8;
     /// Mask of the variant (`mkey_7_0`) in a key.
@@ -794,6 +796,14 @@ pub mod mkey {
     pub const fn variant(key: u32) -> u8 {
         (key & VARIANT_MASK) as u8
     }
+
+    /// An MTT entry ([`mtt`]) read as a big-endian `u64`: the read-enable bit `rd_en`
+    /// (rdma-core `MLX5_MTT_READ`).
+    pub const MTT_READ: u64 = mtt::rd_en.be_mask(mtt::SIZE_BITS);
+    /// The write-enable bit `wr_en` of an MTT entry read as a `u64` (rdma-core `MLX5_MTT_WRITE`).
+    pub const MTT_WRITE: u64 = mtt::wr_en.be_mask(mtt::SIZE_BITS);
+    /// The page address bits (`ptag_63_32`, `ptag_31_8`) of an MTT entry read as a `u64`.
+    pub const MTT_PTAG_MASK: u64 = mtt::ptag_63_32.be_mask(mtt::SIZE_BITS) | mtt::ptag_31_8.be_mask(mtt::SIZE_BITS);
 }
 
 // ---------------------------------------------------------------------------------------------

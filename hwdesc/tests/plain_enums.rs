@@ -645,6 +645,15 @@ fn enum_values_match_the_contract() {
     assert_eq!((MkcAccessMode::MEMIC.bits_4_2(), MkcAccessMode::MEMIC.bits_1_0()), (1, 1));
     assert_eq!(MkcAccessMode::from_fields(1, 2), MkcAccessMode::CROSSING);
     assert_eq!(MkcAccessMode::from_fields(0, 2), MkcAccessMode::KLMS);
+    assert_eq!([CqErrorSyndrome::CQ_OVERRUN.0, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR.0], [1, 2]);
+    assert_eq!([EqStatus::OK.0, EqStatus::EQ_WRITE_FAILURE.0], [0, 0xa]);
+    assert_eq!([EqState::ARMED.0, EqState::FIRED.0], [9, 0xa]);
+    assert_eq!([SrqState::GOOD.0, SrqState::ERROR.0], [0, 1]);
+    assert_eq!([ModifyCqOpMod::MODIFY.0, ModifyCqOpMod::RESIZE.0], [0, 1]);
+    assert_eq!(ArmRqOpMod::SRQ.0, 1);
+    assert_eq!([AtomicReqMode::BE.0, AtomicReqMode::HOST_ENDIANNESS.0], [0, 1]);
+    assert_eq!([RoceVersion::VERSION_1.0, RoceVersion::VERSION_2.0], [0, 2]);
+    assert_eq!([RoceL3Type::IPV4.0, RoceL3Type::IPV6.0], [0, 1]);
 }
 
 #[test]
@@ -673,6 +682,11 @@ fn flag_sets() {
     );
     assert!(AtomicOps(0b1011).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
     assert!(!AtomicOps(0b01).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
+    assert_eq!(AtomicSize::QP_8BYTES.0, 8);
+    assert_eq!([CqModifyFields::PERIOD.0, CqModifyFields::COUNT.0, CqModifyFields::OVERRUN.0], [1, 2, 4]);
+    assert_eq!(CqResizeFields::ALL_KNOWN.0, 0b111);
+    assert_eq!([CqResizeFields::LOG_SIZE.0, CqResizeFields::PG_OFFSET.0, CqResizeFields::PG_SIZE.0], [1, 2, 4]);
+    assert_eq!((mkey::MTT_READ, mkey::MTT_WRITE, mkey::MTT_PTAG_MASK), (1, 2, !0xff));
 
     let opt = QpOptParam::RRE | QpOptParam::RWE | QpOptParam::PKEY_INDEX;
     assert_eq!(opt.bits(), 0b1_1010);

@@ -11,7 +11,7 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{AtomicOps, CmdOpcode, HcaCapType};
+use umlx_hwdesc::enums::{AtomicOps, AtomicReqMode, AtomicSize, CmdOpcode, HcaCapType};
 use umlx_hwdesc::ifc::*;
 
 /// Size of the capability area in QUERY_HCA_CAP / SET_HCA_CAP.
@@ -197,13 +197,13 @@ impl Caps {
         let mut a = vec![0u8; CAP_AREA];
         // Compare-and-swap and fetch-and-add on 8 bytes; requester endianness settable.
         atomic_caps::atomic_operations.set(&mut a, (AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD).bits() as u64);
-        atomic_caps::atomic_size_qp.set(&mut a, 1 << 3);
-        atomic_caps::atomic_req_8B_endianness_mode.set(&mut a, 0);
+        atomic_caps::atomic_size_qp.set(&mut a, AtomicSize::QP_8BYTES.bits() as u64);
+        atomic_caps::atomic_req_8B_endianness_mode.set(&mut a, AtomicReqMode::BE.0 as u64);
         // Whether mode 1 (host-order 8-byte atomic results) may be asked for; off by default
         // because the transport returns big-endian results (mode 0).
         atomic_caps::supported_atomic_req_8B_endianness_mode_1.set(&mut a, cfg.atomic_endianness_mode_1 as u64);
         let mut amax = a.clone();
-        atomic_caps::atomic_req_8B_endianness_mode.set(&mut amax, 1);
+        atomic_caps::atomic_req_8B_endianness_mode.set(&mut amax, AtomicReqMode::HOST_ENDIANNESS.0 as u64);
         Caps { general_cur: g, general_max: gmax, roce_cur: r, roce_max: rmax, atomic_cur: a, atomic_max: amax }
     }
 

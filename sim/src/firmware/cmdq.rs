@@ -52,9 +52,8 @@ impl Hca {
 
     /// Posts the command-completion EQE (vector = completed slots) if an EQ subscribed to it.
     pub(crate) fn post_cmd_completion(&mut self, slots: u32) {
-        let mut data = [0u8; 28];
-        data[0..4].copy_from_slice(&slots.to_be_bytes());
-        self.post_event(EventType::CMD, 0, &data);
+        let data = umlx_hwdesc::plain::eqe_cmd { vector: slots.into(), ..Default::default() };
+        self.post_event(EventType::CMD, 0, &super::objects::event_data(&data));
     }
 
     fn cmdq_base(&self) -> u64 {

@@ -14,7 +14,8 @@ use super::{CmdFail, Hca, syndrome as sy};
 use std::collections::{BTreeMap, BTreeSet};
 use umlx_hwdesc::Field;
 use umlx_hwdesc::enums::{
-    CmdOpcode, CmdStatus, CqState, CqStatus, EventType, MkcAccessMode, QpOptParam, QpServiceType, QpState,
+    ArmRqOpMod, CmdOpcode, CmdStatus, CqErrorSyndrome, CqModifyFields, CqState, CqStatus, CqeOpcode, EqState, EqStatus,
+    EventType, MkcAccessMode, ModifyCqOpMod, QpOptParam, QpServiceType, QpState, RqType, SrqState,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain;
@@ -208,10 +209,10 @@ impl Mkey {
             let idx = ((cur >> self.page_shift) - first_page) as usize;
             let entry = *self.mtt.get(idx).ok_or(MkeyError::OutOfBounds)?;
             let need_write = matches!(access, Access::LocalWrite | Access::RemoteWrite | Access::RemoteAtomic);
-            if entry & 1 == 0 || (need_write && entry & 2 == 0) {
+            if entry & plain::mkey::MTT_READ == 0 || (need_write && entry & plain::mkey::MTT_WRITE == 0) {
                 return Err(MkeyError::NoAccess);
             }
-            let base = entry & !0xff;
+            let base = entry & plain::mkey::MTT_PTAG_MASK;
             let in_page = cur & (ps - 1);
             let n = (ps - in_page).min(end - cur);
             out.push(base + in_page, n);
@@ -811,8 +812,8 @@ impl Hca {
         ctx.inner(eqc::intr).set(&mut o, eq.intr as u64);
         ctx.inner(eqc::log_page_size).set(&mut o, (eq.buf.page_shift - 12) as u64);
         ctx.inner(eqc::oi).set(&mut o, eq.oi as u64);
-        ctx.inner(eqc::st).set(&mut o, if eq.armed { 0x9 } else { 0xa });
-        ctx.inner(eqc::status).set(&mut o, eq.overrun as u64 * 0xa);
+        ctx.inner(eqc::st).set(&mut o, if eq.armed { EqState::ARMED } else { EqState::FIRED }.0 as u64);
+        ctx.inner(eqc::status).set(&mut o, if eq.overrun { EqStatus::EQ_WRITE_FAILURE } else { EqStatus::OK }.0 as u64);
         ctx.inner(eqc::consumer_counter).set(&mut o, (eq.consumer & plain::cq::NUM_MASK_24) as u64);
         ctx.inner(eqc::producer_counter).set(&mut o, (eq.producer & plain::cq::NUM_MASK_24) as u64);
         // QUERY_EQ carries one 64-bit mask (event types 0..63), not CREATE_EQ's four.
@@ -1013,24 +1014,24 @@ impl Hca {
         let op = CmdOpcode::MODIFY_CQ.0;
         need_in(op, input, modify_cq_in::SIZE_BYTES)?;
         let cqn = modify_cq_in::cqn.get(input) as u32;
-        let select = modify_cq_in::modify_field_select_resize_field_select.get(input) as u32;
+        let select = CqModifyFields(modify_cq_in::modify_field_select_resize_field_select.get(input) as u32);
         let ctx = modify_cq_in::cq_context;
         let g = |f: Field| ctx.inner(f).get(input);
         let Some(cq) = self.objects.cqs.get(&cqn) else { return Err(bad_res(op)) };
-        match op_mod {
-            // Modify moderation: bit 0 = cq_period, bit 1 = cq_max_count.
-            0 => {
+        match ModifyCqOpMod(op_mod) {
+            // Modify moderation: cq_period and cq_max_count.
+            ModifyCqOpMod::MODIFY => {
                 let mut m = cq.moderation;
-                if select & 1 != 0 {
+                if select.contains(CqModifyFields::PERIOD) {
                     m.0 = g(cqc::cq_period) as u16;
                 }
-                if select & 2 != 0 {
+                if select.contains(CqModifyFields::COUNT) {
                     m.1 = g(cqc::cq_max_count) as u16;
                 }
                 self.objects.cqs.get_mut(&cqn).expect("CQ looked up above").moderation = m;
             }
-            // Resize: bit 0 = log_cq_size, bit 1 = page_offset, bit 2 = log_page_size.
-            1 => {
+            // Resize: log_cq_size, page_offset and log_page_size.
+            ModifyCqOpMod::RESIZE => {
                 let log_size = g(cqc::log_cq_size) as u32;
                 if log_size as u64 > limits::LOG_MAX_CQ_SZ {
                     return Err(bad_param(op, sy::EXCEEDS_LIMIT));
@@ -1039,11 +1040,11 @@ impl Hca {
                 let offset = g(cqc::page_offset) * 64;
                 let npages = pages_for(64u64 << log_size, page_shift, offset);
                 let pas = read_pas(op, input, modify_cq_in::SIZE_BYTES, npages)?;
-                // The switch point: a RESIZE_CQ CQE (opcode 5) in the old ring at the producer
-                // position; the driver copies the CQEs before it into the new ring. The producer
-                // counter goes on in the new ring after it.
-                let mut marker = [0u8; 64];
-                marker[63] = 5 << 4;
+                // The switch point: a RESIZE_CQ CQE in the old ring at the producer position; the
+                // driver copies the CQEs before it into the new ring. The producer counter goes on
+                // in the new ring after it.
+                let mut marker = [0u8; plain::cqe64::SIZE];
+                marker[plain::cqe64::op_own] = plain::CqeOpOwn::new().with_opcode(CqeOpcode::RESIZE_CQ.0).into_bits();
                 if !self.write_cqe(cqn, &mut marker, false) {
                     return Err(res_state(op, sy::BAD_STATE));
                 }
@@ -1092,7 +1093,7 @@ impl Hca {
 
     /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
     /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
-    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; 64], solicited: bool) -> bool {
+    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; plain::cqe64::SIZE], solicited: bool) -> bool {
         let Some(cq) = self.objects.cqs.get(&cqn) else { return false };
         if cq.error {
             return false;
@@ -1101,27 +1102,34 @@ impl Hca {
         let ci = match self.iommu.read_u32_be(cq.dbr) {
             Ok(v) => v & plain::cq::NUM_MASK_24,
             Err(_) => {
-                self.cq_error(cqn, 0x02);
+                self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
                 return false;
             }
         };
         let produced = cq.producer & plain::cq::NUM_MASK_24;
         if produced.wrapping_sub(ci) & plain::cq::NUM_MASK_24 >= n && !cq.oi {
-            self.cq_error(cqn, 0x01);
+            self.cq_error(cqn, CqErrorSyndrome::CQ_OVERRUN);
             return false;
         }
         let idx = cq.producer & (n - 1);
         let owner = ((cq.producer >> cq.log_size) & 1) as u8;
-        let Some(iova) = cq.buf.iova(idx as u64 * 64) else { return false };
-        cqe[63] = (cqe[63] & !1) | owner;
-        if self.iommu.write(iova, &cqe[..63]).is_err() || self.iommu.write_u8_release(iova + 63, cqe[63]).is_err() {
-            self.cq_error(cqn, 0x02);
+        let Some(iova) = cq.buf.iova((idx as usize * plain::cqe64::SIZE) as u64) else { return false };
+        // Everything but the op_own byte first, then op_own (with the owner bit) with release
+        // ordering.
+        let own = plain::cqe64::op_own;
+        let op_own = plain::CqeOpOwn::from_bits(cqe[own]).with_owner(owner != 0);
+        cqe[own] = op_own.into_bits();
+        if self.iommu.write(iova, &cqe[..own]).is_err()
+            || self.iommu.write_u8_release(iova + own as u64, cqe[own]).is_err()
+        {
+            self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
             return false;
         }
         let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
         cq.producer = cq.producer.wrapping_add(1);
-        let is_err = matches!(cqe[63] >> 4, 13 | 14);
-        let is_resize = cqe[63] >> 4 == 5;
+        let opcode = CqeOpcode(op_own.opcode());
+        let is_err = matches!(opcode, CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR);
+        let is_resize = opcode == CqeOpcode::RESIZE_CQ;
         if let Some(arm) = cq.arm
             && !is_resize
             && (!arm.solicited_only || solicited || is_err)
@@ -1131,15 +1139,19 @@ impl Hca {
         true
     }
 
-    /// Moves a CQ to error and posts CQ_ERROR (syndrome 1 = overrun, 2 = access violation).
-    pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: u8) {
+    /// Moves a CQ to error and posts CQ_ERROR with `syndrome`.
+    pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: CqErrorSyndrome) {
         if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
             if cq.error {
                 return;
             }
             cq.error = true;
         }
-        let err = plain::eqe_cq_err { cqn: (cqn & plain::cq::NUM_MASK_24).into(), syndrome, ..Default::default() };
+        let err = plain::eqe_cq_err {
+            cqn: (cqn & plain::cq::NUM_MASK_24).into(),
+            syndrome: syndrome.0,
+            ..Default::default()
+        };
         self.post_event(EventType::CQ_ERROR, 0, &event_data(&err));
     }
 
@@ -1180,7 +1192,7 @@ impl Hca {
         }
         need_in(op, input, create_mkey_in::SIZE_BYTES + 8 * nmtt)?;
         let mtt: Vec<u64> = (0..nmtt).map(|i| be64(input, create_mkey_in::SIZE_BYTES + 8 * i)).collect();
-        if mtt[..needed].iter().any(|e| e & ((1u64 << page_shift) - 1) & !0xff != 0) {
+        if mtt[..needed].iter().any(|e| e & ((1u64 << page_shift) - 1) & plain::mkey::MTT_PTAG_MASK != 0) {
             return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
         }
         let mkeys = &self.objects.mkeys;
@@ -1304,16 +1316,16 @@ impl Hca {
         need_in(op, input, query_srq_in::SIZE_BYTES)?;
         let srqn = query_srq_in::srqn.get(input) as u32;
         let Some(s) = self.objects.srqs.get(&srqn).cloned() else { return Err(bad_res(op)) };
-        let counter = self.iommu.read_u32_be(s.dbr).unwrap_or(0) & 0xffff;
+        let counter = self.iommu.read_u32_be(s.dbr).unwrap_or(0) & plain::dbr::WQ_COUNTER_MASK;
         let mut o = out(query_srq_out::SIZE_BYTES);
         let ctx = query_srq_out::srq_context_entry;
-        ctx.inner(srqc::state).set(&mut o, if s.error { 1 } else { 0 });
+        ctx.inner(srqc::state).set(&mut o, if s.error { SrqState::ERROR } else { SrqState::GOOD }.0 as u64);
         ctx.inner(srqc::log_srq_size).set(&mut o, s.log_size as u64);
         ctx.inner(srqc::log_rq_stride).set(&mut o, (s.stride_shift - plain::wqe::RQ_STRIDE_UNIT_SHIFT) as u64);
         ctx.inner(srqc::pd).set(&mut o, s.pd as u64);
         ctx.inner(srqc::cqn).set(&mut o, s.cqn as u64);
         ctx.inner(srqc::lwm).set(&mut o, s.lwm as u64);
-        ctx.inner(srqc::wqe_cnt).set(&mut o, (counter.wrapping_sub(s.consumed) & 0xffff) as u64);
+        ctx.inner(srqc::wqe_cnt).set(&mut o, (counter.wrapping_sub(s.consumed) & plain::dbr::WQ_COUNTER_MASK) as u64);
         ctx.inner(srqc::dbr_addr).set(&mut o, s.dbr);
         ctx.inner(srqc::log_page_size).set(&mut o, (s.buf.page_shift - 12) as u64);
         Ok(o)
@@ -1322,8 +1334,8 @@ impl Hca {
     fn cmd_arm_rq(&mut self, input: &[u8], op_mod: u16) -> CmdResult {
         let op = CmdOpcode::ARM_RQ.0;
         need_in(op, input, arm_rq_in::SIZE_BYTES)?;
-        // op_mod 1 = SRQ (the only kind this device has).
-        if op_mod != 1 {
+        // SRQ: the only kind this device has.
+        if ArmRqOpMod(op_mod) != ArmRqOpMod::SRQ {
             return Err(bad_param(op, sy::BAD_OP_MOD));
         }
         let srqn = arm_rq_in::srq_number.get(input) as u32;
@@ -1361,17 +1373,17 @@ impl Hca {
         {
             return Err(bad_param(op, sy::BAD_REFERENCE));
         }
-        let rq_type = g(qpc::rq_type);
+        let rq_type = RqType(g(qpc::rq_type) as u8);
         let (srqn, no_rq) = match rq_type {
-            0 => (None, false),
-            1 => {
+            RqType::NON_ZERO_RQ => (None, false),
+            RqType::SRQ_RQ => {
                 let s = g(qpc::srqn_rmpn_xrqn) as u32;
                 if !o.srqs.contains_key(&s) {
                     return Err(bad_param(op, sy::BAD_REFERENCE));
                 }
                 (Some(s), true)
             }
-            3 => (None, true),
+            RqType::ZERO_LEN_RQ => (None, true),
             _ => return Err(bad_param(op, sy::BAD_FIELD_VALUE)),
         };
         let log_rq_size = g(qpc::log_rq_size) as u32;

@@ -111,10 +111,9 @@ impl Hca {
         if ask == 0 {
             return;
         }
-        let mut data = [0u8; 28];
-        // ec_function (0), func_id (0), num_pages (signed).
-        data[4..8].copy_from_slice(&(ask as i32).to_be_bytes());
-        if self.post_event(EventType::PAGE_REQUEST, 0, &data) {
+        // ec_function 0, func_id 0 (this function), num_pages signed.
+        let data = umlx_hwdesc::plain::eqe_page_req { num_pages: (ask as i32).into(), ..Default::default() };
+        if self.post_event(EventType::PAGE_REQUEST, 0, &super::objects::event_data(&data)) {
             self.pages.requested += ask;
         }
     }
