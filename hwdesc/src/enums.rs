@@ -5,10 +5,10 @@
 //! the device or driver produces that we do not know survives unchanged and prints as
 //! `Unknown(0x..)`. Constant names are the PRM / Linux names without their `MLX5_..._` prefix.
 //!
-//! Bit sets (MKEY access flags, supported ISSI versions, atomic operations, QP
-//! optional-parameter mask) are [`MkeyAccess`], [`SupportedIssi`], [`AtomicOps`] and
-//! [`QpOptParam`]: they print the names of the set bits and any remaining bits as
-//! `Unknown(0x..)`.
+//! Bit sets (MKEY access flags, supported ISSI versions, atomic operations and sizes, QP
+//! optional-parameter mask, MODIFY_CQ field selects) are [`MkeyAccess`], [`SupportedIssi`],
+//! [`AtomicOps`], [`AtomicSize`], [`QpOptParam`], [`CqModifyFields`] and [`CqResizeFields`]: they
+//! print the names of the set bits and any remaining bits as `Unknown(0x..)`.
 
 crate::open_enum! {
     /// Command opcode: the 16-bit `opcode` at byte 0x00 of every command input
