@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{
     AccessRegOpMod, AtomicReqMode, CmdOpcode, EventType, HcaCapType, HealthSyndrome, ManagePagesOpMod, NicInterface,
-    RoceL3Type, RoceVersion, SupportedIssi,
+    RoceL3Type, RoceVersion, RoceVersionCaps, SupportedIssi,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
@@ -443,6 +443,7 @@ impl<B: Backend> Hca<B> {
                 set(HcaCapType::ROCE, &roce)?;
                 roce = query(HcaCapType::ROCE, true)?;
             }
+            require_roce_v2(self.name(), &roce)?;
         }
         let mut atomic = Vec::new();
         if cmd_hca_cap::atomic.get(&general) == 1 {
@@ -1085,5 +1086,45 @@ fn wait_fw_ready<B: Backend>(b: &B, timeout: Duration, when: &str) -> Result<()>
             });
         }
         std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Refuses a device whose RoCE capabilities lack version 2: every QP umlx makes speaks RoCE v2
+/// (UDP/IP), and the GIDs it installs are RoCE v2 GIDs.
+fn require_roce_v2(device: &str, roce: &[u8]) -> Result<()> {
+    let versions = RoceVersionCaps(roce_cap::roce_version.get(roce) as u8);
+    if versions.contains(RoceVersionCaps::VERSION_2) {
+        return Ok(());
+    }
+    Err(Error::Device {
+        device: device.into(),
+        problem: format!("the adapter does not offer RoCE v2 (roce_version capability {versions})"),
+        hint: "umlx speaks RoCE v2 only; use an adapter and firmware configuration with RoCE v2".into(),
+    })
+}
+
+#[cfg(test)]
+mod roce_caps_tests {
+    use super::*;
+
+    fn caps(versions: RoceVersionCaps) -> Vec<u8> {
+        let mut r = vec![0u8; 4096];
+        roce_cap::roce_version.set(&mut r, versions.bits() as u64);
+        r
+    }
+
+    #[test]
+    fn a_device_with_roce_v2_passes() {
+        require_roce_v2("sim0", &caps(RoceVersionCaps::VERSION_1 | RoceVersionCaps::VERSION_2)).unwrap();
+        require_roce_v2("sim0", &caps(RoceVersionCaps::VERSION_2)).unwrap();
+    }
+
+    #[test]
+    fn a_device_with_roce_v1_only_is_refused_with_what_it_offers() {
+        let e = require_roce_v2("pci:0000:3b:00.0", &caps(RoceVersionCaps::VERSION_1)).unwrap_err().to_string();
+        assert!(e.starts_with("pci:0000:3b:00.0: the adapter does not offer RoCE v2"), "{e}");
+        assert!(e.contains("VERSION_1"), "{e}");
+        // The old sim's value (bit 1, neither version) is refused too.
+        assert!(require_roce_v2("sim0", &caps(RoceVersionCaps(2))).is_err());
     }
 }

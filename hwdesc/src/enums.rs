@@ -5,10 +5,11 @@
 //! the device or driver produces that we do not know survives unchanged and prints as
 //! `Unknown(0x..)`. Constant names are the PRM / Linux names without their `MLX5_..._` prefix.
 //!
-//! Bit sets (MKEY access flags, supported ISSI versions, atomic operations and sizes, QP
-//! optional-parameter mask, MODIFY_CQ field selects) are [`MkeyAccess`], [`SupportedIssi`],
-//! [`AtomicOps`], [`AtomicSize`], [`QpOptParam`], [`CqModifyFields`] and [`CqResizeFields`]: they
-//! print the names of the set bits and any remaining bits as `Unknown(0x..)`.
+//! Bit sets (MKEY access flags, supported ISSI versions, atomic operations and sizes, RoCE
+//! versions and network headers, QP optional-parameter mask, MODIFY_CQ field selects) are
+//! [`MkeyAccess`], [`SupportedIssi`], [`AtomicOps`], [`AtomicSize`], [`RoceVersionCaps`],
+//! [`RoceL3TypeCaps`], [`QpOptParam`], [`CqModifyFields`] and [`CqResizeFields`]: they print the
+//! names of the set bits and any remaining bits as `Unknown(0x..)`.
 
 crate::open_enum! {
     /// Command opcode: the 16-bit `opcode` at byte 0x00 of every command input
@@ -1115,6 +1116,28 @@ flag_set! {
         EXTENDED_CMP_SWAP = 1 << 2,
         /// Extended (masked) fetch-and-add.
         EXTENDED_FETCH_ADD = 1 << 3,
+    }
+}
+
+flag_set! {
+    /// RoCE versions the device supports: `roce_cap.roce_version`, bit n for version n
+    /// (`MLX5_ROCE_VERSION_1_CAP`, `MLX5_ROCE_VERSION_2_CAP`, Linux `device.h`).
+    pub struct RoceVersionCaps(u8) {
+        /// RoCE v1 (Ethernet, GRH).
+        VERSION_1 = 1 << 0,
+        /// RoCE v2 (UDP/IP).
+        VERSION_2 = 1 << 2,
+    }
+}
+
+flag_set! {
+    /// Network headers the device's RoCE supports: `roce_cap.l3_type`
+    /// (`MLX5_ROCE_L3_TYPE_IPV4_CAP`, `MLX5_ROCE_L3_TYPE_IPV6_CAP`, Linux `device.h`).
+    pub struct RoceL3TypeCaps(u8) {
+        /// IPv4.
+        IPV4 = 1 << 1,
+        /// IPv6.
+        IPV6 = 1 << 2,
     }
 }
 

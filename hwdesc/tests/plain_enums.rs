@@ -683,6 +683,8 @@ fn flag_sets() {
     assert!(AtomicOps(0b1011).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
     assert!(!AtomicOps(0b01).contains(AtomicOps::CMP_SWAP | AtomicOps::FETCH_ADD));
     assert_eq!(AtomicSize::QP_8BYTES.0, 8);
+    assert_eq!((RoceVersionCaps::VERSION_1.0, RoceVersionCaps::VERSION_2.0), (1, 4));
+    assert_eq!((RoceL3TypeCaps::IPV4.0, RoceL3TypeCaps::IPV6.0), (2, 4));
     assert_eq!([CqModifyFields::PERIOD.0, CqModifyFields::COUNT.0, CqModifyFields::OVERRUN.0], [1, 2, 4]);
     assert_eq!(CqResizeFields::ALL_KNOWN.0, 0b111);
     assert_eq!([CqResizeFields::LOG_SIZE.0, CqResizeFields::PG_OFFSET.0, CqResizeFields::PG_SIZE.0], [1, 2, 4]);

@@ -5,8 +5,8 @@ mod firmware_common;
 
 use firmware_common::*;
 use umlx_hwdesc::enums::{
-    AccessRegId, AtomicOps, CmdOpcode, CmdStatus, EventType, HcaCapType, NicInterface, PagesOpMod, SupportedIssi,
-    TeardownProfile,
+    AccessRegId, AtomicOps, CmdOpcode, CmdStatus, EventType, HcaCapType, NicInterface, PagesOpMod, RoceL3TypeCaps,
+    RoceVersionCaps, SupportedIssi, TeardownProfile,
 };
 use umlx_hwdesc::ifc::*;
 use umlx_sim::firmware::HcaState;
@@ -88,7 +88,8 @@ fn bring_up_and_teardown_with_page_accounting() {
     // RoCE and atomic capabilities.
     let rcur = host.query_hca_cap(HcaCapType::ROCE, true).unwrap();
     let rmax = host.query_hca_cap(HcaCapType::ROCE, false).unwrap();
-    assert_eq!(roce_cap::roce_version.get(&rcur), 2);
+    assert_eq!(roce_cap::roce_version.get(&rcur), RoceVersionCaps::VERSION_2.bits() as u64, "RoCE v2 only");
+    assert_eq!(roce_cap::l3_type.get(&rcur), (RoceL3TypeCaps::IPV4 | RoceL3TypeCaps::IPV6).bits() as u64);
     assert_eq!(roce_cap::r_roce_dest_udp_port.get(&rcur), 4791);
     assert_eq!(roce_cap::roce_address_table_size.get(&rcur), 256);
     assert_eq!(roce_cap::r_roce_min_src_udp_port.get(&rcur), 0xc000);

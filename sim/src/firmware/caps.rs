@@ -11,7 +11,9 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
 use umlx_hwdesc::Field;
-use umlx_hwdesc::enums::{AtomicOps, AtomicReqMode, AtomicSize, CmdOpcode, HcaCapType};
+use umlx_hwdesc::enums::{
+    AtomicOps, AtomicReqMode, AtomicSize, CmdOpcode, HcaCapType, RoceL3TypeCaps, RoceVersionCaps,
+};
 use umlx_hwdesc::ifc::*;
 
 /// Size of the capability area in QUERY_HCA_CAP / SET_HCA_CAP.
@@ -182,7 +184,9 @@ impl Caps {
             (roce_cap::roce_apm, 0),
             (roce_cap::sw_r_roce_src_udp_port, 0),
             (roce_cap::fl_rc_qp_when_roce_enabled, 0),
-            (roce_cap::roce_version, 2),
+            // RoCE v2 only (the sim's wire is UDP/IP), over IPv4 and IPv6 GIDs.
+            (roce_cap::roce_version, RoceVersionCaps::VERSION_2.bits() as u64),
+            (roce_cap::l3_type, (RoceL3TypeCaps::IPV4 | RoceL3TypeCaps::IPV6).bits() as u64),
             (roce_cap::r_roce_dest_udp_port, 4791),
             (roce_cap::r_roce_max_src_udp_port, 0xffff),
             (roce_cap::r_roce_min_src_udp_port, 0xc000),
