@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use umlx_wire::icrc;
 use umlx_wire::packet::{
-    Aeth, AethKind, Bth, CnpBody, ExtHeaders, FrameBuilder, GSI_QKEY, IpHeader, Ipv4Header, Opcode, Reth, RoceVersion,
-    UdpChecksum, parse_frame, parse_frame_verified,
+    Aeth, AethKind, Bth, Checksums, CnpBody, ExtHeaders, FrameBuilder, GSI_QKEY, IpHeader, Ipv4Header, Opcode, Reth,
+    RoceVersion, UdpChecksum, WireError, fill_checksums, parse_frame, parse_frame_trusted, parse_frame_verified,
 };
 use wire_common::{PCAP_COUNTS, from_hex, pcap_frames, reference_icrc, scapy_vectors};
 
@@ -43,6 +43,7 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
                 let len =
                     FrameBuilder::from_packet(&p).build_into(&mut buf).unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
                 assert_eq!(&buf[..len], &frame[..], "{name} #{n} re-encodes differently");
+                check_deferred_checksums(&format!("{name} #{n}"), &frame);
             }
             Err(e) => {
                 assert!(e.is_not_roce(), "{name} #{n}: RoCE frame rejected: {e}");
@@ -51,6 +52,49 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
         }
     }
     (v2, v1, other, ops)
+}
+
+/// A real frame rebuilt with its checksums left to the egress ([`Checksums::Defer`]): both
+/// integrity fields are zero, a receiving port's parse refuses it, the trusted parse gives the
+/// same packet, and [`fill_checksums`] makes the real frame again, byte for byte.
+fn check_deferred_checksums(what: &str, frame: &[u8]) {
+    let p = parse_frame(frame).unwrap();
+    let deferred = FrameBuilder::from_packet(&p).with_checksums(Checksums::Defer).to_vec().unwrap();
+    let udp_checksum = p.udp.is_some_and(|u| u.checksum != 0);
+    if udp_checksum {
+        // The UDP checksum covers the ICRC: the builder computes all of them.
+        assert_eq!(deferred, frame, "{what}: a UDP checksum keeps the builder computing");
+        return;
+    }
+    let icrc_at = p.packet_end - 4..p.packet_end;
+    assert_eq!(&deferred[icrc_at.clone()], &[0; 4], "{what}: the ICRC is left zero");
+    let verdict = parse_frame_verified(&deferred);
+    match p.ip {
+        IpHeader::Ipv4(_) => {
+            assert_eq!(&deferred[p.l3_offset + 10..p.l3_offset + 12], &[0, 0], "{what}: IPv4 checksum left zero");
+            assert!(matches!(verdict, Err(WireError::BadIpChecksum { found: 0, .. })), "{what}: {verdict:?}");
+        }
+        _ => assert!(matches!(verdict, Err(WireError::BadIcrc { found: 0, .. })), "{what}: {verdict:?}"),
+    }
+    let t = parse_frame_trusted(&deferred).unwrap_or_else(|e| panic!("{what}: trusted parse: {e}"));
+    assert!(t.icrc_ok && t.ip_checksum_ok && t.check().is_ok(), "{what}");
+    assert_eq!(
+        (t.eth, t.udp, t.bth, t.ext, t.payload, t.pad),
+        (p.eth, p.udp, p.bth, p.ext, p.payload, p.pad),
+        "{what}"
+    );
+    assert_eq!((t.l3_offset, t.bth_offset, t.packet_end), (p.l3_offset, p.bth_offset, p.packet_end), "{what}");
+    let mut filled = deferred.clone();
+    fill_checksums(&mut filled).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(filled, frame, "{what}: filled checksums differ from the wire's");
+    // The real frame with its integrity fields wiped, filled again.
+    let mut wiped = frame.to_vec();
+    wiped[icrc_at].fill(0);
+    if let IpHeader::Ipv4(_) = p.ip {
+        wiped[p.l3_offset + 10..p.l3_offset + 12].fill(0);
+    }
+    fill_checksums(&mut wiped).unwrap();
+    assert_eq!(wiped, frame, "{what}: wiped and filled");
 }
 
 #[test]
@@ -74,6 +118,7 @@ fn every_pcap_frame_verifies_with_readme_counts() {
         }
         let rebuilt = FrameBuilder::from_packet(&p).to_vec().unwrap();
         assert_eq!(rebuilt, frame, "{name} re-encodes differently");
+        check_deferred_checksums(&name, &frame);
     }
     assert_eq!((scapy_v2, scapy_v1), (2, 2), "scapy vector file");
     // README: 1,201 RoCEv2/IPv4 frames (1,200 from hardware incl. the CNP, 1 from scapy)

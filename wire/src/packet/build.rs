@@ -22,6 +22,21 @@ pub enum UdpChecksum {
     Compute,
 }
 
+/// Who computes a frame's integrity fields: its IPv4 header checksum and its ICRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Checksums {
+    /// The builder, into the frame (the default).
+    Compute,
+    /// Whoever sends the frame: the builder leaves both fields zero for
+    /// [`fill_checksums`](crate::packet::fill_checksums) to fill before the frame crosses
+    /// anything that could damage or record it, as a NIC's egress inserts the ICRC after its
+    /// transport built the packet. A frame that never crosses such a medium (from one port to
+    /// another in the same process) needs neither: its receiver parses it with
+    /// [`parse_frame_trusted`](crate::packet::parse_frame_trusted). With
+    /// [`UdpChecksum::Compute`] (which covers the ICRC) the builder computes all three.
+    Defer,
+}
+
 /// The smallest Ethernet frame without FCS.
 pub const MIN_ETH_FRAME: usize = 60;
 
@@ -53,6 +68,8 @@ pub struct FrameBuilder<'a> {
     pub pad_cnt: Option<u8>,
     /// Zero-pad the frame to the 60-byte Ethernet minimum.
     pub pad_to_min_frame: bool,
+    /// Who computes the IPv4 header checksum and the ICRC.
+    pub checksums: Checksums,
 }
 
 impl<'a> FrameBuilder<'a> {
@@ -73,6 +90,7 @@ impl<'a> FrameBuilder<'a> {
             payload: &[],
             pad_cnt: None,
             pad_to_min_frame: false,
+            checksums: Checksums::Compute,
         }
     }
 
@@ -120,6 +138,7 @@ impl<'a> FrameBuilder<'a> {
             payload: p.payload,
             pad_cnt: Some(p.bth.pad_cnt),
             pad_to_min_frame: p.packet_end < p.frame.len() && p.frame.len() == MIN_ETH_FRAME,
+            checksums: Checksums::Compute,
         }
     }
 
@@ -145,6 +164,19 @@ impl<'a> FrameBuilder<'a> {
     pub fn with_udp_checksum(mut self, c: UdpChecksum) -> Self {
         self.udp_checksum = c;
         self
+    }
+
+    /// Sets who computes the IPv4 header checksum and the ICRC.
+    pub fn with_checksums(mut self, c: Checksums) -> Self {
+        self.checksums = c;
+        self
+    }
+
+    /// Whether the builder leaves the IPv4 header checksum and the ICRC to the sender: asked
+    /// for, and no UDP checksum (which covers the ICRC) to compute.
+    fn defers_checksums(&self) -> bool {
+        self.checksums == Checksums::Defer
+            && (self.udp_checksum == UdpChecksum::Zero || matches!(self.ip, IpHeader::Grh(_)))
     }
 
     /// Sets the VLAN tag.
@@ -326,6 +358,7 @@ impl<'a> FrameBuilder<'a> {
             return Err(BuildError::BufferTooSmall { need: total, have });
         };
         let mut w = Writer { out, at: 0 };
+        let defer = self.defers_checksums();
 
         // Ethernet.
         w.put(&self.eth.dst);
@@ -351,8 +384,10 @@ impl<'a> FrameBuilder<'a> {
                 hdr[9] = IPPROTO_UDP;
                 hdr[12..16].copy_from_slice(&h.src.octets());
                 hdr[16..20].copy_from_slice(&h.dst.octets());
-                let csum = inet::checksum(&hdr);
-                hdr[10..12].copy_from_slice(&csum.to_be_bytes());
+                if !defer {
+                    let csum = inet::checksum(&hdr);
+                    hdr[10..12].copy_from_slice(&csum.to_be_bytes());
+                }
                 w.put(&hdr);
                 (L3Kind::Ipv4, 20)
             }
@@ -395,8 +430,7 @@ impl<'a> FrameBuilder<'a> {
 
         // ICRC, then the UDP checksum (which covers the ICRC; the ICRC masks it).
         let end = w.at + ICRC_LEN;
-        let span = IcrcSpan { l3, ip_hdr_len, kind, bth: bth_off, end };
-        let icrc = icrc_of(w.out, &span);
+        let icrc = if defer { 0 } else { icrc_of(w.out, &IcrcSpan { l3, ip_hdr_len, kind, bth: bth_off, end }) };
         w.put(&icrc.to_le_bytes());
         let want_udp_csum = kind != L3Kind::Grh && self.udp_checksum == UdpChecksum::Compute;
         let udp_csum = match w.out.get(udp_off..end) {

@@ -11,7 +11,8 @@
 //! * [`Opcode`] (an open `u8` newtype) and its table ([`OpcodeInfo`]): transport, operation,
 //!   FIRST/MIDDLE/LAST/ONLY, extension headers, payload or not;
 //! * [`parse_frame`] / [`parse_frame_verified`] returning a [`RocePacket`] or a
-//!   [`WireError`];
+//!   [`WireError`]; [`parse_frame_trusted`] and [`fill_checksums`] for frames whose
+//!   integrity fields their sender leaves to the egress ([`Checksums::Defer`]);
 //! * [`FrameBuilder`] / [`build_frame`] writing a complete frame into a caller's buffer;
 //! * GID helpers ([`gid_to_ip`], [`ip_to_gid`]) and the UDP source-port functions
 //!   ([`udp_sport`] = `rdma_get_udp_sport`).
@@ -23,7 +24,7 @@ mod headers;
 mod opcode;
 mod parse;
 
-pub use build::{FrameBuilder, MIN_ETH_FRAME, UdpChecksum, build_frame};
+pub use build::{Checksums, FrameBuilder, MIN_ETH_FRAME, UdpChecksum, build_frame};
 pub use error::{BuildError, Layer, WireError};
 pub use gid::{
     calc_flow_label, flow_label_to_udp_sport, gid_is_ipv4, gid_to_ip, gid_to_ipv4, initial_udp_sport, ip_to_gid,
@@ -37,4 +38,4 @@ pub use headers::{
 };
 pub use opcode::{ExtKind, HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub(crate) use parse::{L3Kind, locate};
-pub use parse::{RocePacket, parse_frame, parse_frame_verified};
+pub use parse::{RocePacket, fill_checksums, parse_frame, parse_frame_trusted, parse_frame_verified};

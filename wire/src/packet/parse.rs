@@ -319,6 +319,22 @@ pub(crate) fn udp_checksum(ip: &IpHeader, segment: &[u8]) -> u16 {
 /// into errors. Never panics and never allocates. Bytes after the IP packet (Ethernet
 /// padding) are ignored.
 pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    parse_located(frame, true)
+}
+
+/// [`parse_frame`] of a frame whose integrity fields were never computed because it never
+/// crossed anything that could damage it: built with
+/// [`Checksums::Defer`](crate::packet::Checksums::Defer) and handed from one port to another
+/// inside a process. Nothing is hashed; the packet's `*_ok` fields say it passed, and its
+/// `icrc_expected` is what the frame carries. Every structural check of [`parse_frame`] is
+/// made.
+pub fn parse_frame_trusted(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
+    parse_located(frame, false)
+}
+
+/// [`parse_frame`], computing the integrity checks when `verify`.
+#[inline(always)]
+fn parse_located(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError> {
     let loc = locate(frame)?;
     let span = loc.span;
     let transport = frame.get(span.bth..span.end).unwrap_or(&[]);
@@ -348,13 +364,15 @@ pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
         return Err(WireError::UnexpectedPayload { opcode, len: payload.len() });
     }
     let icrc = wire_value(frame, &span);
-    let icrc_expected = icrc_of(frame, &span);
+    let icrc_expected = if verify { icrc_of(frame, &span) } else { icrc };
     let ip_checksum_ok = match loc.ip {
-        IpHeader::Ipv4(_) => frame.get(span.l3..span.l3 + span.ip_hdr_len).is_some_and(|h| inet::checksum(h) == 0),
+        IpHeader::Ipv4(_) if verify => {
+            frame.get(span.l3..span.l3 + span.ip_hdr_len).is_some_and(|h| inet::checksum(h) == 0)
+        }
         _ => true,
     };
     let udp_checksum_ok = match loc.udp {
-        Some(u) if u.checksum != 0 => {
+        Some(u) if u.checksum != 0 && verify => {
             Some(frame.get(span.bth - 8..span.end).is_some_and(|seg| udp_checksum(&loc.ip, seg) == u.checksum))
         }
         _ => None,
@@ -378,6 +396,28 @@ pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
         bth_offset: span.bth,
         packet_end: span.end,
     })
+}
+
+/// Fills the integrity fields of a frame built with
+/// [`Checksums::Defer`](crate::packet::Checksums::Defer): the IPv4 header checksum and the ICRC
+/// (a frame that already has them gets the same values again). Fails, changing nothing, with
+/// the [`WireError`] [`parse_frame`] would give when `frame` is not a RoCE frame.
+pub fn fill_checksums(frame: &mut [u8]) -> Result<(), WireError> {
+    let loc = locate(frame)?;
+    let span = loc.span;
+    if let IpHeader::Ipv4(_) = loc.ip
+        && let Some(h) = frame.get_mut(span.l3..span.l3 + span.ip_hdr_len)
+        && h.len() >= 20
+    {
+        h[10..12].fill(0);
+        let csum = inet::checksum(h);
+        h[10..12].copy_from_slice(&csum.to_be_bytes());
+    }
+    let icrc = icrc_of(frame, &span);
+    if let Some(slot) = frame.get_mut(span.end.saturating_sub(ICRC_LEN)..span.end) {
+        slot.copy_from_slice(&icrc.to_le_bytes());
+    }
+    Ok(())
 }
 
 /// [`parse_frame`] plus [`RocePacket::check`]: what a receiving port accepts. A bad IPv4
