@@ -7,10 +7,11 @@
 //! reordered frames are delivered by the fabric's own thread; everything else is delivered in
 //! the sender's thread, after the sending device dropped its lock.
 
-use crate::port::{Port, PortInner};
+use crate::port::{Port, PortInner, fill_all};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+use umlx_wire::packet::Checksums;
 
 /// Impairments of a fabric.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -204,8 +205,16 @@ impl FabricShared {
 
     /// [`FabricShared::send`] for a batch of frames (`frames` is left empty). On a perfect
     /// fabric the fabric's state and its list of ports are locked once for the batch, not once
-    /// per frame.
-    pub(crate) fn send_batch(&self, from: &PortInner, frames: &mut Vec<Vec<u8>>, reached: &mut Reached) {
+    /// per frame, and frames whose integrity fields their port left uncomputed
+    /// ([`Checksums::Defer`]) cross without them (nothing here can damage them); an impaired
+    /// fabric has them filled first, so that its receivers can tell what it corrupted.
+    pub(crate) fn send_batch(
+        &self,
+        from: &PortInner,
+        frames: &mut Vec<Vec<u8>>,
+        checksums: Checksums,
+        reached: &mut Reached,
+    ) {
         if frames.is_empty() {
             return;
         }
@@ -213,6 +222,9 @@ impl FabricShared {
             let mut s = lock(&self.state);
             if !s.cfg.is_perfect() {
                 drop(s);
+                if checksums == Checksums::Defer {
+                    fill_all(frames);
+                }
                 frames.drain(..).for_each(|f| self.send(from, f, reached));
                 return;
             }
@@ -223,7 +235,7 @@ impl FabricShared {
         {
             let ports = lock(&self.ports);
             for f in frames.drain(..) {
-                match deliver_to(&ports, from, f, reached) {
+                match deliver_to(&ports, from, f, checksums, reached) {
                     0 => unroutable += 1,
                     n => delivered += n,
                 }
@@ -236,7 +248,7 @@ impl FabricShared {
 
     /// Queues `frame` at the ports it is for (see [`FabricShared::send`] for `reached`).
     fn deliver(&self, from: usize, frame: Vec<u8>, reached: &mut Reached) {
-        let n = deliver_to(&lock(&self.ports), from, frame, reached);
+        let n = deliver_to(&lock(&self.ports), from, frame, Checksums::Compute, reached);
         let mut s = lock(&self.state);
         if n == 0 {
             s.stats.unroutable += 1;
@@ -246,8 +258,14 @@ impl FabricShared {
 }
 
 /// Queues `frame` at the ports of `ports` it is for (not the sender's, `from`), adding them to
-/// `reached`; how many took it.
-fn deliver_to(ports: &[Weak<PortInner>], from: usize, frame: Vec<u8>, reached: &mut Reached) -> u64 {
+/// `reached`; how many took it. `checksums` says whether its integrity fields were computed.
+fn deliver_to(
+    ports: &[Weak<PortInner>],
+    from: usize,
+    frame: Vec<u8>,
+    checksums: Checksums,
+    reached: &mut Reached,
+) -> u64 {
     let Some(dst) = frame.get(0..6) else { return 0 };
     let group = dst[0] & 1 != 0;
     let mut n = 0;
@@ -261,14 +279,14 @@ fn deliver_to(ports: &[Weak<PortInner>], from: usize, frame: Vec<u8>, reached: &
         let Some(p) = w.upgrade() else { continue };
         if group || p.mac == dst {
             if let Some(prev) = last.replace(p) {
-                prev.enqueue(frame.clone());
+                prev.enqueue(frame.clone(), checksums);
                 reached.add(prev);
             }
             n += 1;
         }
     }
     if let Some(p) = last {
-        p.enqueue(frame);
+        p.enqueue(frame, checksums);
         reached.add(p);
     }
     n

@@ -9,6 +9,15 @@
 //! drops and counts malformed frames ([`WireStats`]), and can record every frame sent and
 //! received in a pcap.
 //!
+//! The port is the device's egress: the transport builds its frames without their integrity
+//! fields ([`Checksums::Defer`]), and the port fills the IPv4 header checksum and the ICRC
+//! ([`fill_checksums`]) before a frame crosses anything that could damage or record it: a
+//! socket, an impaired fabric, a pcap. A frame handed to a port of the same process over a
+//! perfect fabric, or looped back inside the adapter, crosses nothing: it travels without them
+//! and its receiver parses it without hashing it ([`parse_frame_trusted`]), as an operating
+//! system's loopback device passes packets whose checksums were never computed. Every frame
+//! from a wire, a test or a fabric that can corrupt is verified.
+//!
 //! Wires: an in-process [`crate::fabric::Fabric`]; a UDP socket carrying one Ethernet frame
 //! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
 //! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
@@ -28,9 +37,26 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
-use umlx_wire::packet::{ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr};
+use umlx_wire::packet::{Checksums, ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr, fill_checksums, parse_frame_trusted};
 use umlx_wire::pcap::PcapWriter;
 use umlx_wire::{WireStats, arp, parse_frame_verified};
+
+/// A frame waiting in a port's receive queue.
+pub(crate) struct RxFrame {
+    pub(crate) bytes: Vec<u8>,
+    /// [`Checksums::Defer`]: a frame of this process's transport that crossed nothing, its
+    /// integrity fields never computed; [`Checksums::Compute`]: anything else, verified.
+    pub(crate) checksums: Checksums,
+}
+
+/// Fills the integrity fields of the transport's frames (see the module doc). A frame that is
+/// not RoCE (an ARP reply) has none and is left as it is.
+pub(crate) fn fill_all(frames: &mut [Vec<u8>]) {
+    for f in frames {
+        // Err only for a frame that is not RoCE: nothing to fill.
+        let _ = fill_checksums(f);
+    }
+}
 
 /// Where the port's frames go.
 #[derive(Clone)]
@@ -211,8 +237,8 @@ impl Drop for Running {
 /// arriving meanwhile (from a device this device's run runs) need no new allocation.
 #[derive(Default)]
 struct RxQueue {
-    frames: VecDeque<Vec<u8>>,
-    spare: VecDeque<Vec<u8>>,
+    frames: VecDeque<RxFrame>,
+    spare: VecDeque<RxFrame>,
 }
 
 pub(crate) struct PortInner {
@@ -386,18 +412,20 @@ impl Port {
 
     /// A frame arrives from the wire: it waits for the device's engine.
     pub fn inject(&self, frame: Vec<u8>) {
-        self.inner.inject(frame);
+        self.inner.inject(frame, Checksums::Compute);
     }
 
     /// Sends frames on the wire (the device calls it under its own lock: it takes only port and
     /// fabric locks, never a device lock).
     pub fn transmit(&self, mut frames: Vec<Vec<u8>>) {
-        self.transmit_from(&mut frames);
+        self.transmit_from(&mut frames, Checksums::Compute);
     }
 
     /// [`Port::transmit`] of the frames in `frames`, which it leaves empty (its allocation is
-    /// the caller's to reuse).
-    pub(crate) fn transmit_from(&self, frames: &mut Vec<Vec<u8>>) {
+    /// the caller's to reuse). With [`Checksums::Defer`] they are the transport's, built
+    /// without their integrity fields: filled here unless the frames cross nothing (the module
+    /// doc).
+    pub(crate) fn transmit_from(&self, frames: &mut Vec<Vec<u8>>, mut checksums: Checksums) {
         if frames.is_empty() {
             return;
         }
@@ -407,9 +435,16 @@ impl Port {
                 s.record_tx(f.len());
             }
         }
-        self.inner.record(frames);
         // The link of this batch (taken once: a port may be moved to another wire meanwhile).
         let link = lock(&self.inner.link).clone();
+        // A fabric fills them itself if it is impaired; a recording or a socket needs them now.
+        if checksums == Checksums::Defer
+            && (self.inner.recording.load(Ordering::Relaxed) || !matches!(link, Link::Fabric(_) | Link::Down))
+        {
+            fill_all(frames);
+            checksums = Checksums::Compute;
+        }
+        self.inner.record(frames);
         let mut reached = Reached::default();
         let mut looped = false;
         // Frames for the wire (and, for a UDP wire, (frame, destination) pairs): sent together
@@ -421,7 +456,7 @@ impl Port {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
             if f.get(0..6) == Some(&self.inner.mac[..]) {
-                self.inner.enqueue(f);
+                self.inner.enqueue(f, checksums);
                 looped = true;
                 continue;
             }
@@ -443,7 +478,7 @@ impl Port {
             send_datagrams(sock, &datagrams, &dests);
         }
         if let Link::Fabric(fabric) = &link {
-            fabric.send_batch(&self.inner, &mut datagrams, &mut reached);
+            fabric.send_batch(&self.inner, &mut datagrams, checksums, &mut reached);
         }
         datagrams.drain(..).for_each(crate::buffers::give);
         dests.clear();
@@ -455,7 +490,7 @@ impl Port {
     }
 
     /// Frames waiting for the engine.
-    pub(crate) fn take_rx(&self) -> VecDeque<Vec<u8>> {
+    pub(crate) fn take_rx(&self) -> VecDeque<RxFrame> {
         let mut q = lock(&self.inner.rx);
         if q.frames.is_empty() {
             return VecDeque::new();
@@ -467,8 +502,8 @@ impl Port {
 
     /// Gives back a queue [`Port::take_rx`] returned, emptied, so that its allocation serves
     /// the next frames.
-    pub(crate) fn recycle_rx(&self, mut frames: VecDeque<Vec<u8>>) {
-        frames.drain(..).for_each(crate::buffers::give);
+    pub(crate) fn recycle_rx(&self, mut frames: VecDeque<RxFrame>) {
+        frames.drain(..).for_each(|f| crate::buffers::give(f.bytes));
         let mut q = lock(&self.inner.rx);
         if q.spare.capacity() < frames.capacity() {
             q.spare = frames;
@@ -498,14 +533,15 @@ impl Port {
     }
 
     /// Hands received frames to the device (under its lock): ARP/ND are answered, RoCE
-    /// packets verified and given to the transport, anything else counted and dropped.
-    pub(crate) fn process(&self, hca: &mut Hca, frames: &VecDeque<Vec<u8>>, now: Instant) {
+    /// packets verified (unless they crossed nothing: [`RxFrame::checksums`]) and given to the
+    /// transport, anything else counted and dropped.
+    pub(crate) fn process(&self, hca: &mut Hca, frames: &VecDeque<RxFrame>, now: Instant) {
         if frames.is_empty() {
             return;
         }
         // The port's counters are taken once for the batch (their lock is not per frame).
         let mut counted = WireStats::new();
-        for f in frames {
+        for RxFrame { bytes: f, checksums } in frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
                 let mut ips = self.inner.ips.clone();
@@ -525,7 +561,10 @@ impl Port {
                 }
                 continue;
             }
-            let verdict = parse_frame_verified(f);
+            let verdict = match checksums {
+                Checksums::Defer => parse_frame_trusted(f),
+                Checksums::Compute => parse_frame_verified(f),
+            };
             counted.record_rx(f.len(), &verdict);
             if let Ok(p) = &verdict {
                 hca.receive_packet(p, now);
@@ -564,18 +603,26 @@ impl Port {
 
 impl PortInner {
     /// A frame arrives from the wire: it is queued and the device told.
-    pub(crate) fn inject(&self, frame: Vec<u8>) {
-        self.enqueue(frame);
+    pub(crate) fn inject(&self, frame: Vec<u8>, checksums: Checksums) {
+        self.enqueue(frame, checksums);
         self.notify();
     }
 
     /// Queues a frame that arrived (dropped and counted when the queue is full, as a NIC's
     /// receive buffer overflows); [`PortInner::notify`] then has it handled.
-    pub(crate) fn enqueue(&self, frame: Vec<u8>) {
-        self.record(std::slice::from_ref(&frame));
+    /// `checksums` says whether its integrity fields were computed ([`RxFrame::checksums`]); a
+    /// recording port fills them first.
+    pub(crate) fn enqueue(&self, mut frame: Vec<u8>, mut checksums: Checksums) {
+        if self.recording.load(Ordering::Relaxed) {
+            if checksums == Checksums::Defer {
+                fill_all(std::slice::from_mut(&mut frame));
+                checksums = Checksums::Compute;
+            }
+            self.record(std::slice::from_ref(&frame));
+        }
         let mut q = lock(&self.rx);
         if q.frames.len() < RX_QUEUE_LIMIT {
-            q.frames.push_back(frame);
+            q.frames.push_back(RxFrame { bytes: frame, checksums });
             self.rx_waiting.store(true, Ordering::Relaxed);
         } else {
             drop(q);
@@ -1051,7 +1098,7 @@ impl PortInner {
                 if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
-                    self.enqueue(buf);
+                    self.enqueue(buf, Checksums::Compute);
                 }
             });
             got += n;
@@ -1197,6 +1244,125 @@ fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
             last_frame = Some(Instant::now());
         } else if spinning {
             std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{Fabric, FabricConfig};
+    use std::net::Ipv4Addr;
+    use umlx_wire::icrc;
+    use umlx_wire::packet::{Bth, FrameBuilder, Opcode, parse_frame};
+    use umlx_wire::pcap::PcapReader;
+
+    const MAC_A: MacAddr = [2, 0, 0, 0, 0, 0xa];
+    const MAC_B: MacAddr = [2, 0, 0, 0, 0, 0xb];
+
+    /// Four SENDs from A to B as the transport builds them: integrity fields left to the port.
+    fn transport_frames() -> Vec<Vec<u8>> {
+        (0..4u8)
+            .map(|i| {
+                let bth = Bth::new(Opcode::RC_SEND_ONLY, 0x11, u32::from(i));
+                let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+                let payload = [i; 64];
+                let f = FrameBuilder::ipv4(MAC_A, MAC_B, a, b, bth)
+                    .with_payload(&payload)
+                    .with_checksums(Checksums::Defer)
+                    .to_vec()
+                    .unwrap();
+                assert!(!icrc::verify(&f), "built without its ICRC");
+                f
+            })
+            .collect()
+    }
+
+    fn ports(cfg: FabricConfig) -> (Fabric, Port, Port) {
+        let fabric = Fabric::new(cfg);
+        let (a, b) = (Port::new(MAC_A, vec![]), Port::new(MAC_B, vec![]));
+        fabric.attach(&a);
+        fabric.attach(&b);
+        (fabric, a, b)
+    }
+
+    /// What waits in `p`'s receive queue after `n` frames arrived (the fabric's thread may
+    /// deliver them).
+    fn received(p: &Port, n: usize) -> Vec<(Vec<u8>, Checksums)> {
+        let mut got = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while got.len() < n && Instant::now() < until {
+            got.extend(p.take_rx().into_iter().map(|f| (f.bytes, f.checksums)));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got.len(), n, "frames received");
+        got
+    }
+
+    #[test]
+    fn a_perfect_fabric_and_the_adapters_loopback_carry_transport_frames_without_checksums() {
+        let (_fabric, a, b) = ports(FabricConfig::default());
+        let sent = transport_frames();
+        a.transmit_from(&mut sent.clone(), Checksums::Defer);
+        for ((bytes, checksums), sent) in received(&b, 4).iter().zip(&sent) {
+            assert_eq!((bytes, *checksums), (sent, Checksums::Defer), "crossed as built, not to be verified");
+            assert!(parse_frame_trusted(bytes).is_ok() && parse_frame_verified(bytes).is_err());
+        }
+        // To the port's own MAC: looped back inside the adapter, as they are.
+        let to_self: Vec<Vec<u8>> = sent.iter().map(|f| [&MAC_B[..], &MAC_B[..], &f[12..]].concat()).collect();
+        b.transmit_from(&mut to_self.clone(), Checksums::Defer);
+        assert!(received(&b, 4).iter().all(|(f, c)| *c == Checksums::Defer && to_self.contains(f)));
+        // Frames from anyone else (a test, an application) are always verified.
+        a.transmit(sent.clone());
+        assert!(received(&b, 4).iter().all(|(_, c)| *c == Checksums::Compute));
+    }
+
+    #[test]
+    fn an_impaired_fabric_a_recording_and_a_socket_get_the_checksums_filled() {
+        let check_filled = |got: Vec<(Vec<u8>, Checksums)>, what: &str| {
+            for (bytes, checksums) in got {
+                assert_eq!(checksums, Checksums::Compute, "{what}");
+                parse_frame_verified(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        };
+        // A fabric that delays frames (it could as well corrupt them).
+        let delayed = FabricConfig { delay: Duration::from_millis(1), ..Default::default() };
+        let (_fabric, a, b) = ports(delayed);
+        a.transmit_from(&mut transport_frames(), Checksums::Defer);
+        check_filled(received(&b, 4), "impaired fabric");
+
+        // A recording sender, on a perfect fabric: the pcap and the receiver get whole frames.
+        let (_fabric, a, b) = ports(FabricConfig::default());
+        let pcap = std::env::temp_dir().join(format!("umlx-port-checksums-{}.pcap", std::process::id()));
+        a.set_pcap(&pcap).unwrap();
+        a.transmit_from(&mut transport_frames(), Checksums::Defer);
+        a.stop_pcap().unwrap();
+        check_filled(received(&b, 4), "recording sender");
+        let recorded: Vec<Vec<u8>> =
+            PcapReader::new(File::open(&pcap).unwrap()).unwrap().map(|r| r.unwrap().data).collect();
+        std::fs::remove_file(&pcap).ok();
+        assert_eq!(recorded.len(), 4);
+        assert!(recorded.iter().all(|f| icrc::verify(f) && parse_frame_verified(f).is_ok()), "recorded whole");
+
+        // A UDP wire: the datagrams carry whole frames.
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let a = Port::new(MAC_A, vec![]);
+        a.connect_udp("127.0.0.1:0".parse().unwrap(), rx.local_addr().unwrap()).unwrap();
+        a.transmit_from(&mut transport_frames(), Checksums::Defer);
+        rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 2048];
+        let mut seen = 0;
+        while seen < 4 {
+            let n = rx.recv(&mut buf).unwrap();
+            // A kernel that segments sends (UDP_SEGMENT) may put several frames in one read.
+            let mut at = 0;
+            while at < n {
+                let p = parse_frame(&buf[at..n]).unwrap();
+                let len = p.packet_end;
+                parse_frame_verified(&buf[at..at + len]).unwrap();
+                at += len;
+                seen += 1;
+            }
         }
     }
 }

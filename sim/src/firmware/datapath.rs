@@ -53,7 +53,9 @@ impl Hca {
         }
     }
 
-    /// Frames the transport queued for the wire since the last call.
+    /// Frames the transport queued for the wire since the last call, their IPv4 header
+    /// checksum and ICRC not yet filled: the port's egress fills them
+    /// ([`umlx_wire::packet::fill_checksums`]).
     pub fn take_outbox(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.objects.xport.outbox)
     }

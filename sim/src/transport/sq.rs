@@ -12,7 +12,7 @@ use umlx_hwdesc::plain::{
     wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U16, U32};
-use umlx_wire::packet::{AtomicEth, Bth, BuildError, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
+use umlx_wire::packet::{AtomicEth, Bth, BuildError, Checksums, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
 use zerocopy::FromBytes;
 
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.
@@ -260,7 +260,9 @@ impl Hca {
             .with_ext(ext)
             .with_udp_src_port(sport)
             .with_hop_limit(if hop == 0 { 64 } else { hop })
-            .with_traffic_class(tc);
+            .with_traffic_class(tc)
+            // The port fills them if the frame crosses anything (see `crate::port`).
+            .with_checksums(Checksums::Defer);
         let mut f = crate::buffers::take();
         match build(self, b, &mut f) {
             Ok(Some(_)) => {
