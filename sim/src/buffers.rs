@@ -81,9 +81,8 @@ impl Spare {
 
     /// Keeps `buf` (whose capacity is worth keeping): in this list, after passing a magazine
     /// to `depot` if the list is full. Freed if the depot is full too.
-    fn give(&mut self, mut buf: Vec<u8>, depot: &Mutex<Depot>) {
+    fn give(&mut self, buf: Vec<u8>, depot: &Mutex<Depot>) {
         let cap = buf.capacity();
-        buf.clear();
         if self.list.len() >= SPARE_BUFFERS || self.bytes + cap > SPARE_BYTES {
             let m = self.split_off(MAGAZINE);
             let mut d = lock(depot);
@@ -112,6 +111,15 @@ thread_local! {
 /// An empty buffer: a spare one if this thread or the depot has one, else a new (unallocated)
 /// one.
 pub(crate) fn take() -> Vec<u8> {
+    let mut b = take_stale();
+    b.clear();
+    b
+}
+
+/// [`take`] for a writer that writes every byte it keeps (the frame builder): a spare buffer
+/// still holds the bytes of its last use, so that sizing it for the next frame of that size
+/// costs no zeroing.
+pub(crate) fn take_stale() -> Vec<u8> {
     SPARE.with_borrow_mut(|s| s.take(&DEPOT)).unwrap_or_default()
 }
 
@@ -136,6 +144,13 @@ mod tests {
         let again = take();
         assert!(again.is_empty());
         assert_eq!((again.as_ptr(), again.capacity()), (p, 1500));
+        give(again);
+        let mut stale = Vec::with_capacity(1500);
+        stale.extend_from_slice(&[9u8; 200]);
+        give(stale);
+        let again = take_stale();
+        assert_eq!((again.len(), again.capacity()), (200, 1500), "its bytes left for a writer of every byte");
+        assert!(again.iter().all(|&b| b == 9));
     }
 
     #[test]

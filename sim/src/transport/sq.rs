@@ -263,7 +263,8 @@ impl Hca {
             .with_traffic_class(tc)
             // The port fills them if the frame crosses anything (see `crate::port`).
             .with_checksums(Checksums::Defer);
-        let mut f = crate::buffers::take();
+        // Every byte of the frame is written (the builder's contract): no need to clear.
+        let mut f = crate::buffers::take_stale();
         match build(self, b, &mut f) {
             Ok(Some(_)) => {
                 self.objects.xport.stats.tx_packets += 1;
