@@ -12,8 +12,8 @@ use libc::{EINVAL, EOPNOTSUPP, c_int};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use umlx_verbs::{
-    Cq, OneSgeOp, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, SimpleWqeSource, UdDest, UdSendWr, Wc,
-    WcEntry, WcOpcode,
+    Cq, OneSgeOp as Op, Payload, Qp, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, SimpleWqeSource, UdDest, UdSendWr,
+    Wc, WcEntry, WcOpcode,
 };
 
 /// SGEs per work request that a post translates on the stack; a QP is never created with
@@ -206,17 +206,6 @@ unsafe fn rc_wr<'a>(
     Ok(SendWr { wr_id: w.wr_id, op, flags })
 }
 
-/// The one-SGE operation of each `enum ibv_wr_opcode` value that has one: the first five.
-const ONE_SGE_OPS: [OneSgeOp; 5] = {
-    let mut t = [OneSgeOp::Write; 5];
-    t[wr_opcode::RDMA_WRITE as usize] = OneSgeOp::Write;
-    t[wr_opcode::RDMA_WRITE_WITH_IMM as usize] = OneSgeOp::WriteImm;
-    t[wr_opcode::SEND as usize] = OneSgeOp::Send;
-    t[wr_opcode::SEND_WITH_IMM as usize] = OneSgeOp::SendImm;
-    t[wr_opcode::RDMA_READ as usize] = OneSgeOp::Read;
-    t
-};
-
 /// `ops.post_send`: the chain `wr` on `qp`. A single one-SGE request (the common post) takes
 /// verbs' short path (`Qp::try_post_send_one_from`, which reads the request in place); any
 /// other chain, and a request the short path declines, goes to the general post (by a tail
@@ -239,16 +228,24 @@ pub(super) unsafe extern "C" fn post_send(
         {
             // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
             let q = unsafe { qp_of(qp) };
-            // A UD QP leaves at the verbs short path (another QP type) for the general post.
-            if q.cap.max_send_sge >= 1
-                && let Some(&op) = ONE_SGE_OPS.get(w.opcode as usize)
-            {
-                // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
-                let s = unsafe { w.sg_list.read() };
-                let sge = Sge::new(s.addr, s.length, s.lkey);
-                if q.try_post_send_one_from(op, SendFlags(w.send_flags), &sge, w) {
-                    return 0;
-                }
+            // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
+            let s = unsafe { w.sg_list.read() };
+            let sge = Sge::new(s.addr, s.length, s.lkey);
+            let flags = SendFlags(w.send_flags);
+            // One arm per opcode, so that each posts with its opcode's WQE fields as constants.
+            // Every QP takes one SGE (its `max_send_sge` is at least 1); a UD QP leaves at the
+            // verbs short path (another QP type) for the general post.
+            use wr_opcode::*;
+            let posted = match w.opcode {
+                RDMA_WRITE => q.try_post_send_one_from(Op::Write, flags, &sge, w),
+                RDMA_WRITE_WITH_IMM => q.try_post_send_one_from(Op::WriteImm, flags, &sge, w),
+                SEND => q.try_post_send_one_from(Op::Send, flags, &sge, w),
+                SEND_WITH_IMM => q.try_post_send_one_from(Op::SendImm, flags, &sge, w),
+                RDMA_READ => q.try_post_send_one_from(Op::Read, flags, &sge, w),
+                _ => false,
+            };
+            if posted {
+                return 0;
             }
         }
     }
@@ -388,12 +385,12 @@ pub(super) unsafe extern "C" fn post_recv(
         if w.next.is_null() && w.num_sge == 1 && !w.sg_list.is_null() {
             // SAFETY: a live QP handle used by one thread at a time (the crate's contract).
             let q = unsafe { qp_of(qp) };
-            if q.cap.max_recv_sge >= 1 {
-                // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
-                let s = unsafe { w.sg_list.read() };
-                if q.try_post_recv_one(w.wr_id, &Sge::new(s.addr, s.length, s.lkey)) {
-                    return 0;
-                }
+            // SAFETY: one element at `sg_list` (num_sge == 1, non-NULL).
+            let s = unsafe { w.sg_list.read() };
+            // A receive queue takes at least one SGE; a QP on an SRQ has none, and the verbs
+            // short path leaves it to the general post.
+            if q.try_post_recv_one(w.wr_id, &Sge::new(s.addr, s.length, s.lkey)) {
+                return 0;
             }
         }
     }

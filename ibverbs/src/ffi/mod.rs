@@ -877,18 +877,30 @@ mod tests {
                 send_wr(4, &mut read_sge, wr_opcode::RDMA_READ, send_flags::SIGNALED, 0, (base + 4096, (*mr).rkey));
             assert_eq!(ops.post_send.unwrap()(qp, &mut read, &mut bad), 0);
 
+            // Each other opcode of the fast entry: a WRITE with immediate into a posted
+            // receive, and a plain WRITE, of those 5 bytes.
+            let mut rwr5 = ibv_recv_wr { wr_id: 5, next: null_mut(), sg_list: &mut rsge, num_sge: 1 };
+            assert_eq!(ops.post_recv.unwrap()(qp, &mut rwr5, &mut bad_r), 0);
+            let mut wsge = ibv_sge { addr: base, length: 5, lkey };
+            let (imm, rkey) = (0xabcd_0123u32.to_be(), (*mr).rkey);
+            let mut write_imm =
+                send_wr(6, &mut wsge, wr_opcode::RDMA_WRITE_WITH_IMM, send_flags::SIGNALED, imm, (base + 7000, rkey));
+            assert_eq!(ops.post_send.unwrap()(qp, &mut write_imm, &mut bad), 0);
+            let mut write = send_wr(7, &mut wsge, wr_opcode::RDMA_WRITE, send_flags::SIGNALED, 0, (base + 7500, rkey));
+            assert_eq!(ops.post_send.unwrap()(qp, &mut write, &mut bad), 0);
+
             // The poll writes each entry whole, straight into the program's array: entries start
             // as garbage, and every field must come out as the completion says.
             let mut wc = [ibv_wc::default(); 4];
             let mut got = Vec::new();
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while got.len() < 3 && std::time::Instant::now() < deadline {
+            while got.len() < 6 && std::time::Instant::now() < deadline {
                 std::ptr::write_bytes(wc.as_mut_ptr(), 0xa5, wc.len());
                 let n = ops.poll_cq.unwrap()(cq, 4, wc.as_mut_ptr());
                 assert!(n >= 0);
                 got.extend_from_slice(&wc[..n as usize]);
             }
-            assert_eq!(got.len(), 3, "{got:?}");
+            assert_eq!(got.len(), 6, "{got:?}");
             let qpn = (*qp).qp_num;
             let recv = got.iter().find(|w| w.wr_id == 1).expect("the receive");
             assert_eq!((recv.status, recv.opcode, recv.byte_len, recv.vendor_err), (0, 128, 5, 0));
@@ -905,6 +917,15 @@ mod tests {
             assert_eq!((read.status, read.opcode, read.byte_len, read.qp_num), (0, 2, 5, qpn), "IBV_WC_RDMA_READ of 5");
             assert_eq!(&buf[4096..4101], b"hello", "landed in the program's own buffer");
             assert_eq!(&buf[6000..6005], b"hello", "read back");
+            let recv5 = got.iter().find(|w| w.wr_id == 5).expect("the WRITE with immediate's receive");
+            // IBV_WC_RECV_RDMA_WITH_IMM, with the immediate and the WRITE's length.
+            assert_eq!((recv5.status, recv5.opcode, recv5.byte_len, recv5.wc_flags), (0, 129, 5, 2));
+            assert_eq!(u32::from_be(recv5.imm_data), 0xabcd_0123);
+            for (id, what) in [(6, "WRITE with immediate"), (7, "WRITE")] {
+                let w = got.iter().find(|w| w.wr_id == id).expect(what);
+                assert_eq!((w.status, w.opcode, w.qp_num), (0, 1, qpn), "{what}: IBV_WC_RDMA_WRITE");
+            }
+            assert_eq!((&buf[7000..7005], &buf[7500..7505]), (&b"hello"[..], &b"hello"[..]), "both WRITEs landed");
             assert_eq!(ops.poll_cq.unwrap()(cq, -1, wc.as_mut_ptr()), -EINVAL);
             assert_eq!(ops.poll_cq.unwrap()(cq, 0, null_mut()), 0, "no entries asked for");
             assert_eq!(ops.poll_cq.unwrap()(cq, 1, null_mut()), -EINVAL);
