@@ -21,6 +21,7 @@
 //! table, kept for the tests, checks it.
 
 use super::packet::{L3Kind, WireError, locate};
+use crate::inet::IPV4_CHECKSUM_AT;
 
 /// The reflected form of the IEEE 802.3 polynomial 0x04C11DB7.
 pub const CRC32_POLY_REFLECTED: u32 = 0xEDB8_8320;
@@ -171,8 +172,7 @@ pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
         L3Kind::Ipv4 => {
             masked[1] = 0xFF; // TOS (DSCP + ECN)
             masked[8] = 0xFF; // TTL
-            masked[10] = 0xFF; // header checksum
-            masked[11] = 0xFF;
+            masked[IPV4_CHECKSUM_AT..IPV4_CHECKSUM_AT + 2].fill(0xFF); // header checksum
         }
         L3Kind::Ipv6 | L3Kind::Grh => {
             masked[0] |= 0x0F; // traffic class, high nibble

@@ -41,3 +41,25 @@ pub(crate) fn pseudo_v6(src: Ipv6Addr, dst: Ipv6Addr, proto: u8, len: usize) -> 
 pub(crate) fn checksum(data: &[u8]) -> u16 {
     fold(sum(0, data))
 }
+
+/// Byte offset of the header checksum in an IPv4 header.
+pub(crate) const IPV4_CHECKSUM_AT: usize = 10;
+
+/// The header checksum the IPv4 header `h` (options included) should carry: the checksum of
+/// the header with that field taken as zero. 0 for a slice too short to be a header.
+pub(crate) fn ipv4_header_checksum(h: &[u8]) -> u16 {
+    match (h.get(..IPV4_CHECKSUM_AT), h.get(IPV4_CHECKSUM_AT + 2..)) {
+        // The field starts at an even offset: the words after it stay aligned.
+        (Some(before), Some(after)) if h.len() >= 20 => fold(sum(sum(0, before), after)),
+        _ => 0,
+    }
+}
+
+/// Writes [`ipv4_header_checksum`] into the header checksum field of the IPv4 header `h`
+/// (nothing for a slice too short to be a header).
+pub(crate) fn put_ipv4_header_checksum(h: &mut [u8]) {
+    let c = ipv4_header_checksum(h);
+    if h.len() >= 20 {
+        h[IPV4_CHECKSUM_AT..IPV4_CHECKSUM_AT + 2].copy_from_slice(&c.to_be_bytes());
+    }
+}

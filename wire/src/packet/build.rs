@@ -385,8 +385,7 @@ impl<'a> FrameBuilder<'a> {
                 hdr[12..16].copy_from_slice(&h.src.octets());
                 hdr[16..20].copy_from_slice(&h.dst.octets());
                 if !defer {
-                    let csum = inet::checksum(&hdr);
-                    hdr[10..12].copy_from_slice(&csum.to_be_bytes());
+                    inet::put_ipv4_header_checksum(&mut hdr);
                 }
                 w.put(&hdr);
                 (L3Kind::Ipv4, 20)

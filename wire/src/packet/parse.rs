@@ -111,7 +111,7 @@ pub(crate) fn locate(frame: &[u8]) -> Result<Located, WireError> {
                 dont_fragment: flags & 0x4000 != 0,
                 ttl: frame[off + 8],
                 protocol,
-                checksum: be16(frame, off + 10),
+                checksum: be16(frame, off + inet::IPV4_CHECKSUM_AT),
                 src: array::<4>(frame, off + 12).into(),
                 dst: array::<4>(frame, off + 16).into(),
             };
@@ -281,16 +281,7 @@ impl<'a> RocePacket<'a> {
 
 fn ipv4_expected_checksum(p: &RocePacket<'_>) -> u16 {
     let hl = p.bth_offset - 8 - p.l3_offset;
-    let mut buf = [0u8; 60];
-    match (buf.get_mut(..hl), p.frame.get(p.l3_offset..p.l3_offset + hl)) {
-        (Some(b), Some(h)) => {
-            b.copy_from_slice(h);
-            b[10] = 0;
-            b[11] = 0;
-            inet::checksum(b)
-        }
-        _ => 0,
-    }
+    p.frame.get(p.l3_offset..p.l3_offset + hl).map_or(0, inet::ipv4_header_checksum)
 }
 
 /// The UDP checksum a segment (UDP header + data, its checksum field ignored) should carry
@@ -407,11 +398,8 @@ pub fn fill_checksums(frame: &mut [u8]) -> Result<(), WireError> {
     let span = loc.span;
     if let IpHeader::Ipv4(_) = loc.ip
         && let Some(h) = frame.get_mut(span.l3..span.l3 + span.ip_hdr_len)
-        && h.len() >= 20
     {
-        h[10..12].fill(0);
-        let csum = inet::checksum(h);
-        h[10..12].copy_from_slice(&csum.to_be_bytes());
+        inet::put_ipv4_header_checksum(h);
     }
     let icrc = icrc_of(frame, &span);
     if let Some(slot) = frame.get_mut(span.end.saturating_sub(ICRC_LEN)..span.end) {
