@@ -282,6 +282,23 @@ impl Iommu {
         res.map_err(|_| self.fault(iova, 1, true))
     }
 
+    /// DMA write of a ring entry whose byte `owner_at` carries its ownership bit: every other
+    /// byte first, then that byte with release ordering, so that a driver that sees the owner
+    /// byte sees the whole entry (how the device publishes a CQE's `op_own` and an EQE's
+    /// `owner`). An `owner_at` outside `entry` makes it a plain [`Iommu::write`].
+    pub fn write_owner_last(&mut self, iova: u64, entry: &[u8], owner_at: usize) -> Result<(), IommuFault> {
+        let (Some(head), Some(&owner), Some(tail)) =
+            (entry.get(..owner_at), entry.get(owner_at), entry.get(owner_at + 1..))
+        else {
+            return self.write(iova, entry);
+        };
+        self.write(iova, head)?;
+        if !tail.is_empty() {
+            self.write(iova + owner_at as u64 + 1, tail)?;
+        }
+        self.write_u8_release(iova + owner_at as u64, owner)
+    }
+
     /// Reads a big-endian u32 (doorbell records).
     pub fn read_u32_be(&mut self, iova: u64) -> Result<u32, IommuFault> {
         let mut b = [0u8; 4];
@@ -330,5 +347,25 @@ mod tests {
         assert_eq!(io.unmap(0x12000, 4096), Err(MapError::NotFound));
         // SAFETY: as above.
         assert_eq!(unsafe { io.map(0x11000, base, 4096, true, true) }, Err(MapError::Exists));
+    }
+
+    #[test]
+    fn an_entry_written_owner_last_lands_whole() {
+        let mut mem = vec![0u8; 4096];
+        let base = mem.as_mut_ptr();
+        let mut io = Iommu::new();
+        // SAFETY: `mem` outlives `io` within this test.
+        unsafe { io.map(0x10000, base, 4096, true, true).unwrap() };
+        let entry: Vec<u8> = (1..=64).collect();
+        // The owner byte last in the entry (a CQE, an EQE), in the middle, and outside it.
+        for (at, owner_at) in [(0usize, 63usize), (64, 10), (128, 64)] {
+            io.write_owner_last(0x10000 + at as u64, &entry, owner_at).unwrap();
+        }
+        assert_eq!(&mem[..64], &entry[..]);
+        assert_eq!(&mem[64..128], &entry[..]);
+        assert_eq!(&mem[128..192], &entry[..]);
+        assert!(mem[192..].iter().all(|&b| b == 0), "nothing past the entries");
+        // An entry that does not fit its mapping faults.
+        assert!(io.write_owner_last(0x10000 + 4064, &entry, 63).is_err());
     }
 }

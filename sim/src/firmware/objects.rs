@@ -860,11 +860,7 @@ impl Hca {
         if !self.may_dma() {
             return false;
         }
-        // Everything but the owner byte first, then the owner byte with release ordering.
-        let own = plain::eqe::owner;
-        if self.iommu.write(iova, &eqe[..own]).is_err()
-            || self.iommu.write_u8_release(iova + own as u64, owner).is_err()
-        {
+        if self.iommu.write_owner_last(iova, &eqe, plain::eqe::owner).is_err() {
             return false;
         }
         let eq = self.objects.eqs.get_mut(&eqn).expect("EQ looked up above");
@@ -1114,14 +1110,10 @@ impl Hca {
         let idx = cq.producer & (n - 1);
         let owner = ((cq.producer >> cq.log_size) & 1) as u8;
         let Some(iova) = cq.buf.iova((idx as usize * plain::cqe64::SIZE) as u64) else { return false };
-        // Everything but the op_own byte first, then op_own (with the owner bit) with release
-        // ordering.
         let own = plain::cqe64::op_own;
         let op_own = plain::CqeOpOwn::from_bits(cqe[own]).with_owner(owner != 0);
         cqe[own] = op_own.into_bits();
-        if self.iommu.write(iova, &cqe[..own]).is_err()
-            || self.iommu.write_u8_release(iova + own as u64, cqe[own]).is_err()
-        {
+        if self.iommu.write_owner_last(iova, cqe, own).is_err() {
             self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
             return false;
         }
