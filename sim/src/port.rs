@@ -922,6 +922,30 @@ impl Datagram {
     }
 }
 
+/// The `sendmmsg` headers of [`send_datagrams`] (about 15 KB): zeroed once per thread and kept
+/// in [`SEND_HEADERS`], not zeroed at each call; a call writes every field of the entries it
+/// uses.
+struct SendHeaders {
+    names: [libc::sockaddr_storage; SEND_BATCH],
+    iovs: [libc::iovec; SEND_BATCH],
+    msgs: [libc::mmsghdr; SEND_BATCH],
+    control: [[u64; 4]; SEND_BATCH],
+    grams: [Datagram; SEND_BATCH],
+}
+
+impl SendHeaders {
+    fn new() -> Box<SendHeaders> {
+        // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
+        // (integers, arrays and null pointers) and of `Datagram` (integers).
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+}
+
+thread_local! {
+    /// This thread's [`SendHeaders`].
+    static SEND_HEADERS: std::cell::RefCell<Option<Box<SendHeaders>>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Sends `frames[i]` to `addr` for each `(i, addr)` of `dests`, up to [`SEND_BATCH`] datagrams
 /// per `sendmmsg` call. Consecutive frames to one address go as one segmented datagram
 /// (`UDP_SEGMENT`, generic segmentation offload) where they can: the kernel then carries them
@@ -931,23 +955,37 @@ impl Datagram {
 /// retransmits); a refused segmented send is sent again one frame per datagram (and
 /// [`GSO_SEGMENT_LIMIT`] learns from the refusal).
 fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
-    send_datagrams_segmented(sock, frames, dests, GSO_SEGMENT_LIMIT.load(Ordering::Relaxed));
+    let limit = GSO_SEGMENT_LIMIT.load(Ordering::Relaxed);
+    SEND_HEADERS.with(|h| match h.try_borrow_mut() {
+        Ok(mut h) => send_datagrams_with(sock, frames, dests, limit, h.get_or_insert_with(SendHeaders::new)),
+        // A send from within a send of this thread (none today): without the batch headers.
+        Err(_) => send_one_by_one(sock, frames, dests),
+    });
 }
 
-/// [`send_datagrams`] with segments shorter than `limit` (0: one frame per datagram).
-fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], limit: usize) {
+/// Sends each frame of `dests` as a datagram of its own, one `sendto` each: the way a
+/// segmented datagram the kernel refused goes again.
+fn send_one_by_one(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
+    for &(i, addr) in dests {
+        if let Some(frame) = frames.get(i) {
+            // A refused datagram is lost, as on a wire (the RC transport retransmits).
+            let _ = sock.send_to(frame, addr);
+        }
+    }
+}
+
+/// [`send_datagrams`] with the thread's headers `h`, segments shorter than `limit` (0: one
+/// frame per datagram).
+fn send_datagrams_with(
+    sock: &UdpSocket,
+    frames: &[Vec<u8>],
+    dests: &[(usize, SocketAddr)],
+    limit: usize,
+    h: &mut SendHeaders,
+) {
     use std::os::fd::AsRawFd;
     let mut next = 0;
     while next < dests.len() {
-        // SAFETY: all-zero bytes are valid values of these plain C structs (integers, arrays
-        // and null pointers).
-        let (mut names, mut iovs, mut msgs): (
-            [libc::sockaddr_storage; SEND_BATCH],
-            [libc::iovec; SEND_BATCH],
-            [libc::mmsghdr; SEND_BATCH],
-        ) = unsafe { std::mem::zeroed() };
-        let mut control = [[0u64; 4]; SEND_BATCH];
-        let mut grams = [Datagram::default(); SEND_BATCH];
         let (mut n, mut k) = (0, 0);
         let mut last_addr = None;
         // Up to SEND_BATCH frames (iovecs) per call, grouped into datagrams.
@@ -955,31 +993,33 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
             let (i, addr) = dests[next];
             next += 1;
             let Some(frame) = frames.get(i) else { continue };
-            iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
-            if n > 0 && last_addr == Some(addr) && grams[n - 1].takes(frame.len(), limit) {
-                let g = &mut grams[n - 1];
+            h.iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+            if n > 0 && last_addr == Some(addr) && h.grams[n - 1].takes(frame.len(), limit) {
+                let g = &mut h.grams[n - 1];
                 g.frames += 1;
                 g.bytes += frame.len();
             } else {
-                msgs[n].msg_hdr.msg_namelen = put_sockaddr(&mut names[n], addr);
+                h.msgs[n].msg_hdr.msg_namelen = put_sockaddr(&mut h.names[n], addr);
                 let len = frame.len();
-                grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
+                h.grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
                 last_addr = Some(addr);
                 n += 1;
             }
             k += 1;
         }
-        for (m, g) in grams[..n].iter().enumerate() {
-            let hdr = &mut msgs[m].msg_hdr;
-            hdr.msg_name = (&raw mut names[m]).cast();
-            hdr.msg_iov = &raw mut iovs[g.iov];
+        for m in 0..n {
+            let g = h.grams[m];
+            let hdr = &mut h.msgs[m].msg_hdr;
+            hdr.msg_name = (&raw mut h.names[m]).cast();
+            hdr.msg_iov = &raw mut h.iovs[g.iov];
             hdr.msg_iovlen = g.frames;
+            hdr.msg_flags = 0;
             if g.frames > 1 {
-                hdr.msg_control = control[m].as_mut_ptr().cast();
+                hdr.msg_control = h.control[m].as_mut_ptr().cast();
                 // The segment size is a u16; a frame is never longer than 64 KiB.
                 let segment = g.segment as u16;
-                // SAFETY: `control[m]` (32 bytes, aligned for a `cmsghdr`) holds the one control
-                // message of CMSG_SPACE(2) = 24 bytes written here: its header and, at
+                // SAFETY: `h.control[m]` (32 bytes, aligned for a `cmsghdr`) holds the one
+                // control message of CMSG_SPACE(2) = 24 bytes written here: its header and, at
                 // CMSG_DATA, the two bytes of the segment size.
                 unsafe {
                     hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
@@ -989,21 +1029,24 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
                     (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
                     libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
                 }
+            } else {
+                hdr.msg_control = std::ptr::null_mut();
+                hdr.msg_controllen = 0;
             }
         }
         let mut sent = 0;
         while sent < n {
-            // SAFETY: `msgs[sent..n]` are initialized headers whose name, iovec and control
-            // pointers point into `names`, `iovs` and `control` (locals that outlive the call,
-            // within their lengths) and whose buffers are the borrowed `frames`, which the
-            // kernel only reads; the descriptor is the socket's own, open while `sock` is
-            // borrowed.
-            let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
+            // SAFETY: `h.msgs[sent..n]` are headers whose every field was written above, whose
+            // name, iovec and control pointers point into `h.names`, `h.iovs` and `h.control`
+            // (borrowed for the call, within their lengths) and whose buffers are the borrowed
+            // `frames`, which the kernel only reads; the descriptor is the socket's own, open
+            // while `sock` is borrowed.
+            let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), h.msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
             if r > 0 {
                 sent += r as usize;
                 continue;
             }
-            let g = grams[sent];
+            let g = h.grams[sent];
             if g.frames > 1 {
                 // EMSGSIZE (EINVAL before Linux 5.x): a segment longer than the route's MTU;
                 // EIO: a device without checksum offload. Either way the frames go again one
@@ -1013,8 +1056,8 @@ fn send_datagrams_segmented(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usiz
                     Some(libc::EIO) => GSO_SEGMENT_LIMIT.swap(0, Ordering::Relaxed),
                     _ => 0,
                 };
-                let end = if sent + 1 < n { grams[sent + 1].first } else { next };
-                send_datagrams_segmented(sock, frames, &dests[g.first..end], 0);
+                let end = if sent + 1 < n { h.grams[sent + 1].first } else { next };
+                send_one_by_one(sock, frames, &dests[g.first..end]);
             }
             sent += 1;
         }
