@@ -82,19 +82,29 @@ impl std::error::Error for MapError {}
 /// The IOVA page size the model's IOMMU uses (4 KiB; map requests must be aligned to it).
 pub const IOMMU_PAGE: u64 = 4096;
 
-/// How many recently used mappings the IOMMU remembers.
-const RECENT: usize = 4;
+/// How many recently used pages the IOMMU remembers (a power of two).
+const RECENT: usize = 16;
+
+/// A page of IOVA space an access began in, and the mapping that holds it: an entry of
+/// [`Iommu::recent`].
+#[derive(Clone, Copy, Debug)]
+struct RecentPage {
+    /// The page's number (IOVA / [`IOMMU_PAGE`]).
+    page: u64,
+    /// The start IOVA of the mapping, and the mapping.
+    start: u64,
+    map: Mapping,
+}
 
 /// The IOMMU table and its fault counter.
 #[derive(Debug, Default)]
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
-    /// The mappings the last accesses went through (start IOVA and the mapping), replaced
-    /// round robin: an access is most often in one of the few a message touches (its send
-    /// queue, its buffer, the peer's buffer, a CQ). Emptied by every unmap.
-    recent: [std::cell::Cell<Option<(u64, Mapping)>>; RECENT],
-    /// The entry of `recent` the next miss replaces.
-    recent_next: std::cell::Cell<usize>,
+    /// The pages the last accesses began in, each at the entry its page number picks (the
+    /// number modulo [`RECENT`]), as a CPU's direct-mapped TLB: an access is most often in one
+    /// of the few pages a message touches (its send queue, its doorbell record, its buffer,
+    /// the peer's buffer, a CQ), and a hit costs one comparison. Emptied by every unmap.
+    recent: [std::cell::Cell<Option<RecentPage>>; RECENT],
     faults: u64,
     last_fault: Option<IommuFault>,
     mapped_bytes: u64,
@@ -196,16 +206,16 @@ impl Iommu {
         }
         let end = iova.checked_add(len as u64).ok_or(())?;
         let allowed = |m: &Mapping| if write { m.write } else { m.read };
-        // The common case: inside one mapping used recently.
-        for r in &self.recent {
-            if let Some((s, m)) = r.get()
-                && iova >= s
-                && end <= s + m.len
-                && allowed(&m)
-            {
-                f(m.host + (iova - s) as usize, 0, len);
-                return Ok(());
-            }
+        // The common case: from a page used recently, inside its mapping.
+        let page = iova / IOMMU_PAGE;
+        let slot = &self.recent[page as usize % RECENT];
+        if let Some(r) = slot.get()
+            && r.page == page
+            && end <= r.start + r.map.len
+            && allowed(&r.map)
+        {
+            f(r.map.host + (iova - r.start) as usize, 0, len);
+            return Ok(());
         }
         // First pass: check coverage and permission.
         let mut cur = iova;
@@ -215,9 +225,12 @@ impl Iommu {
                 return Err(());
             }
             if cur == iova {
-                let i = self.recent_next.get();
-                self.recent[i].set(Some((s, *m)));
-                self.recent_next.set((i + 1) % RECENT);
+                slot.set(Some(RecentPage { page, start: s, map: *m }));
+                if end <= s + m.len {
+                    // Inside this one mapping: no second pass.
+                    f(m.host + (iova - s) as usize, 0, len);
+                    return Ok(());
+                }
             }
             cur = (s + m.len).min(end);
         }
@@ -367,5 +380,36 @@ mod tests {
         assert!(mem[192..].iter().all(|&b| b == 0), "nothing past the entries");
         // An entry that does not fit its mapping faults.
         assert!(io.write_owner_last(0x10000 + 4064, &entry, 63).is_err());
+    }
+
+    #[test]
+    fn remembered_pages_keep_every_check() {
+        let mut mem = vec![0u8; 4 * 4096];
+        let base = mem.as_mut_ptr();
+        let mut io = Iommu::new();
+        // SAFETY: `mem` outlives `io` within this test.
+        unsafe {
+            io.map(0x10000, base, 8192, true, true).unwrap();
+            io.map(0x10000 + 4096 * RECENT as u64, base.wrapping_add(8192), 4096, true, false).unwrap();
+        }
+        let mut b = [0u8; 4];
+        // The page is remembered by a read; an access from it past its mapping still faults.
+        io.read(0x11000, &mut b).unwrap();
+        assert_eq!(io.read(0x11ffe, &mut b).unwrap_err().iova, 0x11ffe);
+        // A page of a read-only mapping, remembered by a read, still refuses a write.
+        let ro = 0x10000 + 4096 * RECENT as u64;
+        io.read(ro, &mut b).unwrap();
+        assert!(io.write(ro, &[1]).is_err());
+        // Two pages sharing an entry (RECENT pages apart) each reach their own memory.
+        io.write(0x10000, &[7]).unwrap();
+        io.read(ro, &mut b).unwrap();
+        io.write(0x10001, &[8]).unwrap();
+        assert_eq!(&mem[..2], &[7, 8]);
+        assert_eq!(mem[8192 + 1], 0);
+        // An unmapped page is forgotten.
+        io.read(0x10000, &mut b).unwrap();
+        io.unmap(0x10000, 8192).unwrap();
+        assert!(io.read(0x10000, &mut b).is_err());
+        assert_eq!(io.faults(), 3);
     }
 }
