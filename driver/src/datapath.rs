@@ -786,19 +786,18 @@ impl<B: Backend> SendQueue<B> {
                 // The inline header, then the data, in 16-byte segments (wrapping with the ring).
                 let header = wqe_inline_seg { byte_count: U32::new(wqe_consts::INLINE_SEG | d.len() as u32) };
                 let header = header.as_bytes();
-                let total = header.len() + d.len();
+                // The first segment: the header and the data's first bytes (zero-padded).
+                let (head, rest) = d.split_at(d.len().min(DS_BYTES - header.len()));
                 let mut part = [0u8; DS_BYTES];
-                let mut done = 0usize;
-                while done < total {
-                    for (k, b) in part.iter_mut().enumerate() {
-                        let pos = done + k;
-                        *b = match pos.checked_sub(header.len()) {
-                            None => header[pos],
-                            Some(i) => d.get(i).copied().unwrap_or(0),
-                        };
-                    }
+                part[..header.len()].copy_from_slice(header);
+                part[header.len()..header.len() + head.len()].copy_from_slice(head);
+                self.put_seg(bb, seg, &part);
+                seg += 1;
+                // The rest, 16 bytes a segment, the last one zero-padded.
+                for chunk in rest.chunks(DS_BYTES) {
+                    let mut part = [0u8; DS_BYTES];
+                    part[..chunk.len()].copy_from_slice(chunk);
                     self.put_seg(bb, seg, &part);
-                    done += DS_BYTES;
                     seg += 1;
                 }
             }

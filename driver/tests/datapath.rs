@@ -203,6 +203,55 @@ fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
 }
 
 #[test]
+fn inline_data_follows_its_header_in_zero_padded_segments_that_wrap() {
+    // An SQ of four WQEBBs at 0x400 of its buffer, up to 128 bytes inline.
+    let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
+    let mem = plain_memory();
+    // The ring's bytes start as 0xee, so that padding left unwritten would show.
+    mem.buf().write_bytes(0x400, &[0xee; 0x100]).unwrap();
+    let ring = Arc::new(WrRing::new(0x43, 4, 1));
+    let geo = SqGeometry { sq_offset: 0x400, max_inline: 128, ..geometry(0x43, BF_BUF_SIZE) };
+    let mut sq = SendQueue::new(backend, mem.clone(), geo, ring.clone()).unwrap();
+    let sge = Sge::new(0x1000, 8, 1);
+    let mut chain = sq.begin();
+    for id in 0..3 {
+        chain.write_simple(id, opcode::SEND, 0, 0, None, &sge).unwrap();
+    }
+    chain.finish();
+    assert_eq!(ring.complete_send(2), 2, "WQEBBs 0 to 2 retired");
+    // A SEND of 45 bytes inline from WQEBB 3: control, then 4 + 45 bytes in four segments
+    // (DS 5), the last two wrapped to the ring's start.
+    let data: Vec<u8> = (1..=45).collect();
+    let wqe = SendWqe {
+        wr_id: 77,
+        opcode: opcode::SEND,
+        send_flags: send_flags::SIGNALED,
+        imm: 0,
+        remote: Remote { addr: 0, rkey: 0 },
+        atomic: (0, 0),
+        sges: &[],
+        inline: Some(&data),
+        av: None,
+    };
+    let mut chain = sq.begin();
+    chain.with_queue(|sq| sq.write_wqe(&wqe)).unwrap();
+    chain.finish();
+    let buf = mem.buf();
+    let at = 0x400 + 3 * w::SEND_WQE_BB;
+    let c: wqe_ctrl_seg = read(buf, at);
+    assert_eq!(ctrl_fields(&c), (3, WqeOpcode::SEND, 0x43, 5, FmCeSe::new().with_ce(2), 0));
+    // The segments as the device reads them: the first three from the ring's last WQEBB, the
+    // fourth from its first.
+    let mut inline = bytes(buf, at + wqe_ctrl_seg::SIZE, 48);
+    inline.extend(bytes(buf, 0x400, 16));
+    assert_eq!(inline[..4], (w::INLINE_SEG | 45).to_be_bytes());
+    assert_eq!(inline[4..49], data[..]);
+    assert!(inline[49..].iter().all(|&b| b == 0), "the last segment is zero-padded: {:?}", &inline[49..]);
+    assert_eq!(data_fields(&read(buf, 0x410)), (0x1000, 8, 1), "WQE 0's data segment is left as it was");
+    assert_eq!(ring.complete_send(3), 77);
+}
+
+#[test]
 fn queues_keep_their_memory_alive() {
     let mem = plain_memory();
     let ring = CqRing::new(mem.clone(), 2).unwrap();
