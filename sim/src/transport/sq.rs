@@ -451,31 +451,29 @@ impl Hca {
             }
             let bytes: &[u8] = if nbb > 1 { &longer } else { &first };
             let (opcode, index) = opcode_index(&ctrl);
-            let wqe = match self.parse_wqe(&t.path, bytes, ds) {
-                Ok(wq) => wq,
-                Err(BadWqe(synd)) => {
-                    self.objects.xport.stats.bad_wqes += 1;
-                    let mut wq = blank_wqe(opcode, index, &ctrl);
-                    wq.err = Some(synd);
-                    wq
-                }
-            };
+            // Parsed where it is queued (a descriptor is a few hundred bytes: not moved).
+            t.sq.push_back(blank_wqe(opcode, index, &ctrl));
+            let Some(wq) = t.sq.back_mut() else { return };
+            if let Err(BadWqe(synd)) = self.parse_wqe(&t.path, bytes, ds, wq) {
+                self.objects.xport.stats.bad_wqes += 1;
+                *wq = blank_wqe(opcode, index, &ctrl);
+                wq.err = Some(synd);
+            }
             crate::buffers::give(longer);
-            t.sq.push_back(wqe);
             t.sq_head = t.sq_head.wrapping_add(nbb as u16);
         }
     }
 
-    fn parse_wqe(&mut self, path: &Path, b: &[u8], ds: usize) -> Result<SendWqe, BadWqe> {
+    /// Parses the WQE `b` (its `ds` segments) into `wq`, which holds what its control segment
+    /// says ([`blank_wqe`]); on an error `wq` is left partly filled.
+    fn parse_wqe(&mut self, path: &Path, b: &[u8], ds: usize, wq: &mut SendWqe) -> Result<(), BadWqe> {
         let bad = BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0);
-        let ctrl = seg::<wqe_ctrl_seg>(b, 0).ok_or(BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0))?;
-        let (opcode, index) = opcode_index(&ctrl);
+        let opcode = wq.opcode;
         let len = ds * w::SEND_WQE_DS;
         if ds == 0 || len > w::SEND_WQE_MAX_WQEBBS * w::SEND_WQE_BB || len > b.len() {
             return Err(bad);
         }
         let b = &b[..len];
-        let mut wq = blank_wqe(opcode, index, &ctrl);
         let mut at = wqe_ctrl_seg::SIZE;
         if path.ud {
             let av = seg::<wqe_av>(b, at).ok_or(bad)?;
@@ -584,7 +582,7 @@ impl Hca {
             _ if path.ud => 1,
             _ => wq.len.div_ceil(mtu).max(1),
         };
-        Ok(wq)
+        Ok(())
     }
 
     // ---------------------------------------------------------------- requester
