@@ -182,6 +182,20 @@ impl Mkey {
         access: Access,
         out: &mut Chunks,
     ) -> Result<(), MkeyError> {
+        self.visit(pd, va, len, access, |iova, n| out.push(iova, n))
+    }
+
+    /// Calls `each(iova, len)` for the IOVA range of each page of `va..va+len`, in order, after
+    /// checking the key's bounds and rights (each page's own rights just before its call: on
+    /// an error, the pages before it were visited).
+    pub(crate) fn visit(
+        &self,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+        mut each: impl FnMut(u64, u64),
+    ) -> Result<(), MkeyError> {
         if pd != self.pd {
             return Err(MkeyError::BadPd);
         }
@@ -215,7 +229,7 @@ impl Mkey {
             let base = entry & plain::mkey::MTT_PTAG_MASK;
             let in_page = cur & (ps - 1);
             let n = (ps - in_page).min(end - cur);
-            out.push(base + in_page, n);
+            each(base + in_page, n);
             cur += n;
         }
         Ok(())

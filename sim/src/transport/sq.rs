@@ -79,6 +79,20 @@ impl Hca {
         Ok(v)
     }
 
+    /// [`Hca::mkey_chunks`] without the list: calls `each(iova, len)` for each piece (see
+    /// [`crate::firmware::objects::Mkey::visit`]).
+    pub(crate) fn mkey_visit(
+        &self,
+        key: u32,
+        pd: u32,
+        va: u64,
+        len: u64,
+        access: Access,
+        each: impl FnMut(u64, u64),
+    ) -> Result<(), MkeyError> {
+        self.mkey(key).ok_or(MkeyError::BadKey)?.visit(pd, va, len, access, each)
+    }
+
     /// DMA-reads IOVA chunks, appending to `out`.
     pub(crate) fn read_chunks(&mut self, chunks: &[(u64, u64)], out: &mut Vec<u8>) -> bool {
         if !self.may_dma() {
@@ -544,16 +558,15 @@ impl Hca {
             total += bc as u64;
             match wq.kind {
                 Kind::Send | Kind::Write => {
-                    let chunks = self
-                        .mkey_chunks(lkey, path.pd, addr, bc as u64, Access::LocalRead)
-                        .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
                     if total > path.max_msg.max(1 << 31) {
                         return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
                     }
                     // Read when each packet is built.
-                    for &(iova, n) in chunks.iter() {
-                        wq.gather.push_host(iova, n);
-                    }
+                    let gather = &mut wq.gather;
+                    self.mkey_visit(lkey, path.pd, addr, bc as u64, Access::LocalRead, |iova, n| {
+                        gather.push_host(iova, n)
+                    })
+                    .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
                 }
                 Kind::Read | Kind::Atomic => {
                     // Checked now, written when the response arrives.
