@@ -8,7 +8,6 @@ use super::headers::{
     Bth, EthHeader, ExtHeaders, GRH_NEXT_HEADER_IBA, IPPROTO_UDP, IpHeader, Ipv4Header, Ipv6Header, MacAddr,
     ROCEV2_UDP_PORT, VlanTag,
 };
-use super::opcode::ExtKind;
 use super::parse::{L3Kind, RocePacket, udp_checksum};
 use crate::icrc::{ICRC_LEN, IcrcSpan, icrc_of};
 use crate::inet;
@@ -267,16 +266,12 @@ impl<'a> FrameBuilder<'a> {
     fn validate_for(&self, payload_len: usize) -> Result<usize, BuildError> {
         let opcode = self.bth.opcode;
         let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
-        for kind in ExtKind::ORDER {
-            match (info.headers.contains(kind), self.ext.has(kind)) {
-                (true, false) => {
-                    return Err(BuildError::MissingHeader { opcode, header: kind });
-                }
-                (false, true) => {
-                    return Err(BuildError::UnexpectedHeader { opcode, header: kind });
-                }
-                _ => {}
-            }
+        if let Some(header) = info.headers.first_difference(self.ext.present()) {
+            return Err(if info.headers.contains(header) {
+                BuildError::MissingHeader { opcode, header }
+            } else {
+                BuildError::UnexpectedHeader { opcode, header }
+            });
         }
         if !info.payload && payload_len != 0 {
             return Err(BuildError::UnexpectedPayload { opcode, len: payload_len });

@@ -69,10 +69,21 @@ impl ExtKind {
         }
     }
 
+    /// Its bit in a [`HeaderSet`]: its place in [`ExtKind::ORDER`], so that a set's bits, low
+    /// to high, are its kinds in wire order.
     const fn bit(self) -> u16 {
         1 << (self as u16)
     }
 }
+
+// The kinds are declared in wire order: each one's discriminant is its place in ORDER.
+const _: () = {
+    let mut i = 0;
+    while i < ExtKind::ORDER.len() {
+        assert!(ExtKind::ORDER[i] as usize == i);
+        i += 1;
+    }
+};
 
 impl fmt::Display for ExtKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -117,19 +128,27 @@ impl HeaderSet {
     /// Total size on the wire of the headers in the set.
     pub const fn wire_len(self) -> usize {
         let mut n = 0;
-        let mut i = 0;
-        while i < ExtKind::ORDER.len() {
-            if self.contains(ExtKind::ORDER[i]) {
-                n += ExtKind::ORDER[i].size();
-            }
-            i += 1;
+        let mut bits = self.0;
+        while bits != 0 {
+            n += ExtKind::ORDER[bits.trailing_zeros() as usize].size();
+            bits &= bits - 1;
         }
         n
     }
 
-    /// The kinds in the set, in wire order.
+    /// The first kind, in wire order, that is in one of the two sets and not the other.
+    pub fn first_difference(self, other: HeaderSet) -> Option<ExtKind> {
+        HeaderSet(self.0 ^ other.0).iter().next()
+    }
+
+    /// The kinds in the set, in wire order (its set bits, low to high).
     pub fn iter(self) -> impl Iterator<Item = ExtKind> {
-        ExtKind::ORDER.into_iter().filter(move |k| self.contains(*k))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            let kind = ExtKind::ORDER.get(bits.trailing_zeros() as usize).copied();
+            bits &= bits.wrapping_sub(1);
+            kind
+        })
     }
 }
 
