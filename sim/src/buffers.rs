@@ -32,6 +32,12 @@ use std::sync::Mutex;
 pub const SPARE_BUFFERS: usize = 256;
 /// The largest buffer kept; larger ones are freed.
 pub const SPARE_BUFFER_BYTES: usize = 64 * 1024;
+/// The smallest buffer kept: smaller ones are freed.
+pub const SPARE_BUFFER_MIN_BYTES: usize = 64;
+/// The capacity of a new buffer (when no spare one is left): more than the smallest kept, so
+/// that a buffer made for a short frame (an ACK: 62 bytes) is kept too, not made again for
+/// each.
+pub const NEW_BUFFER_BYTES: usize = 256;
 /// The most capacity a thread's spare buffers hold together.
 pub const SPARE_BYTES: usize = 2 * 1024 * 1024;
 /// Buffers moved between a thread and the depot at a time.
@@ -108,8 +114,8 @@ thread_local! {
     static SPARE: RefCell<Spare> = const { RefCell::new(Spare { list: Vec::new(), bytes: 0 }) };
 }
 
-/// An empty buffer: a spare one if this thread or the depot has one, else a new (unallocated)
-/// one.
+/// An empty buffer: a spare one if this thread or the depot has one, else a new one of
+/// [`NEW_BUFFER_BYTES`].
 pub(crate) fn take() -> Vec<u8> {
     let mut b = take_stale();
     b.clear();
@@ -120,13 +126,13 @@ pub(crate) fn take() -> Vec<u8> {
 /// still holds the bytes of its last use, so that sizing it for the next frame of that size
 /// costs no zeroing.
 pub(crate) fn take_stale() -> Vec<u8> {
-    SPARE.with_borrow_mut(|s| s.take(&DEPOT)).unwrap_or_default()
+    SPARE.with_borrow_mut(|s| s.take(&DEPOT)).unwrap_or_else(|| Vec::with_capacity(NEW_BUFFER_BYTES))
 }
 
 /// Gives `buf` back for reuse (freed if it is too small to be worth keeping or too large to
 /// keep, or if this thread's list and the depot are full).
 pub(crate) fn give(buf: Vec<u8>) {
-    if (64..=SPARE_BUFFER_BYTES).contains(&buf.capacity()) {
+    if (SPARE_BUFFER_MIN_BYTES..=SPARE_BUFFER_BYTES).contains(&buf.capacity()) {
         SPARE.with_borrow_mut(|s| s.give(buf, &DEPOT));
     }
 }

@@ -10,49 +10,19 @@ use umlx_sim::fabric::Fabric;
 use umlx_sim::{FailCommand, SimConfig, SimDevice};
 use umlx_verbs::*;
 
-struct Pair {
-    ctx: Context,
-    dev: SimDevice,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-    _pd: Pd,
-}
+mod two_sims;
+use two_sims::End as Pair;
 
-fn endpoint(fabric: &Fabric, n: u8) -> Pair {
-    let cfg = SimConfig::numbered(n);
-    let ips = cfg.ips.clone();
-    let dev = SimDevice::new(cfg);
-    fabric.attach(&dev.port());
-    let ctx = Context::attach_sim(dev.clone(), &format!("f{n}"), ips).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
-    let qp = pd.create_qp(QpType::Rc, &cq).max_send_wr(64).max_recv_wr(8).sq_sig_all(true).build().unwrap();
-    let mr = pd.alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
-    Pair { ctx, dev, cq, qp, mr, _pd: pd }
-}
-
+/// Adapters `n` and `n + 1`, their QPs connected with a short ACK timeout (10: 4 ms).
 fn pair(n: u8) -> (Fabric, Pair, Pair) {
-    let fabric = Fabric::perfect();
-    let mut a = endpoint(&fabric, n);
-    let mut b = endpoint(&fabric, n + 1);
-    let (ga, gb) = (a.ctx.query_gid(1, 1).unwrap(), b.ctx.query_gid(1, 1).unwrap());
-    a.ctx.add_neighbor(gb.to_ip(), b.ctx.mac());
-    b.ctx.add_neighbor(ga.to_ip(), a.ctx.mac());
-    // From GID index 1, path MTU 1024, PSN 0 both ways; a short ACK timeout (10: 4 ms).
     let params = ConnectParams {
-        path_mtu: Some(Mtu::Mtu1024),
-        sgid_index: Some(1),
         access: AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
         rd_atomic: Some(1),
         min_rnr_timer: 1,
         timeout: 10,
         ..Default::default()
     };
-    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-    a.qp.connect(&RcPeer { qp_num: qb, psn: 0, gid: gb }, &params).unwrap();
-    b.qp.connect(&RcPeer { qp_num: qa, psn: 0, gid: ga }, &params).unwrap();
-    (fabric, a, b)
+    two_sims::pair(n, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE, params)
 }
 
 /// Sends `n` 1 KiB WRITEs from `a` to `b` and checks every byte; `during` runs after half.

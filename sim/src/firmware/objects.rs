@@ -236,46 +236,80 @@ impl Mkey {
     }
 }
 
-/// The IOVA chunks (address, length) an MKey range maps to, contiguous ones merged: the first
-/// [`Chunks::INLINE`] inline, so that the common range within one page or one contiguous
-/// mapping costs no allocation.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Chunks {
-    inline: [(u64, u64); Chunks::INLINE],
+/// A list whose first `N` items are held inline: a short list (the common case on the data
+/// path) costs no allocation; a longer one moves to a vector.
+#[derive(Clone, Debug)]
+pub(crate) struct InlineList<T: Copy + Default, const N: usize> {
+    inline: [T; N],
     n: usize,
-    /// All the chunks once there are more than fit inline.
-    spilled: Vec<(u64, u64)>,
+    /// All the items once there are more than fit inline.
+    spilled: Vec<T>,
 }
 
-impl Chunks {
-    const INLINE: usize = 4;
+impl<T: Copy + Default, const N: usize> Default for InlineList<T, N> {
+    fn default() -> Self {
+        InlineList { inline: [T::default(); N], n: 0, spilled: Vec::new() }
+    }
+}
 
+impl<T: Copy + Default, const N: usize> InlineList<T, N> {
+    /// Appends `item`.
+    pub(crate) fn push(&mut self, item: T) {
+        if self.spilled.is_empty() {
+            if let Some(slot) = self.inline.get_mut(self.n) {
+                *slot = item;
+                self.n += 1;
+                return;
+            }
+            self.spilled.extend_from_slice(&self.inline);
+        }
+        self.spilled.push(item);
+    }
+
+    /// The last item.
+    fn last_mut(&mut self) -> Option<&mut T> {
+        if self.spilled.is_empty() { self.inline.get_mut(..self.n)?.last_mut() } else { self.spilled.last_mut() }
+    }
+}
+
+impl<T: Copy + Default, const N: usize> std::ops::Deref for InlineList<T, N> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        if self.spilled.is_empty() { self.inline.get(..self.n).unwrap_or(&[]) } else { &self.spilled }
+    }
+}
+
+impl<T: Copy + Default, const N: usize> FromIterator<T> for InlineList<T, N> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        let mut list = InlineList::default();
+        items.into_iter().for_each(|i| list.push(i));
+        list
+    }
+}
+
+/// The IOVA chunks (address, length) an MKey range maps to, contiguous ones merged: the first
+/// four inline, so that the common range within one page or one contiguous mapping costs no
+/// allocation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chunks(InlineList<(u64, u64), 4>);
+
+impl Chunks {
     /// Appends `len` bytes at `iova` (merged into the last chunk when they continue it).
     pub(crate) fn push(&mut self, iova: u64, len: u64) {
-        let list: &mut [(u64, u64)] =
-            if self.spilled.is_empty() { &mut self.inline[..self.n] } else { &mut self.spilled };
-        if let Some((a, l)) = list.last_mut()
+        if let Some((a, l)) = self.0.last_mut()
             && *a + *l == iova
         {
             *l += len;
             return;
         }
-        if self.spilled.is_empty() && self.n < Chunks::INLINE {
-            self.inline[self.n] = (iova, len);
-            self.n += 1;
-            return;
-        }
-        if self.spilled.is_empty() {
-            self.spilled.extend_from_slice(&self.inline[..self.n]);
-        }
-        self.spilled.push((iova, len));
+        self.0.push((iova, len));
     }
 }
 
 impl std::ops::Deref for Chunks {
     type Target = [(u64, u64)];
     fn deref(&self) -> &[(u64, u64)] {
-        if self.spilled.is_empty() { &self.inline[..self.n] } else { &self.spilled }
+        &self.0
     }
 }
 

@@ -391,7 +391,7 @@ pub(crate) struct SendWqe {
     pub swap_add: u64,
     pub compare: u64,
     /// Local scatter list for READ/atomic results: (mkey, va, len).
-    pub local: Vec<(u32, u64, u32)>,
+    pub local: ScatterList,
     pub ud: Option<UdDest>,
     /// PSN of the first packet, once sent.
     pub first_psn: Option<u32>,
@@ -416,13 +416,16 @@ pub(crate) enum RecvMsg {
     Write { rkey: u32, va: u64, len: u32, offset: u32 },
 }
 
+/// A receive WQE's scatter list, (lkey, va, len) each: up to four without an allocation.
+pub(crate) type ScatterList = crate::firmware::objects::InlineList<(u32, u64, u32), 4>;
+
 /// A receive WQE taken from the RQ or the SRQ.
 #[derive(Clone, Debug)]
 pub(crate) struct RecvWqe {
     /// WQE counter (RQ index or SRQ WQE index).
     pub counter: u16,
     /// Scatter list: (lkey, va, len).
-    pub sges: Vec<(u32, u64, u32)>,
+    pub sges: ScatterList,
     /// PD the scatter list is checked against.
     pub pd: u32,
 }

@@ -1,9 +1,10 @@
 //! Receive side: inbound RoCEv2 packets for the RC responder, the RC requester (ACK, NAK,
 //! READ responses, atomic ACKs) and UD; the transport timers; QP state-change handling.
 
-use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, psn_add, psn_cmp, rnr_delay};
+use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, ScatterList, psn_add, psn_cmp, rnr_delay};
 use crate::firmware::Hca;
 use crate::firmware::objects::Access;
+use std::ops::Bound;
 use std::time::Instant;
 use umlx_hwdesc::U32;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
@@ -73,7 +74,7 @@ impl Hca {
     /// Takes the next receive WQE of the QP's RQ or SRQ, if one is posted.
     fn take_recv_wqe(&mut self, t: &mut QpTransport) -> Option<RecvWqe> {
         if let Some(srqn) = t.path.srqn {
-            let srq = self.objects.srqs.get(&srqn)?.clone();
+            let srq = self.objects.srqs.get(&srqn)?;
             if srq.error {
                 return None;
             }
@@ -83,12 +84,13 @@ impl Hca {
                 return None;
             }
             let idx = srq.head & ((1 << srq.log_size) - 1);
-            let mut b = vec![0u8; 1 << srq.stride_shift];
+            let pd = srq.pd;
             let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
-            self.iommu.read(iova, &mut b).ok()?;
-            let (next_seg, list) = wqe_srq_next_seg::read_from_prefix(&b).ok()?;
+            let b = read_recv_wqe(&mut self.iommu, iova, 1 << srq.stride_shift)?;
+            let parsed = wqe_srq_next_seg::read_from_prefix(&b).ok().map(|(next, list)| (next, parse_sges(list)));
+            crate::buffers::give(b);
+            let (next_seg, sges) = parsed?;
             let next = next_seg.next_wqe_index.get() as u32;
-            let sges = parse_sges(list);
             let s = self.objects.srqs.get_mut(&srqn)?;
             s.head = next;
             s.consumed = s.consumed.wrapping_add(1);
@@ -102,7 +104,7 @@ impl Hca {
                 };
                 self.post_event(EventType::SRQ_RQ_LIMIT, 0, &zerocopy::transmute!(data));
             }
-            return Some(RecvWqe { counter: idx as u16, sges, pd: srq.pd });
+            return Some(RecvWqe { counter: idx as u16, sges, pd });
         }
         if t.path.no_rq {
             return None;
@@ -113,12 +115,13 @@ impl Hca {
             return None;
         }
         let idx = t.rq_consumed & ((1 << t.path.log_rq_size) - 1);
-        let mut b = vec![0u8; 1 << t.path.rq_stride_shift];
         let iova = t.path.buf.iova((idx as u64) << t.path.rq_stride_shift)?;
-        self.iommu.read(iova, &mut b).ok()?;
+        let b = read_recv_wqe(&mut self.iommu, iova, 1 << t.path.rq_stride_shift)?;
+        let sges = parse_sges(&b);
+        crate::buffers::give(b);
         let c = t.rq_consumed as u16;
         t.rq_consumed = t.rq_consumed.wrapping_add(1);
-        Some(RecvWqe { counter: c, sges: parse_sges(&b), pd: t.path.pd })
+        Some(RecvWqe { counter: c, sges, pd: t.path.pd })
     }
 
     // ------------------------------------------------------------------ UD
@@ -141,21 +144,21 @@ impl Hca {
         };
         let hdr = hdr.unwrap_or(&[]);
         grh[40 - hdr.len()..].copy_from_slice(hdr);
-        let mut data = Vec::with_capacity(40 + pkt.payload.len());
+        let mut data = crate::buffers::take();
         data.extend_from_slice(&grh);
         data.extend_from_slice(pkt.payload);
-        let path = t.path.clone();
-        match self.scatter(&wqe, 0, &data) {
+        match self.scatter(&wqe.sges, wqe.pd, 0, &data) {
             Ok(()) => {
                 let imm = pkt.ext.imm_dt.map(|i| i.imm);
                 let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
-                self.resp_cqe(&path, op, data.len() as u32, imm, wqe.counter, deth.src_qp, Some(l3), pkt.bth.se);
+                self.resp_cqe(&t.path, op, data.len() as u32, imm, wqe.counter, deth.src_qp, Some(l3), pkt.bth.se);
             }
             Err(synd) => {
-                self.error_cqe(&path, true, 0, wqe.counter, synd);
+                self.error_cqe(&t.path, true, 0, wqe.counter, synd);
                 self.qp_to_error(t);
             }
         }
+        crate::buffers::give(data);
     }
 
     // ------------------------------------------------------------------ RC responder
@@ -257,9 +260,8 @@ impl Hca {
                     (false, Some(RecvMsg::Send { .. })) => {}
                     _ => return inval(CqeSyndrome::REMOTE_INVAL_REQ_ERR.0),
                 }
-                let Some(RecvMsg::Send { wqe, offset }) = t.cur.as_mut() else { return Err(Fail::Drop) };
-                let (wqe_c, off) = (wqe.clone(), *offset);
-                if let Err(synd) = self.scatter(&wqe_c, off as u64, pl) {
+                let Some(RecvMsg::Send { wqe, offset }) = t.cur.as_ref() else { return Err(Fail::Drop) };
+                if let Err(synd) = self.scatter(&wqe.sges, wqe.pd, *offset as u64, pl) {
                     let code = if synd == CqeSyndrome::LOCAL_LENGTH_ERR.0 {
                         NakCode::InvalidRequest
                     } else {
@@ -568,9 +570,9 @@ impl Hca {
                     return;
                 }
                 let orig = pkt.ext.atomic_ack_eth.map_or(0, |a| a.orig_data);
-                let local = wq.local.clone();
+                let local = wq.local.first().copied();
                 let pd = t.path.pd;
-                let ok = local.first().is_some_and(|&(lkey, va, _)| {
+                let ok = local.is_some_and(|(lkey, va, _)| {
                     self.mkey_chunks(lkey, pd, va, 8, Access::LocalWrite)
                         .ok()
                         .is_some_and(|c| self.write_chunks(&c[..], &orig.to_be_bytes()))
@@ -691,8 +693,7 @@ impl Hca {
             self.advance(t);
             return;
         }
-        let local = RecvWqe { counter: 0, sges: wq.local.clone(), pd };
-        if self.scatter(&local, off, pl).is_err() {
+        if self.scatter(&wq.local, pd, off, pl).is_err() {
             t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
             self.advance(t);
             return;
@@ -710,8 +711,14 @@ impl Hca {
     /// Transport timers: retransmission on local ACK timeout, the end of an RNR wait, and the
     /// flush of receive WQEs posted to a QP in error.
     pub(crate) fn transport_tick(&mut self, now: Instant) {
-        let qpns: Vec<u32> = self.objects.xport.timed.iter().copied().collect();
-        for qpn in qpns {
+        // The QPs in number order, each looked up after the last (no list is made: a timer
+        // that fires costs no allocation).
+        let mut after = None;
+        while let Some(qpn) = match after {
+            None => self.objects.xport.timed.first().copied(),
+            Some(a) => self.objects.xport.timed.range((Bound::Excluded(a), Bound::Unbounded)).next().copied(),
+        } {
+            after = Some(qpn);
             let Some(mut t) = self.take_transport(qpn) else {
                 self.objects.xport.timed.remove(&qpn);
                 continue;
@@ -796,10 +803,22 @@ impl Hca {
     }
 }
 
+/// DMA-reads the receive WQE of `len` bytes at `iova` into a buffer of [`crate::buffers`]
+/// (the caller gives it back); `None` on a DMA fault.
+fn read_recv_wqe(iommu: &mut crate::iommu::Iommu, iova: u64, len: usize) -> Option<Vec<u8>> {
+    let mut b = crate::buffers::take_stale();
+    b.resize(len, 0);
+    if iommu.read(iova, &mut b).is_err() {
+        crate::buffers::give(b);
+        return None;
+    }
+    Some(b)
+}
+
 /// Parses a receive scatter list (data segments, ended by the invalid lkey or a zero byte
 /// count).
-fn parse_sges(b: &[u8]) -> Vec<(u32, u64, u32)> {
-    let mut v = Vec::new();
+fn parse_sges(b: &[u8]) -> ScatterList {
+    let mut v = ScatterList::default();
     for s in b.chunks_exact(wqe_data_seg::SIZE) {
         let Ok(d) = wqe_data_seg::read_from_bytes(s) else { break };
         let (bc, lkey) = (d.byte_count.get(), d.lkey.get());

@@ -1,7 +1,7 @@
 //! Send queue: WQE fetch and parsing, the requester's packet generation, completions (CQEs),
 //! the QP error state with its flush, and the memory helpers shared with the receive side.
 
-use super::{Gather, Kind, Path, Piece, QpTransport, RecvWqe, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
+use super::{Gather, Kind, Path, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
 use std::time::Instant;
@@ -195,15 +195,16 @@ impl Hca {
         true
     }
 
-    /// Scatters `data` at byte `offset` of a receive scatter list. Err(syndrome) on failure.
-    pub(crate) fn scatter(&mut self, wqe: &RecvWqe, offset: u64, data: &[u8]) -> Result<(), u8> {
-        let cap: u64 = wqe.sges.iter().map(|s| s.2 as u64).sum();
+    /// Scatters `data` at byte `offset` of the scatter list `sges` (checked against PD `pd`).
+    /// Err(syndrome) on failure.
+    pub(crate) fn scatter(&mut self, sges: &[(u32, u64, u32)], pd: u32, offset: u64, data: &[u8]) -> Result<(), u8> {
+        let cap: u64 = sges.iter().map(|s| s.2 as u64).sum();
         if offset + data.len() as u64 > cap {
             return Err(CqeSyndrome::LOCAL_LENGTH_ERR.0);
         }
         let mut skip = offset;
         let mut at = 0usize;
-        for &(lkey, va, len) in &wqe.sges {
+        for &(lkey, va, len) in sges {
             if at == data.len() {
                 break;
             }
@@ -214,7 +215,7 @@ impl Hca {
             }
             let n = (len - skip).min((data.len() - at) as u64);
             let chunks = self
-                .mkey_chunks(lkey, wqe.pd, va + skip, n, Access::LocalWrite)
+                .mkey_chunks(lkey, pd, va + skip, n, Access::LocalWrite)
                 .map_err(|_| CqeSyndrome::LOCAL_PROT_ERR.0)?;
             if !self.write_chunks(&chunks, &data[at..at + n as usize]) {
                 return Err(CqeSyndrome::LOCAL_PROT_ERR.0);
@@ -875,7 +876,7 @@ fn blank_wqe(opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) -> SendWqe {
         rkey: 0,
         swap_add: 0,
         compare: 0,
-        local: Vec::new(),
+        local: ScatterList::default(),
         ud: None,
         first_psn: None,
         npkts: 0,
