@@ -213,14 +213,15 @@ impl Inner {
     /// must count before its retransmit timer).
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
+        h.set_egress_checksums(self.port.egress_checksums());
         loop {
             self.execute_posted(h);
             if !self.port.acks_may_wait() {
                 self.port.flush_acks(h);
             }
-            let mut out = h.take_outbox();
-            // The transport's frames, their integrity fields left to the port (the egress).
-            self.port.transmit_from(&mut out, umlx_wire::packet::Checksums::Defer);
+            let (mut out, checksums) = h.take_outbox();
+            // The transport's frames; their integrity fields, if not computed, left to the port.
+            self.port.transmit_from(&mut out, checksums);
             h.recycle_outbox(out);
             let frames = self.port.take_rx();
             if frames.is_empty() {

@@ -249,6 +249,9 @@ pub(crate) struct PortInner {
     /// device, so that a frame queued while it held the device is not left waiting.
     rx_waiting: AtomicBool,
     link: Mutex<Link>,
+    /// Whether `link` is a UDP wire (a socket): read without its lock at each run of the
+    /// device, which then has its transport compute the frames' checksums as it builds them.
+    on_socket: AtomicBool,
     stats: Mutex<WireStats>,
     pcap: Mutex<Option<PcapWriter<BufWriter<File>>>>,
     /// Whether `pcap` holds a writer (read without its lock by every frame).
@@ -297,6 +300,7 @@ impl Port {
                 rx: Mutex::new(RxQueue::default()),
                 rx_waiting: AtomicBool::new(false),
                 link: Mutex::new(Link::Down),
+                on_socket: AtomicBool::new(false),
                 stats: Mutex::new(WireStats::new()),
                 pcap: Mutex::new(None),
                 recording: std::sync::atomic::AtomicBool::new(false),
@@ -391,11 +395,11 @@ impl Port {
         enlarge_buffers(&sock);
         probe_gso(&sock);
         enable_gro(&sock);
-        *lock(&self.inner.link) = link;
+        self.inner.set_link(link);
         let weak = Arc::downgrade(&self.inner);
         let spawned = std::thread::Builder::new().name("umlx-sim-udp-rx".into()).spawn(move || udp_rx(weak, sock));
         if let Err(e) = spawned {
-            *lock(&self.inner.link) = Link::Down;
+            self.inner.set_link(Link::Down);
             return Err(e);
         }
         Ok(())
@@ -403,11 +407,22 @@ impl Port {
 
     /// Disconnects the port from its wire.
     pub fn disconnect(&self) {
-        *lock(&self.inner.link) = Link::Down;
+        self.inner.set_link(Link::Down);
     }
 
     pub(crate) fn set_fabric(&self, f: Arc<FabricShared>) {
-        *lock(&self.inner.link) = Link::Fabric(f);
+        self.inner.set_link(Link::Fabric(f));
+    }
+
+    /// Whether the frames the device sends now cross something that needs their IPv4 header
+    /// checksum and ICRC (a socket or a recording): its transport then computes them as it
+    /// builds each frame, where the port would have to find the fields again to fill them.
+    pub(crate) fn egress_checksums(&self) -> Checksums {
+        if self.inner.on_socket.load(Ordering::Relaxed) || self.inner.recording.load(Ordering::Relaxed) {
+            Checksums::Compute
+        } else {
+            Checksums::Defer
+        }
     }
 
     /// A frame arrives from the wire: it waits for the device's engine.
@@ -602,6 +617,13 @@ impl Port {
 }
 
 impl PortInner {
+    /// Makes `link` the port's link.
+    fn set_link(&self, link: Link) {
+        let mut l = lock(&self.link);
+        self.on_socket.store(link.socket().is_some(), Ordering::Relaxed);
+        *l = link;
+    }
+
     /// A frame arrives from the wire: it is queued and the device told.
     pub(crate) fn inject(&self, frame: Vec<u8>, checksums: Checksums) {
         self.enqueue(frame, checksums);

@@ -5,6 +5,7 @@ use super::Hca;
 use std::time::Instant;
 use umlx_hwdesc::enums::QpState;
 use umlx_hwdesc::plain::wqe;
+use umlx_wire::packet::Checksums;
 
 // The doorbell's two dwords are the control segment's first two.
 const _: () =
@@ -53,11 +54,19 @@ impl Hca {
         }
     }
 
-    /// Frames the transport queued for the wire since the last call, their IPv4 header
-    /// checksum and ICRC not yet filled: the port's egress fills them
-    /// ([`umlx_wire::packet::fill_checksums`]).
-    pub fn take_outbox(&mut self) -> Vec<Vec<u8>> {
-        std::mem::take(&mut self.objects.xport.outbox)
+    /// Frames the transport queued for the wire since the last call, and whether their IPv4
+    /// header checksum and ICRC are computed: `Defer` when any was built without them (then
+    /// the port's egress fills what it must, [`umlx_wire::packet::fill_checksums`]).
+    pub fn take_outbox(&mut self) -> (Vec<Vec<u8>>, Checksums) {
+        let x = &mut self.objects.xport;
+        let checksums = if std::mem::take(&mut x.outbox_deferred) { Checksums::Defer } else { Checksums::Compute };
+        (std::mem::take(&mut x.outbox), checksums)
+    }
+
+    /// Has the frames built from now on get their IPv4 header checksum and ICRC from the
+    /// builder (`Compute`: the port's egress needs them) or not (`Defer`).
+    pub fn set_egress_checksums(&mut self, checksums: Checksums) {
+        self.objects.xport.compute_checksums = checksums == Checksums::Compute;
     }
 
     /// Gives back an emptied outbox [`Hca::take_outbox`] returned, so that its allocation

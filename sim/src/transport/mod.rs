@@ -133,6 +133,12 @@ pub(crate) fn reuse<T>(slot: &mut Vec<T>, mut spare: Vec<T>) {
 pub struct HcaTransport {
     /// Frames built under the device lock, sent by the device after it drops the lock.
     pub outbox: Vec<Vec<u8>>,
+    /// Whether the frames built now get their IPv4 header checksum and ICRC from the builder
+    /// (the port's egress needs them: [`crate::port::Port::egress_checksums`], set at each run
+    /// of the device); otherwise they are left to the port.
+    pub(crate) compute_checksums: bool,
+    /// Whether `outbox` holds a frame built without them.
+    pub(crate) outbox_deferred: bool,
     /// QPs whose retransmit or RNR timer is running, or which need service.
     pub timed: BTreeSet<u32>,
     /// QPs with a coalesced ACK not sent yet ([`QpTransport`]'s `pending_ack`): sent when the

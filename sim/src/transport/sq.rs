@@ -276,8 +276,13 @@ impl Hca {
             .with_udp_src_port(sport)
             .with_hop_limit(if hop == 0 { 64 } else { hop })
             .with_traffic_class(tc)
-            // The port fills them if the frame crosses anything (see `crate::port`).
-            .with_checksums(Checksums::Defer);
+            // Left to the port unless its egress needs them now (see `crate::port`).
+            .with_checksums(if self.objects.xport.compute_checksums {
+                Checksums::Compute
+            } else {
+                self.objects.xport.outbox_deferred = true;
+                Checksums::Defer
+            });
         // Every byte of the frame is written (the builder's contract): no need to clear.
         let mut f = crate::buffers::take_stale();
         match build(self, b, &mut f) {
