@@ -153,13 +153,13 @@ fn short_wqes_follow_the_prm_layout_and_a_chain_rings_once() {
     assert_eq!(q.ring.complete_send(4), 12);
 }
 
-#[test]
-fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
-    // An SQ of four WQEBBs at 0x400 of its buffer (an RQ before it), three SGEs per WQE.
+/// An SQ `geo` (QP `geo.qpn`) of four WQEBBs at 0x400 of `mem` (an RQ before it) whose first
+/// three WQEBBs held one-WQEBB SENDs that completed: the next WQE starts at its last WQEBB, and
+/// one longer than a WQEBB wraps to its first.
+fn sq_whose_next_wqe_wraps(geo: SqGeometry, mem: &Arc<PlainQueueMemory>) -> (SendQueue<SimBackend>, Arc<WrRing>) {
     let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
-    let mem = plain_memory();
-    let ring = Arc::new(WrRing::new(0x42, 4, 1));
-    let geo = SqGeometry { sq_offset: 0x400, max_sge: 3, ..geometry(0x42, BF_BUF_SIZE) };
+    let ring = Arc::new(WrRing::new(geo.qpn, 4, 1));
+    let geo = SqGeometry { sq_offset: 0x400, ..geo };
     let mut sq = SendQueue::new(backend, mem.clone(), geo, ring.clone()).unwrap();
     let sge = Sge::new(0x1000, 8, 1);
     let mut chain = sq.begin();
@@ -168,6 +168,23 @@ fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
     }
     chain.finish();
     assert_eq!(ring.complete_send(2), 2, "WQEBBs 0 to 2 retired");
+    (sq, ring)
+}
+
+/// Writes `wqe` into [`sq_whose_next_wqe_wraps`]'s SQ and rings; its control segment as
+/// written (at the SQ's last WQEBB, 0x4c0 of `buf`).
+fn write_at_last_wqebb(sq: &mut SendQueue<SimBackend>, wqe: &SendWqe<'_>, buf: &DmaMemory) -> wqe_ctrl_seg {
+    let mut chain = sq.begin();
+    chain.with_queue(|sq| sq.write_wqe(wqe)).unwrap();
+    chain.finish();
+    read(buf, 0x400 + 3 * w::SEND_WQE_BB)
+}
+
+#[test]
+fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
+    // Three SGEs per WQE.
+    let mem = plain_memory();
+    let (mut sq, ring) = sq_whose_next_wqe_wraps(SqGeometry { max_sge: 3, ..geometry(0x42, BF_BUF_SIZE) }, &mem);
     // RDMA WRITE with three SGEs: DS 5, two WQEBBs from WQEBB 3, so its last data segment
     // wraps to the ring's first.
     let sges = [Sge::new(0xa000, 16, 0x11), Sge::new(0xb000, 32, 0x22), Sge::new(0xc000, 48, 0x33)];
@@ -182,12 +199,8 @@ fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
         inline: None,
         av: None,
     };
-    let mut chain = sq.begin();
-    chain.with_queue(|sq| sq.write_wqe(&wqe)).unwrap();
-    chain.finish();
-    let buf = mem.buf();
-    let at = 0x400 + 3 * w::SEND_WQE_BB;
-    let c: wqe_ctrl_seg = read(buf, at);
+    let (buf, at) = (mem.buf(), 0x400 + 3 * w::SEND_WQE_BB);
+    let c = write_at_last_wqebb(&mut sq, &wqe, buf);
     assert_eq!(ctrl_fields(&c), (3, WqeOpcode::RDMA_WRITE, 0x42, 5, FmCeSe::new().with_ce(2), 0));
     let r: wqe_raddr_seg = read(buf, at + wqe_ctrl_seg::SIZE);
     assert_eq!((r.raddr.get(), r.rkey.get()), (0xdd00_0000, 0x44));
@@ -204,21 +217,11 @@ fn a_general_wqe_wraps_at_the_rings_end_inside_its_queue() {
 
 #[test]
 fn inline_data_follows_its_header_in_zero_padded_segments_that_wrap() {
-    // An SQ of four WQEBBs at 0x400 of its buffer, up to 128 bytes inline.
-    let backend = SimBackend::with_plain_doorbells("dp", SimConfig::default()).unwrap();
+    // Up to 128 bytes inline; the ring's bytes start as 0xee, so that padding left unwritten
+    // would show.
     let mem = plain_memory();
-    // The ring's bytes start as 0xee, so that padding left unwritten would show.
     mem.buf().write_bytes(0x400, &[0xee; 0x100]).unwrap();
-    let ring = Arc::new(WrRing::new(0x43, 4, 1));
-    let geo = SqGeometry { sq_offset: 0x400, max_inline: 128, ..geometry(0x43, BF_BUF_SIZE) };
-    let mut sq = SendQueue::new(backend, mem.clone(), geo, ring.clone()).unwrap();
-    let sge = Sge::new(0x1000, 8, 1);
-    let mut chain = sq.begin();
-    for id in 0..3 {
-        chain.write_simple(id, opcode::SEND, 0, 0, None, &sge).unwrap();
-    }
-    chain.finish();
-    assert_eq!(ring.complete_send(2), 2, "WQEBBs 0 to 2 retired");
+    let (mut sq, ring) = sq_whose_next_wqe_wraps(SqGeometry { max_inline: 128, ..geometry(0x43, BF_BUF_SIZE) }, &mem);
     // A SEND of 45 bytes inline from WQEBB 3: control, then 4 + 45 bytes in four segments
     // (DS 5), the last two wrapped to the ring's start.
     let data: Vec<u8> = (1..=45).collect();
@@ -233,12 +236,8 @@ fn inline_data_follows_its_header_in_zero_padded_segments_that_wrap() {
         inline: Some(&data),
         av: None,
     };
-    let mut chain = sq.begin();
-    chain.with_queue(|sq| sq.write_wqe(&wqe)).unwrap();
-    chain.finish();
-    let buf = mem.buf();
-    let at = 0x400 + 3 * w::SEND_WQE_BB;
-    let c: wqe_ctrl_seg = read(buf, at);
+    let (buf, at) = (mem.buf(), 0x400 + 3 * w::SEND_WQE_BB);
+    let c = write_at_last_wqebb(&mut sq, &wqe, buf);
     assert_eq!(ctrl_fields(&c), (3, WqeOpcode::SEND, 0x43, 5, FmCeSe::new().with_ce(2), 0));
     // The segments as the device reads them: the first three from the ring's last WQEBB, the
     // fourth from its first.

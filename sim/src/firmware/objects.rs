@@ -173,21 +173,9 @@ pub enum Access {
 }
 
 impl Mkey {
-    /// Translates `va..va+len` into IOVA chunks after checking bounds and rights.
-    pub(crate) fn translate(
-        &self,
-        pd: u32,
-        va: u64,
-        len: u64,
-        access: Access,
-        out: &mut Chunks,
-    ) -> Result<(), MkeyError> {
-        self.visit(pd, va, len, access, |iova, n| out.push(iova, n))
-    }
-
-    /// Calls `each(iova, len)` for the IOVA range of each page of `va..va+len`, in order, after
-    /// checking the key's bounds and rights (each page's own rights just before its call: on
-    /// an error, the pages before it were visited).
+    /// Translates `va..va+len`: calls `each(iova, len)` for the IOVA range of each of its
+    /// pages, in order, after checking the key's bounds and rights (each page's own rights just
+    /// before its call: on an error, the pages before it were visited).
     pub(crate) fn visit(
         &self,
         pd: u32,

@@ -73,9 +73,8 @@ impl Hca {
         len: u64,
         access: Access,
     ) -> Result<Chunks, MkeyError> {
-        let mk = self.mkey(key).ok_or(MkeyError::BadKey)?;
         let mut v = Chunks::default();
-        mk.translate(pd, va, len, access, &mut v)?;
+        self.mkey_visit(key, pd, va, len, access, |iova, n| v.push(iova, n))?;
         Ok(v)
     }
 
