@@ -782,6 +782,9 @@ const RECV_CONTROL_WORDS: usize = 8;
 pub(crate) struct RecvSlots {
     data: Vec<u8>,
     headers: Box<RecvHeaders>,
+    /// The leading headers the last call may have changed (the kernel shortens a filled
+    /// message's name and control lengths): set again before the next. All of them at first.
+    stale: usize,
 }
 
 /// The headers of [`RecvSlots`]: [`recv_batch`] points each message's header at its name, its
@@ -798,7 +801,7 @@ impl RecvSlots {
         // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
         // (integers, arrays and null pointers).
         let headers: Box<RecvHeaders> = Box::new(unsafe { std::mem::zeroed() });
-        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers }
+        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers, stale: RECV_BATCH }
     }
 }
 
@@ -810,7 +813,9 @@ impl RecvSlots {
 fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], Option<SocketAddr>, bool)) -> usize {
     use std::os::fd::AsRawFd;
     let h = &mut *slots.headers;
-    for (k, slot) in slots.data.chunks_exact_mut(RECV_SLOT).enumerate().take(RECV_BATCH) {
+    // Only the headers the last call filled (and the one it stopped at) changed: an empty poll
+    // sets one header again, not all of them.
+    for (k, slot) in slots.data.chunks_exact_mut(RECV_SLOT).enumerate().take(slots.stale.min(RECV_BATCH)) {
         h.iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
         let hdr = &mut h.msgs[k].msg_hdr;
         hdr.msg_name = (&raw mut h.names[k]).cast();
@@ -835,6 +840,7 @@ fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8
         )
     };
     let n = if n > 0 { n as usize } else { 0 };
+    slots.stale = n + 1;
     for k in 0..n {
         let len = (h.msgs[k].msg_len as usize).min(RECV_SLOT);
         let truncated = h.msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
