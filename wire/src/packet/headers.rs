@@ -737,19 +737,7 @@ pub struct ExtHeaders {
 impl ExtHeaders {
     /// The kinds present.
     pub fn present(&self) -> HeaderSet {
-        let kinds = [
-            (self.rdeth.is_some(), ExtKind::Rdeth),
-            (self.deth.is_some(), ExtKind::Deth),
-            (self.feth.is_some(), ExtKind::Feth),
-            (self.reth.is_some(), ExtKind::Reth),
-            (self.atomic_eth.is_some(), ExtKind::AtomicEth),
-            (self.aeth.is_some(), ExtKind::Aeth),
-            (self.atomic_ack_eth.is_some(), ExtKind::AtomicAckEth),
-            (self.imm_dt.is_some(), ExtKind::ImmDt),
-            (self.ieth.is_some(), ExtKind::Ieth),
-            (self.cnp.is_some(), ExtKind::Cnp),
-        ];
-        kinds.into_iter().fold(HeaderSet::EMPTY, |s, (has, k)| if has { s.with(k) } else { s })
+        ExtKind::ORDER.into_iter().fold(HeaderSet::EMPTY, |s, k| if self.has(k) { s.with(k) } else { s })
     }
 
     /// Whether `kind` is present.
