@@ -267,14 +267,6 @@ impl<T: Copy + Default, const N: usize> std::ops::Deref for InlineList<T, N> {
     }
 }
 
-impl<T: Copy + Default, const N: usize> FromIterator<T> for InlineList<T, N> {
-    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
-        let mut list = InlineList::default();
-        items.into_iter().for_each(|i| list.push(i));
-        list
-    }
-}
-
 /// The IOVA chunks (address, length) an MKey range maps to, contiguous ones merged: the first
 /// four inline, so that the common range within one page or one contiguous mapping costs no
 /// allocation.

@@ -713,12 +713,9 @@ impl Hca {
     pub(crate) fn transport_tick(&mut self, now: Instant) {
         // The QPs in number order, each looked up after the last (no list is made: a timer
         // that fires costs no allocation).
-        let mut after = None;
-        while let Some(qpn) = match after {
-            None => self.objects.xport.timed.first().copied(),
-            Some(a) => self.objects.xport.timed.range((Bound::Excluded(a), Bound::Unbounded)).next().copied(),
-        } {
-            after = Some(qpn);
+        let mut after = Bound::Unbounded;
+        while let Some(qpn) = self.objects.xport.timed.range((after, Bound::Unbounded)).next().copied() {
+            after = Bound::Excluded(qpn);
             let Some(mut t) = self.take_transport(qpn) else {
                 self.objects.xport.timed.remove(&qpn);
                 continue;

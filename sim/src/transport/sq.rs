@@ -563,15 +563,15 @@ impl Hca {
             total += bc as u64;
             match wq.kind {
                 Kind::Send | Kind::Write => {
-                    if total > path.max_msg.max(1 << 31) {
-                        return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
-                    }
                     // Read when each packet is built.
                     let gather = &mut wq.gather;
                     self.mkey_visit(lkey, path.pd, addr, bc as u64, Access::LocalRead, |iova, n| {
                         gather.push_host(iova, n)
                     })
                     .map_err(|_| BadWqe(CqeSyndrome::LOCAL_PROT_ERR.0))?;
+                    if total > path.max_msg.max(1 << 31) {
+                        return Err(BadWqe(CqeSyndrome::LOCAL_LENGTH_ERR.0));
+                    }
                 }
                 Kind::Read | Kind::Atomic => {
                     // Checked now, written when the response arrives.
