@@ -450,6 +450,12 @@ pub struct QpTransport {
     // Requester.
     pub(crate) sq: VecDeque<SendWqe>,
     pub(crate) sq_head: u16,
+    /// Where the requester's next look for something to send starts in `sq`: every WQE before
+    /// it is done, a NOP, or sent in full, and none failed. A stream keeps hundreds of WQEs
+    /// waiting for their ACK; without it each doorbell walked all of them. Set back by a pop
+    /// from the front, and to 0 by anything that makes an earlier WQE matter again (a rewind, a
+    /// failure).
+    pub(crate) pump_from: usize,
     pub(crate) next_psn: u32,
     pub(crate) una: u32,
     pub(crate) retry_left: u8,

@@ -579,6 +579,7 @@ impl Hca {
                 });
                 if !ok {
                     t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+                    t.pump_from = 0;
                 } else {
                     t.sq[idx].done = true;
                 }
@@ -609,6 +610,7 @@ impl Hca {
     fn fail_front(&mut self, t: &mut QpTransport, synd: u8) {
         if let Some(wq) = t.sq.iter_mut().find(|w| !w.done && w.kind != Kind::Nop) {
             wq.err = Some(synd);
+            t.pump_from = 0;
         }
         self.advance(t);
         if self.qp_state(t.path.qpn) != QpState::ERR {
@@ -690,11 +692,13 @@ impl Hca {
             || (last && off + pl.len() as u64 != wq.len as u64);
         if bad {
             t.sq[idx].err = Some(CqeSyndrome::BAD_RESP_ERR.0);
+            t.pump_from = 0;
             self.advance(t);
             return;
         }
         if self.scatter(&wq.local, pd, off, pl).is_err() {
             t.sq[idx].err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
+            t.pump_from = 0;
             self.advance(t);
             return;
         }

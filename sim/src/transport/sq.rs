@@ -4,6 +4,7 @@
 use super::{Gather, Kind, Path, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
+use std::collections::VecDeque;
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
 use umlx_hwdesc::ifc::qpc;
@@ -405,6 +406,7 @@ impl Hca {
             if t.sq.is_empty() {
                 break;
             }
+            t.pump_from = 0;
             while let Some(wq) = t.sq.pop_front() {
                 self.error_cqe(&path, false, wq.opcode, wq.index, CqeSyndrome::WR_FLUSH_ERR.0);
             }
@@ -639,6 +641,7 @@ impl Hca {
         while let Some(front) = t.sq.front() {
             if let Some(synd) = front.err {
                 let wq = t.sq.pop_front().expect("front exists");
+                t.pump_from = t.pump_from.saturating_sub(1);
                 let path = t.path.clone();
                 self.error_cqe(&path, false, wq.opcode, wq.index, synd);
                 self.qp_to_error(t);
@@ -648,6 +651,7 @@ impl Hca {
                 return;
             }
             let wq = t.sq.pop_front().expect("front exists");
+            t.pump_from = t.pump_from.saturating_sub(1);
             self.req_cqe(&t.path, &wq);
             wq.gather.release();
         }
@@ -700,12 +704,19 @@ impl Hca {
             t.rnr_until = None;
         }
         let path = std::mem::take(&mut t.path);
-        let mut rd_outstanding =
-            t.sq.iter()
+        // READs and atomics in flight, and whether one is before WQE i: counted only when a
+        // WQE needs them (a READ/atomic to start, a fenced WQE), rare in a stream of SENDs and
+        // WRITEs.
+        let rd_in_flight = |sq: &VecDeque<SendWqe>| {
+            sq.iter()
                 .filter(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && w.first_psn.is_some() && !w.done)
-                .count() as u32;
-        let mut rd_before = false;
-        let mut i = 0;
+                .count() as u32
+        };
+        let rd_before = |sq: &VecDeque<SendWqe>, i: usize| {
+            sq.iter().take(i).any(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && !w.done)
+        };
+        let mut rd_outstanding = None;
+        let mut i = t.pump_from.min(t.sq.len());
         while i < t.sq.len() {
             let (kind, fence, started, complete, err) = {
                 let w = &t.sq[i];
@@ -715,30 +726,26 @@ impl Hca {
                 break;
             }
             let rd = matches!(kind, Kind::Read | Kind::Atomic);
-            if kind == Kind::Nop || t.sq[i].done {
+            if kind == Kind::Nop || t.sq[i].done || complete {
                 i += 1;
                 continue;
             }
-            if complete {
-                rd_before |= rd;
-                i += 1;
-                continue;
-            }
-            if fence && rd_before {
+            if fence && rd_before(&t.sq, i) {
                 break;
             }
             if rd && !started {
-                if rd_outstanding >= path.sra_max {
+                let n = rd_outstanding.get_or_insert_with(|| rd_in_flight(&t.sq));
+                if *n >= path.sra_max {
                     break;
                 }
-                rd_outstanding += 1;
+                *n += 1;
             }
             if !self.send_packets(t, i, &path) {
                 break;
             }
-            rd_before |= rd;
             i += 1;
         }
+        t.pump_from = i;
         if t.waiting() {
             if t.deadline.is_none() {
                 t.deadline = ack_timeout(path.ack_timeout).map(|d| now + d);
@@ -840,6 +847,7 @@ impl Hca {
         let resent = psn_cmp(t.next_psn, psn).max(0) as u64;
         self.objects.xport.stats.retransmits += resent;
         t.next_psn = psn;
+        t.pump_from = 0;
         for w in t.sq.iter_mut() {
             let Some(first) = w.first_psn else { continue };
             if w.done {
