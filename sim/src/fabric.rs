@@ -205,9 +205,10 @@ impl FabricShared {
 
     /// [`FabricShared::send`] for a batch of frames (`frames` is left empty). On a perfect
     /// fabric the fabric's state and its list of ports are locked once for the batch, not once
-    /// per frame, and frames whose integrity fields their port left uncomputed
-    /// ([`Checksums::Defer`]) cross without them (nothing here can damage them); an impaired
-    /// fabric has them filled first, so that its receivers can tell what it corrupted.
+    /// per frame, a batch for one port is queued under one lock of that port's queue, and
+    /// frames whose integrity fields their port left uncomputed ([`Checksums::Defer`]) cross
+    /// without them (nothing here can damage them); an impaired fabric has them filled first,
+    /// so that its receivers can tell what it corrupted.
     pub(crate) fn send_batch(
         &self,
         from: &PortInner,
@@ -234,6 +235,11 @@ impl FabricShared {
         let (mut delivered, mut unroutable) = (0, 0);
         {
             let ports = lock(&self.ports);
+            if let Some(p) = one_unicast_destination(&ports, from, frames) {
+                delivered = frames.len() as u64;
+                p.enqueue_all(frames.drain(..), checksums);
+                reached.add(p);
+            }
             for f in frames.drain(..) {
                 match deliver_to(&ports, from, f, checksums, reached) {
                     0 => unroutable += 1,
@@ -255,6 +261,16 @@ impl FabricShared {
         }
         s.stats.delivered += n;
     }
+}
+
+/// The one port every frame of `frames` is for, if they are all unicast to the same MAC (not
+/// the sender's).
+fn one_unicast_destination(ports: &[Weak<PortInner>], from: usize, frames: &[Vec<u8>]) -> Option<Arc<PortInner>> {
+    let dst = frames.first()?.get(0..6)?;
+    if dst[0] & 1 != 0 || frames.iter().any(|f| f.get(0..6) != Some(dst)) {
+        return None;
+    }
+    ports.iter().filter(|w| w.as_ptr() as usize != from).filter_map(Weak::upgrade).find(|p| p.mac == dst)
 }
 
 /// Queues `frame` at the ports of `ports` it is for (not the sender's, `from`), adding them to

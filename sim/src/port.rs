@@ -634,25 +634,36 @@ impl PortInner {
     /// receive buffer overflows); [`PortInner::notify`] then has it handled.
     /// `checksums` says whether its integrity fields were computed ([`RxFrame::checksums`]); a
     /// recording port fills them first.
-    pub(crate) fn enqueue(&self, mut frame: Vec<u8>, mut checksums: Checksums) {
-        if self.recording.load(Ordering::Relaxed) {
-            if checksums == Checksums::Defer {
-                fill_all(std::slice::from_mut(&mut frame));
-                checksums = Checksums::Compute;
-            }
-            self.record(std::slice::from_ref(&frame));
-        }
+    pub(crate) fn enqueue(&self, frame: Vec<u8>, checksums: Checksums) {
+        self.enqueue_all(std::iter::once(frame), checksums);
+    }
+
+    /// [`PortInner::enqueue`] of each of `frames`, under one lock of the queue (a batch from
+    /// the fabric).
+    pub(crate) fn enqueue_all(&self, frames: impl Iterator<Item = Vec<u8>>, checksums: Checksums) {
+        let recording = self.recording.load(Ordering::Relaxed);
         let mut q = lock(&self.rx);
-        if q.frames.len() < RX_QUEUE_LIMIT {
-            q.frames.push_back(RxFrame { bytes: frame, checksums });
+        for mut frame in frames {
+            let mut checksums = checksums;
+            if recording {
+                if checksums == Checksums::Defer {
+                    fill_all(std::slice::from_mut(&mut frame));
+                    checksums = Checksums::Compute;
+                }
+                self.record(std::slice::from_ref(&frame));
+            }
+            if q.frames.len() < RX_QUEUE_LIMIT {
+                q.frames.push_back(RxFrame { bytes: frame, checksums });
+            } else {
+                let mut st = lock(&self.stats);
+                st.record_rx_frame(frame.len());
+                st.drop_rx_overflow += 1;
+                drop(st);
+                crate::buffers::give(frame);
+            }
+        }
+        if !q.frames.is_empty() {
             self.rx_waiting.store(true, Ordering::Relaxed);
-        } else {
-            drop(q);
-            let mut st = lock(&self.stats);
-            st.record_rx_frame(frame.len());
-            st.drop_rx_overflow += 1;
-            drop(st);
-            crate::buffers::give(frame);
         }
     }
 
