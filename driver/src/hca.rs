@@ -22,6 +22,7 @@ use umlx_hwdesc::enums::{
     RoceL3Type, RoceVersion, RoceVersionCaps, SupportedIssi,
 };
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
 use zerocopy::FromBytes;
 
@@ -637,7 +638,7 @@ impl<B: Backend> Hca<B> {
         for i in 0..n {
             buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
         }
-        let npages = buf.len().div_ceil(4096);
+        let npages = buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         let mut inp = cmd_in(CmdOpcode::CREATE_EQ, 0, create_eq_in::SIZE_BYTES + 8 * npages);
         let ctx = create_eq_in::eq_context_entry;
         ctx.inner(eqc::log_eq_size).set(&mut inp, ASYNC_EQ_LOG_SIZE as u64);
@@ -665,7 +666,7 @@ impl<B: Backend> Hca<B> {
         create_eq_in::event_bitmask.elem(0).set(&mut inp, mask);
         for i in 0..npages {
             let off = create_eq_in::SIZE_BYTES + 8 * i;
-            inp[off..off + 8].copy_from_slice(&(buf.iova() + 4096 * i as u64).to_be_bytes());
+            inp[off..off + 8].copy_from_slice(&(buf.iova() + (ADAPTER_PAGE_SIZE * i) as u64).to_be_bytes());
         }
         let out = self.exec(&inp, create_eq_out::SIZE_BYTES)?;
         let eqn = create_eq_out::eq_number.get(&out) as u32;

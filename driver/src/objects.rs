@@ -17,6 +17,7 @@ use umlx_hwdesc::enums::{
     ArmRqOpMod, CmdOpcode, CqResizeFields, EventType, MkcAccessMode, ModifyCqOpMod, QpServiceType, QpState, RqType,
 };
 use umlx_hwdesc::ifc::*;
+use umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE;
 use umlx_hwdesc::plain::{cq as cqk, cqe64, eq as eqk, eqe, eqe_comp, mkey as mkeyk, wqe as wqek};
 
 fn report<B: Backend>(hca: &Hca<B>, what: &str, r: Result<Vec<u8>>) {
@@ -35,7 +36,7 @@ fn pas_bytes(buf: &mut [u8], start: usize, pages: impl Iterator<Item = u64>) {
 }
 
 fn pages_of<B: Backend>(buf: &DmaBuffer<B>) -> impl Iterator<Item = u64> + '_ {
-    (0..buf.len().div_ceil(4096)).map(move |i| buf.iova() + 4096 * i as u64)
+    (0..buf.len().div_ceil(ADAPTER_PAGE_SIZE)).map(move |i| buf.iova() + (ADAPTER_PAGE_SIZE * i) as u64)
 }
 
 /// A UAR page: doorbells for CQs and SQs.
@@ -58,7 +59,7 @@ impl<B: Backend> Uar<B> {
 
     /// BAR0 offset of the UAR page.
     pub fn bar_offset(&self) -> usize {
-        (self.index as usize) << 12
+        self.index as usize * umlx_hwdesc::plain::uar::UAR_PAGE_SIZE
     }
 
     /// The HCA.

@@ -6,8 +6,9 @@ use crate::Result;
 use crate::backend::Backend;
 use crate::dma::{DmaBuffer, DmaSpace, PAGE_2M};
 use std::sync::Arc;
+use umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE;
 
-const PAGES_PER_BLOCK: usize = PAGE_2M / 4096;
+const PAGES_PER_BLOCK: usize = PAGE_2M / ADAPTER_PAGE_SIZE;
 
 struct Block<B: Backend> {
     buf: DmaBuffer<B>,
@@ -59,7 +60,7 @@ impl<B: Backend> FwPages<B> {
                     let bit = (!b.used[w]).trailing_zeros() as usize;
                     b.used[w] |= 1 << bit;
                     b.count += 1;
-                    out.push(b.buf.iova() + ((w * 64 + bit) * 4096) as u64);
+                    out.push(b.buf.iova() + ((w * 64 + bit) * ADAPTER_PAGE_SIZE) as u64);
                 }
             }
         }
@@ -74,10 +75,10 @@ impl<B: Backend> FwPages<B> {
         };
         let b = &mut self.blocks[bi];
         let off = iova - b.buf.iova();
-        if !off.is_multiple_of(4096) {
+        if !off.is_multiple_of(ADAPTER_PAGE_SIZE as u64) {
             return false;
         }
-        let idx = (off / 4096) as usize;
+        let idx = (off / ADAPTER_PAGE_SIZE as u64) as usize;
         if b.used[idx / 64] & (1 << (idx % 64)) == 0 {
             return false;
         }

@@ -340,6 +340,9 @@ pub mod cmd {
 // Event queue entries
 // ---------------------------------------------------------------------------------------------
 
+/// An EQE's event payload (`eqe.data`), laid out by one of the `eqe_*` structures.
+pub type EqeData = [u8; 28];
+
 crate::plain! {
     /// Event queue entry (`mlx5_eqe`, 64 bytes). The event payload is `data`; the `eqe_*`
     /// structures below give its layouts (their offsets are relative to `data`, EQE byte 0x20).
@@ -355,7 +358,7 @@ crate::plain! {
         /// Reserved.
         rsvd2 @ 0x04: [u8; 28],
         /// Event payload.
-        data @ 0x20: [u8; 28],
+        data @ 0x20: EqeData,
         /// Reserved.
         rsvd3 @ 0x3c: U16,
         /// Entry signature.
@@ -711,6 +714,36 @@ pub struct FmCeSe {
     pub fm: u8,
 }
 
+/// The adapter page: the unit of firmware pages (MANAGE_PAGES), of the physical address (PAS)
+/// lists of queue buffers and of the `log_page_size` fields of queue contexts.
+pub mod page {
+    /// Log2 of the adapter page size (`MLX5_ADAPTER_PAGE_SHIFT`, Linux `device.h`).
+    pub const ADAPTER_PAGE_SHIFT: u32 = 12;
+    /// The adapter page size, 4 KiB (`MLX5_ADAPTER_PAGE_SIZE`).
+    pub const ADAPTER_PAGE_SIZE: usize = 1 << ADAPTER_PAGE_SHIFT;
+    /// The parts a queue buffer's page is divided into for its context's `page_offset` (CQC,
+    /// QPC, SRQC): the field counts parts of `page size / 64` bytes, so its unit grows with
+    /// `log_page_size` (Linux `mlx5_ib.h`: `page_offset_quantized * (page_size / scale) =
+    /// page_offset`, with scale 64 where `cq.c`, `qp.c` and `srq.c` fill the field).
+    pub const PAGE_OFFSET_PARTS: u64 = 64;
+
+    /// The page size of a queue context's `log_page_size` (as a shift).
+    pub const fn page_shift(log_page_size: u64) -> u32 {
+        ADAPTER_PAGE_SHIFT + log_page_size as u32
+    }
+
+    /// The byte offset a context's `page_offset` names in pages of `1 << page_shift` bytes.
+    pub const fn page_offset_bytes(page_offset: u64, page_shift: u32) -> u64 {
+        page_offset * ((1u64 << page_shift) / PAGE_OFFSET_PARTS)
+    }
+
+    /// The `page_offset` of a buffer that starts `bytes` into its first page (a whole number
+    /// of parts) in pages of `1 << page_shift` bytes.
+    pub const fn page_offset_field(bytes: u64, page_shift: u32) -> u64 {
+        bytes / ((1u64 << page_shift) / PAGE_OFFSET_PARTS)
+    }
+}
+
 /// Work queue entry constants.
 pub mod wqe {
     /// Send WQE basic block size (`MLX5_SEND_WQE_BB`).
@@ -846,7 +879,7 @@ pub mod uar {
     /// (`MLX5_DB_BLUEFLAME_BUFFER_SIZE`).
     pub const DB_BLUEFLAME_BUFFER_SIZE: usize = 0x100;
     /// UAR page size (adapter page).
-    pub const UAR_PAGE_SIZE: usize = 4096;
+    pub const UAR_PAGE_SIZE: usize = super::page::ADAPTER_PAGE_SIZE;
     /// CQ arm command: notify on solicited completions only (`MLX5_CQ_DB_REQ_NOT_SOL`).
     pub const CQ_DB_REQ_NOT_SOL: u32 = 1 << 24;
     /// CQ arm command: notify on the next completion (`MLX5_CQ_DB_REQ_NOT`).

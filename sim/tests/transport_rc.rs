@@ -283,3 +283,29 @@ fn rc_read_of_memory_the_responder_cannot_reach_is_a_remote_access_error() {
     assert_eq!(p.b.dev.page_accounting().iommu_faults, faults + 1);
     assert_eq!(p.b.dev.transport_stats().tx_packets, 1, "one NAK, no READ response");
 }
+
+/// A CQ context's `page_offset` counts 64ths of the CQ's page, whatever its size: with 8 KiB
+/// pages (`log_page_size` 1) and `page_offset` 3, the ring starts 384 bytes into the buffer
+/// (a 64-byte unit would put it at 192).
+#[test]
+fn a_cq_page_offset_counts_64ths_of_its_page() {
+    let fabric = Fabric::new(FabricConfig::default());
+    let mut a = Node::new(1, &fabric);
+    let mut b = Node::new(2, &fabric);
+    a.cq = create_cq_paged(&mut a.host, a.uar, a.eq.eqn, 6, 1, 3);
+    assert_eq!(a.cq.ring_at, 384);
+    let qa = a.create_qp(false, 8, 8);
+    let qb = b.create_qp(false, 8, 8);
+    let (ga, ma, gb, mb) = (a.gid, a.mac, b.gid, b.mac);
+    a.connect_rc(&qa, (&gb, mb, qb.qpn), RcParams::default());
+    b.connect_rc(&qb, (&ga, ma, qa.qpn), RcParams::default());
+    let mut p = RcPair { a, b, qa, qb, fabric };
+    p.a.mem.write(0, b"paged CQ");
+    let s = segs(&[&raddr_seg(p.b.va(0x3000), p.b.mkey), &data_seg(8, p.a.mkey, p.a.va(0))]);
+    let idx = p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
+    let c = p.a.poll_cq(); // reads the ring at byte 384
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, WRITE, idx));
+    assert_eq!(p.b.mem.to_vec(0x3000, 8), b"paged CQ");
+    let at_64_byte_unit = p.a.cq.buf.read_u8(192 + umlx_hwdesc::plain::cqe64::op_own);
+    assert_eq!(at_64_byte_unit, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID, "nothing written at byte 192");
+}

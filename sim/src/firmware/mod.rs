@@ -372,7 +372,7 @@ impl Hca {
                 }
             }
             o if o == iseg::CMD_DBELL as u64 => self.ring_cmd_doorbell(value),
-            o if o >= (FIRST_UAR_INDEX as u64) << 12 && o + 4 <= BAR0_SIZE => {
+            o if o >= (FIRST_UAR_INDEX as usize * uar::UAR_PAGE_SIZE) as u64 && o + 4 <= BAR0_SIZE => {
                 let uar = (o >> 12) as u32;
                 self.uar_write32(uar, (o & 0xfff) as u32, value);
             }
@@ -382,7 +382,7 @@ impl Hca {
 
     /// Writes a 64-bit BAR0 location (doorbells).
     pub fn bar_write64(&mut self, offset: u64, value: u64) {
-        if offset >= (FIRST_UAR_INDEX as u64) << 12 && offset + 8 <= BAR0_SIZE {
+        if offset >= (FIRST_UAR_INDEX as usize * uar::UAR_PAGE_SIZE) as u64 && offset + 8 <= BAR0_SIZE {
             let uar = (offset >> 12) as u32;
             self.uar_write64(uar, (offset & 0xfff) as u32, value);
         } else {

@@ -19,6 +19,7 @@ use umlx_hwdesc::enums::{
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain;
+use umlx_hwdesc::plain::page;
 
 /// A queue buffer: page list and page size.
 #[derive(Clone, Debug, Default)]
@@ -772,7 +773,7 @@ impl Hca {
         let log_size = ctx.inner(eqc::log_eq_size).get(input) as u32;
         let uar = ctx.inner(eqc::uar_page).get(input) as u32;
         let intr = ctx.inner(eqc::intr).get(input) as u32;
-        let log_page = ctx.inner(eqc::log_page_size).get(input) as u32;
+        let log_page = ctx.inner(eqc::log_page_size).get(input);
         let page_offset = ctx.inner(eqc::page_offset).get(input);
         if log_size as u64 > limits::LOG_MAX_EQ_SZ || log_page > 18 || page_offset != 0 {
             return Err(bad_param(op, sy::EXCEEDS_LIMIT));
@@ -783,8 +784,8 @@ impl Hca {
         if intr >= self.cfg.num_msix {
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
         }
-        let page_shift = 12 + log_page;
-        let npages = pages_for(64u64 << log_size, page_shift, 0);
+        let page_shift = page::page_shift(log_page);
+        let npages = pages_for((plain::eqe::SIZE as u64) << log_size, page_shift, 0);
         let pas = read_pas(op, input, create_eq_in::SIZE_BYTES, npages)?;
         let mut mask = [0u64; 4];
         for (i, m) in mask.iter_mut().enumerate() {
@@ -838,7 +839,7 @@ impl Hca {
         ctx.inner(eqc::log_eq_size).set(&mut o, eq.log_size as u64);
         ctx.inner(eqc::uar_page).set(&mut o, eq.uar as u64);
         ctx.inner(eqc::intr).set(&mut o, eq.intr as u64);
-        ctx.inner(eqc::log_page_size).set(&mut o, (eq.buf.page_shift - 12) as u64);
+        ctx.inner(eqc::log_page_size).set(&mut o, (eq.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
         ctx.inner(eqc::oi).set(&mut o, eq.oi as u64);
         ctx.inner(eqc::st).set(&mut o, if eq.armed { EqState::ARMED } else { EqState::FIRED }.0 as u64);
         ctx.inner(eqc::status).set(&mut o, if eq.overrun { EqStatus::EQ_WRITE_FAILURE } else { EqStatus::OK }.0 as u64);
@@ -855,7 +856,7 @@ impl Hca {
 
     /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it. Returns whether an EQ
     /// took it. `data` is the EQE's payload ([`event_data`] builds it from a payload structure).
-    pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &[u8; 28]) -> bool {
+    pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &plain::EqeData) -> bool {
         let t = ty.0 as usize;
         let Some(eqn) =
             self.objects.eqs.values().find(|e| t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0).map(|e| e.eqn)
@@ -866,7 +867,7 @@ impl Hca {
     }
 
     /// Writes one EQE on `eqn` and raises its interrupt if armed.
-    pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &[u8; 28]) -> bool {
+    pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &plain::EqeData) -> bool {
         let Some(eq) = self.objects.eqs.get_mut(&eqn) else { return false };
         if eq.overrun {
             return false;
@@ -953,9 +954,9 @@ impl Hca {
         if dbr % 8 != 0 {
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
         }
-        let page_shift = 12 + g(cqc::log_page_size) as u32;
-        let offset = g(cqc::page_offset) * 64;
-        let npages = pages_for(64u64 << log_size, page_shift, offset);
+        let page_shift = page::page_shift(g(cqc::log_page_size));
+        let offset = page::page_offset_bytes(g(cqc::page_offset), page_shift);
+        let npages = pages_for((plain::cqe64::SIZE as u64) << log_size, page_shift, offset);
         let pas = read_pas(op, input, create_cq_in::SIZE_BYTES, npages)?;
         let cqs = &self.objects.cqs;
         let cqn = alloc_num(|n| cqs.contains_key(&n), 1, 1 << limits::LOG_MAX_CQ).ok_or_else(|| no_res(op))?;
@@ -1009,8 +1010,8 @@ impl Hca {
         s(&mut o, cqc::log_cq_size, cq.log_size as u64);
         s(&mut o, cqc::uar_page, cq.uar as u64);
         s(&mut o, cqc::c_eqn_or_apu_element, cq.eqn as u64);
-        s(&mut o, cqc::log_page_size, (cq.buf.page_shift - 12) as u64);
-        s(&mut o, cqc::page_offset, cq.buf.offset / 64);
+        s(&mut o, cqc::log_page_size, (cq.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
+        s(&mut o, cqc::page_offset, page::page_offset_field(cq.buf.offset, cq.buf.page_shift));
         s(&mut o, cqc::oi, cq.oi as u64);
         s(
             &mut o,
@@ -1060,9 +1061,9 @@ impl Hca {
                 if log_size as u64 > limits::LOG_MAX_CQ_SZ {
                     return Err(bad_param(op, sy::EXCEEDS_LIMIT));
                 }
-                let page_shift = 12 + g(cqc::log_page_size) as u32;
-                let offset = g(cqc::page_offset) * 64;
-                let npages = pages_for(64u64 << log_size, page_shift, offset);
+                let page_shift = page::page_shift(g(cqc::log_page_size));
+                let offset = page::page_offset_bytes(g(cqc::page_offset), page_shift);
+                let npages = pages_for((plain::cqe64::SIZE as u64) << log_size, page_shift, offset);
                 let pas = read_pas(op, input, modify_cq_in::SIZE_BYTES, npages)?;
                 // The switch point: a RESIZE_CQ CQE in the old ring at the producer position; the
                 // driver copies the CQEs before it into the new ring. The producer counter goes on
@@ -1290,8 +1291,8 @@ impl Hca {
         if dbr % 4 != 0 {
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
         }
-        let page_shift = 12 + g(srqc::log_page_size) as u32;
-        let offset = g(srqc::page_offset) * 64;
+        let page_shift = page::page_shift(g(srqc::log_page_size));
+        let offset = page::page_offset_bytes(g(srqc::page_offset), page_shift);
         let npages = pages_for((1u64 << log_size) << stride_shift, page_shift, offset);
         let pas = read_pas(op, input, create_srq_in::SIZE_BYTES, npages)?;
         let srqs = &self.objects.srqs;
@@ -1347,7 +1348,7 @@ impl Hca {
         ctx.inner(srqc::lwm).set(&mut o, s.lwm as u64);
         ctx.inner(srqc::wqe_cnt).set(&mut o, (counter.wrapping_sub(s.consumed) & plain::dbr::WQ_COUNTER_MASK) as u64);
         ctx.inner(srqc::dbr_addr).set(&mut o, s.dbr);
-        ctx.inner(srqc::log_page_size).set(&mut o, (s.buf.page_shift - 12) as u64);
+        ctx.inner(srqc::log_page_size).set(&mut o, (s.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
         Ok(o)
     }
 
@@ -1421,9 +1422,9 @@ impl Hca {
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
         }
         let rq_bytes = if no_rq { 0 } else { (1u64 << log_rq_size) << rq_stride_shift };
-        let sq_bytes = if no_sq { 0 } else { 64u64 << log_sq };
-        let page_shift = 12 + g(qpc::log_page_size) as u32;
-        let offset = g(qpc::page_offset) * 64;
+        let sq_bytes = if no_sq { 0 } else { (plain::wqe::SEND_WQE_BB as u64) << log_sq };
+        let page_shift = page::page_shift(g(qpc::log_page_size));
+        let offset = page::page_offset_bytes(g(qpc::page_offset), page_shift);
         let npages = pages_for(rq_bytes + sq_bytes, page_shift, offset);
         let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
         let qps = &self.objects.qps;
@@ -1580,8 +1581,8 @@ impl Hca {
 }
 
 /// An EQE payload (`plain::eqe::data`) that starts with `payload` and is zero after it.
-pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutable)) -> [u8; 28] {
-    let mut data = [0u8; 28];
+pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutable)) -> plain::EqeData {
+    let mut data = plain::EqeData::default();
     let b = payload.as_bytes();
     data[..b.len()].copy_from_slice(b);
     data

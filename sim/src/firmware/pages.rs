@@ -13,7 +13,7 @@ use umlx_hwdesc::enums::{CmdOpcode, EventType, PagesOpMod};
 use umlx_hwdesc::ifc::*;
 
 /// Adapter page size.
-pub const PAGE: u64 = 4096;
+pub const PAGE: u64 = umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE as u64;
 
 /// Page accounting.
 #[derive(Debug, Default)]

@@ -9,8 +9,8 @@ use umlx_hwdesc::enums::{
 };
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::{
-    CqeOpOwn, cq as cq_consts, cqe64, dbr, err_cqe, mkey, uar as uar_page, wqe as w, wqe_atomic_seg, wqe_ctrl_seg,
-    wqe_data_seg, wqe_raddr_seg,
+    CqeOpOwn, cq as cq_consts, cqe64, dbr, err_cqe, mkey, page, uar as uar_page, wqe as w, wqe_atomic_seg,
+    wqe_ctrl_seg, wqe_data_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U32, U64};
 pub use umlx_sim::fabric::{Fabric, FabricConfig};
@@ -30,6 +30,8 @@ const LOG_RQ_STRIDE: u32 = RQ_WQE_SIZE.trailing_zeros() - w::RQ_STRIDE_UNIT_SHIF
 pub struct Cq {
     pub cqn: u32,
     pub buf: HostBuffer,
+    /// Where the ring starts in `buf` (what the CQ context's `page_offset` names).
+    pub ring_at: usize,
     pub dbr: HostBuffer,
     pub log: u32,
     pub ci: u32,
@@ -293,7 +295,7 @@ impl Node {
         let end = Instant::now() + timeout;
         loop {
             let n = 1u32 << self.cq.log;
-            let off = (self.cq.ci & (n - 1)) as usize * cqe64::SIZE;
+            let off = self.cq.ring_at + (self.cq.ci & (n - 1)) as usize * cqe64::SIZE;
             let op_own = CqeOpOwn::from_bits(self.cq.buf.read_u8(off + cqe64::op_own));
             let owner = (self.cq.ci >> self.cq.log) & 1 == 1;
             if CqeOpcode(op_own.opcode()) != CqeOpcode::INVALID && op_own.owner() == owner {
@@ -318,12 +320,22 @@ impl Node {
 
 /// Creates a CQ of 2^log entries (every `op_own` byte INVALID, owner 0).
 pub fn create_cq(host: &mut CmdHost, uar: u32, eqn: u32, log: u32) -> Cq {
-    let buf = host.alloc(cqe64::SIZE << log);
-    for i in 0..(1usize << log) {
-        buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cq_consts::CQE_OP_OWN_INVALID);
+    create_cq_paged(host, uar, eqn, log, 0, 0)
+}
+
+/// [`create_cq`] in pages of 4 KiB << `log_page_size`, the ring starting `page_offset` parts
+/// (a 64th of a page each) into its first page.
+pub fn create_cq_paged(host: &mut CmdHost, uar: u32, eqn: u32, log: u32, log_page_size: u64, page_offset: u64) -> Cq {
+    let page_shift = page::page_shift(log_page_size);
+    let ring_at = page::page_offset_bytes(page_offset, page_shift) as usize;
+    let page_bytes = 1usize << page_shift;
+    let buf = host.alloc((ring_at + (cqe64::SIZE << log)).next_multiple_of(page_bytes));
+    // Every 64-byte slot of the buffer, the ring's and those before it.
+    for at in (0..buf.len()).step_by(cqe64::SIZE) {
+        buf.write_u8(at + cqe64::op_own, cq_consts::CQE_OP_OWN_INVALID);
     }
     let dbr = host.alloc(64);
-    let pas = pages_of(&buf);
+    let pas: Vec<u64> = (0..buf.len() / page_bytes).map(|i| buf.iova() + (i * page_bytes) as u64).collect();
     let c = create_cq_in::cq_context;
     let o = host
         .exec(CmdOpcode::CREATE_CQ, 0, create_cq_in::SIZE_BYTES + 8 * pas.len(), create_cq_out::SIZE_BYTES, |i| {
@@ -331,10 +343,12 @@ pub fn create_cq(host: &mut CmdHost, uar: u32, eqn: u32, log: u32) -> Cq {
             c.inner(cqc::uar_page).set(i, uar as u64);
             c.inner(cqc::c_eqn_or_apu_element).set(i, eqn as u64);
             c.inner(cqc::dbr_addr).set(i, dbr.iova());
+            c.inner(cqc::log_page_size).set(i, log_page_size);
+            c.inner(cqc::page_offset).set(i, page_offset);
             put_pas(i, create_cq_in::SIZE_BYTES, &pas);
         })
         .expect("CREATE_CQ");
-    Cq { cqn: create_cq_out::cqn.get(&o) as u32, buf, dbr, log, ci: 0 }
+    Cq { cqn: create_cq_out::cqn.get(&o) as u32, buf, ring_at, dbr, log, ci: 0 }
 }
 
 /// Registers `mem` (VA = IOVA) with local write, remote read/write and atomic when `remote`.
