@@ -369,9 +369,9 @@ impl Gather {
     }
 
     /// Gives the inline data's buffer back to [`crate::buffers`].
-    pub fn release(self) {
+    pub fn release(&mut self) {
         if self.inline.capacity() != 0 {
-            crate::buffers::give(self.inline);
+            crate::buffers::give(std::mem::take(&mut self.inline));
         }
     }
 }

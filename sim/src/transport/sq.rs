@@ -472,8 +472,9 @@ impl Hca {
             }
             let bytes: &[u8] = if nbb > 1 { &longer } else { &first };
             let (opcode, index) = opcode_index(&ctrl);
-            // Parsed where it is queued (a descriptor is a few hundred bytes: not moved).
-            t.sq.push_back(blank_wqe(opcode, index, &ctrl));
+            // Built and parsed where it is queued (a descriptor is a few hundred bytes: not
+            // moved; `resize_with` writes the new one in place, where `push_back` copied it).
+            t.sq.resize_with(t.sq.len() + 1, || blank_wqe(opcode, index, &ctrl));
             let Some(wq) = t.sq.back_mut() else { return };
             if let Err(BadWqe(synd)) = self.parse_wqe(&t.path, bytes, ds, wq) {
                 self.objects.xport.stats.bad_wqes += 1;
@@ -637,23 +638,29 @@ impl Hca {
 
     /// Pops completed WQEs in order, writing their CQEs; a failed WQE at the front completes
     /// in error and moves the QP to error.
+    ///
+    /// The completed ones leave the queue together, dropped where they are: a `SendWqe` is a
+    /// few hundred bytes, and popping each one moved it out first.
     pub(crate) fn advance(&mut self, t: &mut QpTransport) {
-        while let Some(front) = t.sq.front() {
-            if let Some(synd) = front.err {
-                let wq = t.sq.pop_front().expect("front exists");
-                t.pump_from = t.pump_from.saturating_sub(1);
-                let path = t.path.clone();
-                self.error_cqe(&path, false, wq.opcode, wq.index, synd);
-                self.qp_to_error(t);
-                return;
+        let mut n = 0;
+        while let Some(w) = t.sq.get_mut(n) {
+            if w.err.is_some() || !(w.done || w.kind == Kind::Nop) {
+                break;
             }
-            if !(front.done || front.kind == Kind::Nop) {
-                return;
-            }
+            self.req_cqe(&t.path, w);
+            w.gather.release();
+            n += 1;
+        }
+        if n > 0 {
+            t.sq.drain(..n);
+            t.pump_from = t.pump_from.saturating_sub(n);
+        }
+        if let Some(synd) = t.sq.front().and_then(|w| w.err) {
             let wq = t.sq.pop_front().expect("front exists");
             t.pump_from = t.pump_from.saturating_sub(1);
-            self.req_cqe(&t.path, &wq);
-            wq.gather.release();
+            let path = t.path.clone();
+            self.error_cqe(&path, false, wq.opcode, wq.index, synd);
+            self.qp_to_error(t);
         }
     }
 
