@@ -363,6 +363,9 @@ pub struct Qp {
     /// Transport state (requester and responder), owned by `crate::transport`; boxed so that
     /// the transport takes it out and puts it back as a pointer. `None` only while taken.
     pub transport: Option<Box<crate::transport::QpTransport>>,
+    /// Whether the transport's timers watch this QP (it is in their set of timed QPs): kept
+    /// here so that handing a packet to the QP changes that set only when this changes.
+    pub timed: bool,
 }
 
 impl Qp {
@@ -1453,6 +1456,7 @@ impl Hca {
                 rq_consumed: 0,
                 sq_doorbell: 0,
                 transport: Some(Box::default()),
+                timed: false,
             },
         );
         let mut o = out(create_qp_out::SIZE_BYTES);

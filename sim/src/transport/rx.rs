@@ -37,8 +37,7 @@ impl Hca {
         self.objects.xport.stats.rx_packets += 1;
         let dgid = ip_to_gid(pkt.dst_ip());
         let qpn = pkt.bth.dest_qp;
-        let state = self.qp_state(qpn);
-        let Some(mut t) = self.take_transport(qpn) else {
+        let Some((state, mut t)) = self.take_transport_in_state(qpn) else {
             self.objects.xport.stats.rx_dropped += 1;
             return;
         };
@@ -722,6 +721,9 @@ impl Hca {
             after = Bound::Excluded(qpn);
             let Some(mut t) = self.take_transport(qpn) else {
                 self.objects.xport.timed.remove(&qpn);
+                if let Some(qp) = self.objects.qps.get_mut(&qpn) {
+                    qp.timed = false;
+                }
                 continue;
             };
             match self.qp_state(qpn) {

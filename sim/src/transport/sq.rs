@@ -42,6 +42,12 @@ impl Hca {
         self.objects.qps.get_mut(&qpn).and_then(|qp| qp.transport.take())
     }
 
+    /// [`Hca::take_transport`] with the QP's state, in one lookup.
+    pub(crate) fn take_transport_in_state(&mut self, qpn: u32) -> Option<(QpState, Box<QpTransport>)> {
+        let qp = self.objects.qps.get_mut(&qpn)?;
+        Some((qp.state, qp.transport.take()?))
+    }
+
     /// Puts a QP's transport state back and mirrors its counters into the QP.
     pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
@@ -50,13 +56,19 @@ impl Hca {
         qp.rq_consumed = t.rq_consumed;
         let err_rq = qp.state == QpState::ERR && !qp.no_rq;
         qp.transport = Some(t);
-        if due.is_none() && !err_rq {
-            self.objects.xport.timed.remove(&qpn);
-            return;
+        let timed = due.is_some() || err_rq;
+        if timed != qp.timed {
+            qp.timed = timed;
+            if timed {
+                self.objects.xport.timed.insert(qpn);
+            } else {
+                self.objects.xport.timed.remove(&qpn);
+            }
         }
-        self.objects.xport.timed.insert(qpn);
-        // A QP in error with a receive queue is flushed at the timers' next run.
-        self.note_due(due.unwrap_or_else(Instant::now));
+        if timed {
+            // A QP in error with a receive queue is flushed at the timers' next run.
+            self.note_due(due.unwrap_or_else(Instant::now));
+        }
     }
 
     pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
