@@ -732,6 +732,11 @@ pub mod page {
         ADAPTER_PAGE_SHIFT + log_page_size as u32
     }
 
+    /// The `log_page_size` of pages of `1 << page_shift` bytes (the inverse of [`page_shift`]).
+    pub const fn log_page_size(page_shift: u32) -> u64 {
+        (page_shift - ADAPTER_PAGE_SHIFT) as u64
+    }
+
     /// The byte offset a context's `page_offset` names in pages of `1 << page_shift` bytes.
     pub const fn page_offset_bytes(page_offset: u64, page_shift: u32) -> u64 {
         page_offset * ((1u64 << page_shift) / PAGE_OFFSET_PARTS)

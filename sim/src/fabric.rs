@@ -270,7 +270,12 @@ fn one_unicast_destination(ports: &[Weak<PortInner>], from: usize, frames: &[Vec
     if dst[0] & 1 != 0 || frames.iter().any(|f| f.get(0..6) != Some(dst)) {
         return None;
     }
-    ports.iter().filter(|w| w.as_ptr() as usize != from).filter_map(Weak::upgrade).find(|p| p.mac == dst)
+    others(ports, from).find(|p| p.mac == dst)
+}
+
+/// The live ports of `ports` other than the sender's (`from`).
+fn others(ports: &[Weak<PortInner>], from: usize) -> impl Iterator<Item = Arc<PortInner>> + '_ {
+    ports.iter().filter(move |w| w.as_ptr() as usize != from).filter_map(Weak::upgrade)
 }
 
 /// Queues `frame` at the ports of `ports` it is for (not the sender's, `from`), adding them to
@@ -288,11 +293,7 @@ fn deliver_to(
     // Each receiver but the last gets a copy; the last (the only one, for unicast) gets the
     // frame itself.
     let mut last: Option<Arc<PortInner>> = None;
-    for w in ports.iter() {
-        if w.as_ptr() as usize == from {
-            continue;
-        }
-        let Some(p) = w.upgrade() else { continue };
+    for p in others(ports, from) {
         if group || p.mac == dst {
             if let Some(prev) = last.replace(p) {
                 prev.enqueue(frame.clone(), checksums);

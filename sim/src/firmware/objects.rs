@@ -842,7 +842,7 @@ impl Hca {
         ctx.inner(eqc::log_eq_size).set(&mut o, eq.log_size as u64);
         ctx.inner(eqc::uar_page).set(&mut o, eq.uar as u64);
         ctx.inner(eqc::intr).set(&mut o, eq.intr as u64);
-        ctx.inner(eqc::log_page_size).set(&mut o, (eq.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
+        ctx.inner(eqc::log_page_size).set(&mut o, page::log_page_size(eq.buf.page_shift));
         ctx.inner(eqc::oi).set(&mut o, eq.oi as u64);
         ctx.inner(eqc::st).set(&mut o, if eq.armed { EqState::ARMED } else { EqState::FIRED }.0 as u64);
         ctx.inner(eqc::status).set(&mut o, if eq.overrun { EqStatus::EQ_WRITE_FAILURE } else { EqStatus::OK }.0 as u64);
@@ -1013,7 +1013,7 @@ impl Hca {
         s(&mut o, cqc::log_cq_size, cq.log_size as u64);
         s(&mut o, cqc::uar_page, cq.uar as u64);
         s(&mut o, cqc::c_eqn_or_apu_element, cq.eqn as u64);
-        s(&mut o, cqc::log_page_size, (cq.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
+        s(&mut o, cqc::log_page_size, page::log_page_size(cq.buf.page_shift));
         s(&mut o, cqc::page_offset, page::page_offset_field(cq.buf.offset, cq.buf.page_shift));
         s(&mut o, cqc::oi, cq.oi as u64);
         s(
@@ -1351,7 +1351,7 @@ impl Hca {
         ctx.inner(srqc::lwm).set(&mut o, s.lwm as u64);
         ctx.inner(srqc::wqe_cnt).set(&mut o, (counter.wrapping_sub(s.consumed) & plain::dbr::WQ_COUNTER_MASK) as u64);
         ctx.inner(srqc::dbr_addr).set(&mut o, s.dbr);
-        ctx.inner(srqc::log_page_size).set(&mut o, (s.buf.page_shift - page::ADAPTER_PAGE_SHIFT) as u64);
+        ctx.inner(srqc::log_page_size).set(&mut o, page::log_page_size(s.buf.page_shift));
         Ok(o)
     }
 

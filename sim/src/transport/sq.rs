@@ -39,7 +39,7 @@ impl Hca {
 
     /// Takes the transport state out of a QP (put it back with [`Hca::put_transport`]).
     pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<Box<QpTransport>> {
-        self.objects.qps.get_mut(&qpn).and_then(|qp| qp.transport.take())
+        self.take_transport_in_state(qpn).map(|(_, t)| t)
     }
 
     /// [`Hca::take_transport`] with the QP's state, in one lookup.

@@ -95,8 +95,9 @@ pub fn gid_v4(a: [u8; 4]) -> [u8; 16] {
     g
 }
 
-fn pages_of(buf: &HostBuffer) -> Vec<u64> {
-    (0..buf.len().div_ceil(4096)).map(|i| buf.iova() + 4096 * i as u64).collect()
+/// The addresses of `buf`'s pages of `page_bytes` (a PAS list).
+fn pages_of(buf: &HostBuffer, page_bytes: usize) -> Vec<u64> {
+    (0..buf.len().div_ceil(page_bytes)).map(|i| buf.iova() + (page_bytes * i) as u64).collect()
 }
 
 fn put_pas(input: &mut [u8], at: usize, pas: &[u64]) {
@@ -159,7 +160,7 @@ impl Node {
     pub fn create_qp(&mut self, ud: bool, log_sq: u32, log_rq: u32) -> Qp {
         let buf = self.host.alloc((RQ_WQE_SIZE << log_rq) + (w::SEND_WQE_BB << log_sq));
         let dbr = self.host.alloc(64);
-        let pas = pages_of(&buf);
+        let pas = pages_of(&buf, page::ADAPTER_PAGE_SIZE);
         let q = create_qp_in::qpc;
         let st = if ud { QpServiceType::UD } else { QpServiceType::RC };
         let (pd, uar, cqn) = (self.pd, self.uar, self.cq.cqn);
@@ -335,7 +336,7 @@ pub fn create_cq_paged(host: &mut CmdHost, uar: u32, eqn: u32, log: u32, log_pag
         buf.write_u8(at + cqe64::op_own, cq_consts::CQE_OP_OWN_INVALID);
     }
     let dbr = host.alloc(64);
-    let pas: Vec<u64> = (0..buf.len() / page_bytes).map(|i| buf.iova() + (i * page_bytes) as u64).collect();
+    let pas = pages_of(&buf, page_bytes);
     let c = create_cq_in::cq_context;
     let o = host
         .exec(CmdOpcode::CREATE_CQ, 0, create_cq_in::SIZE_BYTES + 8 * pas.len(), create_cq_out::SIZE_BYTES, |i| {
