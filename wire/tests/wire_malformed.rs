@@ -417,6 +417,47 @@ fn builder_rejects_invalid_input() {
     assert_eq!(p.trailer(), &[0, 0]);
 }
 
+/// A template refuses what its builder refuses: a bad field of the path when it is made, a bad
+/// packet when a frame is built of it (leaving nothing half built that looks valid).
+#[test]
+fn frame_template_rejects_what_the_builder_rejects() {
+    use umlx_wire::packet::{BuildError, ExtKind, Ipv6Header};
+    let v6 = |fl| {
+        let ip = Ipv6Header {
+            flow_label: fl,
+            ..Ipv6Header::new([0xfe80, 0, 0, 0, 0, 0, 0, 1].into(), [0xfe80, 0, 0, 0, 0, 0, 0, 2].into())
+        };
+        FrameBuilder::new([2; 6], [4; 6], umlx_wire::packet::IpHeader::Ipv6(ip), Bth::new(Opcode::RC_SEND_ONLY, 1, 2))
+    };
+    assert!(matches!(v6(1 << 20).template(), Err(BuildError::FieldRange { field: "flow label", .. })));
+    let t = v6(7).template().unwrap();
+    let none = ExtHeaders::default();
+    let mut v = Vec::new();
+    let write = Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 1, 2);
+    assert_eq!(
+        t.build_vec(&write, &none, &[1, 2], &mut v),
+        Err(BuildError::MissingHeader { opcode: Opcode::RC_RDMA_WRITE_ONLY, header: ExtKind::Reth })
+    );
+    let mut far = Bth::new(Opcode::RC_SEND_ONLY, 1, 2);
+    far.psn = 1 << 24;
+    assert!(matches!(t.build_vec(&far, &none, &[], &mut v), Err(BuildError::FieldRange { field: "BTH PSN", .. })));
+    assert!(matches!(
+        t.build_vec(&Bth::new(Opcode::RC_SEND_ONLY, 1, 2), &none, &vec![0; 70_000], &mut v),
+        Err(BuildError::TooLong { .. })
+    ));
+    // A fill that fails leaves `Ok(None)`; one that succeeds gives the builder's frame.
+    let send = Bth::new(Opcode::RC_SEND_ONLY, 9, 77);
+    assert_eq!(t.build_vec_filled(&send, &none, 5, &mut v, |_| false), Ok(None));
+    let n = t.build_vec_filled(&send, &none, 5, &mut v, |slot| {
+        slot.copy_from_slice(b"hello");
+        true
+    });
+    let want = FrameBuilder { bth: send, ..v6(7) }.with_payload(b"hello").to_vec().unwrap();
+    assert_eq!((n, &v[..]), (Ok(Some(want.len())), &want[..]));
+    let p = parse_frame_verified(&v).unwrap();
+    assert_eq!((p.payload, p.bth.psn, p.bth.pad_cnt), (&b"hello"[..], 77, 3));
+}
+
 #[test]
 #[cfg_attr(not(umlx_vectors), ignore = "needs ../shared/rocev2_vectors or UMLX_VECTORS=DIR")]
 fn wire_stats_count_by_reason() {

@@ -43,6 +43,11 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
                 let len =
                     FrameBuilder::from_packet(&p).build_into(&mut buf).unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
                 assert_eq!(&buf[..len], &frame[..], "{name} #{n} re-encodes differently");
+                // And from a template of its path, given the packet's own fields.
+                let t = FrameBuilder::from_packet(&p).template().unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
+                let mut v = vec![0xA5; 7];
+                let len = t.build_vec(&p.bth, &p.ext, p.payload, &mut v).unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
+                assert_eq!((len, &v[..]), (frame.len(), &frame[..]), "{name} #{n} differs built from a template");
                 check_deferred_checksums(&format!("{name} #{n}"), &frame);
             }
             Err(e) => {

@@ -46,6 +46,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::QpServiceType;
 use umlx_hwdesc::ifc::{ads, qpc};
+use umlx_wire::packet::{Bth, Checksums, FrameBuilder, FrameTemplate, Opcode};
 
 /// Largest number of unacknowledged PSNs the requester keeps in flight (rxe's value).
 pub const MAX_UNACKED_PSNS: u32 = 128;
@@ -146,6 +147,51 @@ pub struct HcaTransport {
     pub(crate) acks_pending: Vec<u32>,
     /// Counters.
     pub stats: TransportStats,
+    /// The frame templates of the paths sent on lately, by QPN ([`HcaTransport::template`]).
+    templates: [Option<(PathKey, FrameTemplate)>; TEMPLATE_SLOTS],
+}
+
+/// Slots of [`HcaTransport`]'s frame templates (direct-mapped by QPN).
+const TEMPLATE_SLOTS: usize = 8;
+
+/// What a frame's headers before its BTH are made of: the fields of a QP's path (or a UD
+/// WQE's address vector) and of the port that a [`FrameTemplate`] holds written out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PathKey {
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+    pub udp_sport: u16,
+    pub hop_limit: u8,
+    pub tclass: u8,
+    pub checksums: Checksums,
+}
+
+impl HcaTransport {
+    /// The frame template of `key` for a packet of QP `qpn`: the one kept in the QP's slot when
+    /// it was made of the same fields (a path changes rarely: at a QP's modify, a GID or MAC
+    /// change, or a UD WQE to another destination), otherwise a new one, kept there. `None`
+    /// when the builder refuses the path (not reached: the fields have no invalid values).
+    pub(crate) fn template(&mut self, qpn: u32, key: &PathKey) -> Option<FrameTemplate> {
+        let slot = &mut self.templates[qpn as usize % TEMPLATE_SLOTS];
+        if let Some((k, t)) = slot
+            && k == key
+        {
+            return Some(*t);
+        }
+        // The BTH is a placeholder: each frame of the template gets its packet's own.
+        let bth = Bth::new(Opcode::RC_SEND_ONLY, 0, 0);
+        let t = FrameBuilder::from_gids(key.smac, key.dmac, &key.sgid, &key.dgid, bth)
+            .with_udp_src_port(key.udp_sport)
+            .with_hop_limit(key.hop_limit)
+            .with_traffic_class(key.tclass)
+            .with_checksums(key.checksums)
+            .template()
+            .ok()?;
+        *slot = Some((*key, t));
+        Some(t)
+    }
 }
 
 /// What a QP's context says about its queues, its path and its transport parameters,
@@ -515,5 +561,52 @@ impl QpTransport {
     /// Send WQEs fetched and not yet completed.
     pub fn outstanding(&self) -> usize {
         self.sq.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+    use umlx_wire::packet::{ip_to_gid, parse_frame_verified};
+
+    fn key(dst: [u8; 4], sport: u16) -> PathKey {
+        PathKey {
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 2],
+            sgid: ip_to_gid(IpAddr::from([10, 0, 0, 1])),
+            dgid: ip_to_gid(IpAddr::from(dst)),
+            udp_sport: sport,
+            hop_limit: 64,
+            tclass: 0,
+            checksums: Checksums::Compute,
+        }
+    }
+
+    /// The frame a template gives for a SEND of QP `qpn`: its destination IP and UDP source port.
+    fn sent(x: &mut HcaTransport, qpn: u32, k: &PathKey) -> (IpAddr, u16) {
+        let t = x.template(qpn, k).expect("a valid path");
+        let mut f = Vec::new();
+        let bth = Bth::new(Opcode::RC_SEND_ONLY, 5, 1);
+        t.build_vec(&bth, &Default::default(), b"data", &mut f).expect("a valid packet");
+        let p = parse_frame_verified(&f).expect("a good frame");
+        (p.dst_ip(), p.udp_src_port())
+    }
+
+    /// A QP's template follows its path: a changed field makes a new one, and two QPs that
+    /// share a slot each get their own path's headers.
+    #[test]
+    fn a_template_is_used_only_for_the_path_it_was_made_of() {
+        let mut x = HcaTransport::default();
+        let (a, b) = (key([10, 0, 0, 2], 0xC001), key([10, 0, 0, 3], 0xC002));
+        assert_eq!(sent(&mut x, 1, &a), (IpAddr::from([10, 0, 0, 2]), 0xC001));
+        assert_eq!(sent(&mut x, 1, &a), (IpAddr::from([10, 0, 0, 2]), 0xC001));
+        // QP 1 + TEMPLATE_SLOTS shares QP 1's slot.
+        let other = 1 + TEMPLATE_SLOTS as u32;
+        assert_eq!(sent(&mut x, other, &b), (IpAddr::from([10, 0, 0, 3]), 0xC002));
+        assert_eq!(sent(&mut x, 1, &a), (IpAddr::from([10, 0, 0, 2]), 0xC001));
+        // A new source port (a modified QP) is a new path.
+        let a2 = PathKey { udp_sport: 0xC0FF, ..a };
+        assert_eq!(sent(&mut x, 1, &a2), (IpAddr::from([10, 0, 0, 2]), 0xC0FF));
     }
 }

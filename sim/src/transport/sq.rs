@@ -1,7 +1,9 @@
 //! Send queue: WQE fetch and parsing, the requester's packet generation, completions (CQEs),
 //! the QP error state with its flush, and the memory helpers shared with the receive side.
 
-use super::{Gather, Kind, Path, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp};
+use super::{
+    Gather, Kind, Path, PathKey, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp,
+};
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
 use std::collections::VecDeque;
@@ -13,7 +15,7 @@ use umlx_hwdesc::plain::{
     wqe_ctrl_seg, wqe_data_seg, wqe_inline_seg, wqe_raddr_seg,
 };
 use umlx_hwdesc::{U16, U32};
-use umlx_wire::packet::{AtomicEth, Bth, BuildError, Checksums, Deth, ExtHeaders, FrameBuilder, ImmDt, Opcode, Reth};
+use umlx_wire::packet::{AtomicEth, Bth, BuildError, Checksums, Deth, ExtHeaders, FrameTemplate, ImmDt, Opcode, Reth};
 use zerocopy::FromBytes;
 
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.
@@ -242,7 +244,7 @@ impl Hca {
 
     /// Builds one frame on the path (or UD destination) and queues it for the port.
     pub(crate) fn emit(&mut self, path: &Path, ud: Option<&UdDest>, bth: Bth, ext: ExtHeaders, payload: &[u8]) {
-        self.emit_built(path, ud, bth, ext, |_, b, f| b.with_payload(payload).build_vec(f).map(Some));
+        self.emit_built(path, ud, |_, t, f| t.build_vec(&bth, &ext, payload, f).map(Some));
     }
 
     /// [`Self::emit`] of a packet whose payload is bytes `range` of a WQE's payload, read
@@ -258,20 +260,19 @@ impl Hca {
         range: std::ops::Range<u64>,
     ) -> bool {
         let len = range.end.saturating_sub(range.start) as usize;
-        self.emit_built(path, ud, bth, ext, |hca, b, f| {
-            b.build_vec_filled(len, f, |slot| hca.gather(g, range.start, slot))
+        self.emit_built(path, ud, |hca, t, f| {
+            t.build_vec_filled(&bth, &ext, len, f, |slot| hca.gather(g, range.start, slot))
         })
     }
 
-    /// Builds one frame on the path (or UD destination) with `build` and queues it for the
-    /// port. False when `build` could not get the payload.
+    /// Builds one frame on the path (or UD destination) with `build`, given the path's
+    /// [`FrameTemplate`], and queues it for the port. False when `build` could not get the
+    /// payload.
     fn emit_built(
         &mut self,
         path: &Path,
         ud: Option<&UdDest>,
-        bth: Bth,
-        ext: ExtHeaders,
-        build: impl FnOnce(&mut Self, FrameBuilder<'_>, &mut Vec<u8>) -> Result<Option<usize>, BuildError>,
+        build: impl FnOnce(&mut Self, &FrameTemplate, &mut Vec<u8>) -> Result<Option<usize>, BuildError>,
     ) -> bool {
         let (sgid_index, rgid, rmac, sport, hop, tc) = match ud {
             Some(d) => (d.sgid_index, d.rgid, d.rmac, d.udp_sport, d.hop_limit, d.tclass),
@@ -283,21 +284,28 @@ impl Hca {
             self.objects.xport.stats.no_gid += 1;
             return true;
         };
-        let b = FrameBuilder::from_gids(self.vport.mac, rmac, &entry.gid, &rgid, bth)
-            .with_ext(ext)
-            .with_udp_src_port(sport)
-            .with_hop_limit(if hop == 0 { 64 } else { hop })
-            .with_traffic_class(tc)
-            // Left to the port unless its egress needs them now (see `crate::port`).
-            .with_checksums(if self.objects.xport.compute_checksums {
-                Checksums::Compute
-            } else {
-                self.objects.xport.outbox_deferred = true;
-                Checksums::Defer
-            });
+        // Left to the port unless its egress needs them now (see `crate::port`).
+        let xport = &mut self.objects.xport;
+        let checksums = if xport.compute_checksums {
+            Checksums::Compute
+        } else {
+            xport.outbox_deferred = true;
+            Checksums::Defer
+        };
+        let key = PathKey {
+            smac: self.vport.mac,
+            dmac: rmac,
+            sgid: entry.gid,
+            dgid: rgid,
+            udp_sport: sport,
+            hop_limit: if hop == 0 { 64 } else { hop },
+            tclass: tc,
+            checksums,
+        };
+        let Some(template) = xport.template(path.qpn, &key) else { return true };
         // Every byte of the frame is written (the builder's contract): no need to clear.
         let mut f = crate::buffers::take_stale();
-        match build(self, b, &mut f) {
+        match build(self, &template, &mut f) {
             Ok(Some(_)) => {
                 self.objects.xport.stats.tx_packets += 1;
                 self.objects.xport.outbox.push(f);

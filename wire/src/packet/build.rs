@@ -225,7 +225,7 @@ impl<'a> FrameBuilder<'a> {
 
     /// The PadCnt of the frame with a payload of `payload_len` bytes.
     fn pad_for(&self, payload_len: usize) -> u8 {
-        self.pad_cnt.unwrap_or((payload_len.wrapping_neg() & 3) as u8)
+        pad_of(self.pad_cnt, payload_len)
     }
 
     fn l3_kind(&self) -> L3Kind {
@@ -243,11 +243,7 @@ impl<'a> FrameBuilder<'a> {
 
     /// BTH through ICRC, in bytes, with a payload of `payload_len` bytes.
     fn transport_len_for(&self, payload_len: usize) -> usize {
-        Bth::LEN
-            + self.bth.opcode.headers().wire_len()
-            + payload_len
-            + usize::from(self.pad_for(payload_len))
-            + ICRC_LEN
+        transport_len_of(self.pad_cnt, &self.bth, payload_len)
     }
 
     /// Length of the frame [`build_into`](Self::build_into) would write (assuming the
@@ -264,48 +260,16 @@ impl<'a> FrameBuilder<'a> {
 
     /// [`Self::validate`] with a payload of `payload_len` bytes.
     fn validate_for(&self, payload_len: usize) -> Result<usize, BuildError> {
-        let opcode = self.bth.opcode;
-        let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
-        if let Some(header) = info.headers.first_difference(self.ext.present()) {
-            return Err(if info.headers.contains(header) {
-                BuildError::MissingHeader { opcode, header }
-            } else {
-                BuildError::UnexpectedHeader { opcode, header }
-            });
-        }
-        if !info.payload && payload_len != 0 {
-            return Err(BuildError::UnexpectedPayload { opcode, len: payload_len });
-        }
-        let range = |field: &'static str, value: u64, max: u64| {
-            if value > max { Err(BuildError::FieldRange { field, value, max }) } else { Ok(()) }
-        };
-        const M24: u64 = 0x00FF_FFFF;
-        range("BTH DestQP", self.bth.dest_qp.into(), M24)?;
-        range("BTH PSN", self.bth.psn.into(), M24)?;
-        range("BTH TVer", self.bth.tver.into(), 0xF)?;
-        range("PadCnt", self.pad_for(payload_len).into(), 3)?;
-        if let Some(d) = self.ext.deth {
-            range("DETH SrcQP", d.src_qp.into(), M24)?;
-        }
-        if let Some(a) = self.ext.aeth {
-            range("AETH MSN", a.msn.into(), M24)?;
-        }
-        if let Some(r) = self.ext.rdeth {
-            range("RDETH EE-Context", r.ee_context.into(), M24)?;
-        }
+        self.validate_path()?;
+        validate_packet(self.l3_kind(), self.pad_cnt, &self.bth, &self.ext, payload_len)
+    }
+
+    /// The checks of the fields every frame of a [`FrameTemplate`] shares.
+    fn validate_path(&self) -> Result<(), BuildError> {
         if let IpHeader::Ipv6(h) | IpHeader::Grh(h) = self.ip {
             range("flow label", h.flow_label.into(), 0xF_FFFF)?;
         }
-        let t = self.transport_len_for(payload_len);
-        let ip_len = match self.l3_kind() {
-            L3Kind::Ipv4 => 20 + 8 + t,
-            L3Kind::Ipv6 => 8 + t,
-            L3Kind::Grh => t,
-        };
-        if ip_len > usize::from(u16::MAX) {
-            return Err(BuildError::TooLong { len: ip_len });
-        }
-        Ok(t)
+        Ok(())
     }
 
     /// Writes the frame at the start of `buf` and returns its length. Nothing is allocated;
@@ -347,14 +311,20 @@ impl<'a> FrameBuilder<'a> {
         payload_len: usize,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Result<Option<usize>, BuildError> {
-        let total = self.frame_len_of(transport);
-        let have = buf.len();
-        let Some(out) = buf.get_mut(..total) else {
-            return Err(BuildError::BufferTooSmall { need: total, have });
-        };
-        let mut w = Writer { out, at: 0 };
-        let defer = self.defers_checksums();
+        self.template_unchecked().write_frame(buf, &self.bth, &self.ext, transport, payload_len, fill)
+    }
 
+    /// The headers every frame of this builder's path repeats, written once (see
+    /// [`FrameTemplate`]). Fails as [`Self::build_into`] would for a field of the path.
+    pub fn template(&self) -> Result<FrameTemplate, BuildError> {
+        self.validate_path()?;
+        Ok(self.template_unchecked())
+    }
+
+    /// [`Self::template`] of a builder already checked.
+    fn template_unchecked(&self) -> FrameTemplate {
+        let mut head = [0u8; FrameTemplate::HEAD_MAX];
+        let mut w = Writer { out: &mut head, at: 0 };
         // Ethernet.
         w.put(&self.eth.dst);
         w.put(&self.eth.src);
@@ -363,80 +333,51 @@ impl<'a> FrameBuilder<'a> {
             w.put(&tag.tci.to_be_bytes());
         }
         w.put(&self.ip.ethertype().to_be_bytes());
-
-        // L3 (+ UDP).
+        // L3 (+ UDP), their lengths and the IPv4 header checksum left for each frame.
         let l3 = w.at;
         let (kind, ip_hdr_len) = match self.ip {
             IpHeader::Ipv4(h) => {
-                let total_len = (20 + 8 + transport) as u16;
                 let mut hdr = [0u8; 20];
                 hdr[0] = 0x45;
                 hdr[1] = h.tos;
-                hdr[2..4].copy_from_slice(&total_len.to_be_bytes());
                 hdr[4..6].copy_from_slice(&h.id.to_be_bytes());
                 hdr[6] = if h.dont_fragment { 0x40 } else { 0 };
                 hdr[8] = h.ttl;
                 hdr[9] = IPPROTO_UDP;
                 hdr[12..16].copy_from_slice(&h.src.octets());
                 hdr[16..20].copy_from_slice(&h.dst.octets());
-                if !defer {
-                    inet::put_ipv4_header_checksum(&mut hdr);
-                }
                 w.put(&hdr);
                 (L3Kind::Ipv4, 20)
             }
             IpHeader::Ipv6(h) | IpHeader::Grh(h) => {
                 let v1 = matches!(self.ip, IpHeader::Grh(_));
-                let plen = if v1 { transport } else { 8 + transport } as u16;
                 let word0 = (6u32 << 28) | (u32::from(h.traffic_class) << 20) | h.flow_label;
                 w.put(&word0.to_be_bytes());
-                w.put(&plen.to_be_bytes());
+                w.put(&[0, 0]);
                 w.put(&[if v1 { GRH_NEXT_HEADER_IBA } else { IPPROTO_UDP }, h.hop_limit]);
                 w.put(&h.src.octets());
                 w.put(&h.dst.octets());
                 (if v1 { L3Kind::Grh } else { L3Kind::Ipv6 }, 40)
             }
         };
-        let udp_off = w.at;
         if kind != L3Kind::Grh {
             w.put(&self.udp_src_port.to_be_bytes());
             w.put(&ROCEV2_UDP_PORT.to_be_bytes());
-            w.put(&((8 + transport) as u16).to_be_bytes());
-            w.put(&[0, 0]);
+            w.put(&[0, 0, 0, 0]);
         }
-
-        // BTH, extension headers, payload, pad.
-        let bth_off = w.at;
-        let bth = Bth { pad_cnt: self.pad_for(payload_len), ..self.bth };
-        w.put(&bth.to_bytes());
-        for kind in self.bth.opcode.headers().iter() {
-            let at = w.at;
-            let end = at + kind.size();
-            if let Some(slot) = w.out.get_mut(at..end) {
-                self.ext.write(kind, slot);
-            }
-            w.at = end;
+        let head_len = w.at;
+        FrameTemplate {
+            head,
+            head_len: head_len as u8,
+            l3: l3 as u8,
+            ip_hdr_len: ip_hdr_len as u8,
+            kind,
+            ip: self.ip,
+            pad_cnt: self.pad_cnt,
+            pad_to_min_frame: self.pad_to_min_frame,
+            udp_checksum: kind != L3Kind::Grh && self.udp_checksum == UdpChecksum::Compute,
+            defer: self.defers_checksums(),
         }
-        if !w.fill(payload_len, fill) {
-            return Ok(None);
-        }
-        w.zero(usize::from(bth.pad_cnt));
-
-        // ICRC, then the UDP checksum (which covers the ICRC; the ICRC masks it).
-        let end = w.at + ICRC_LEN;
-        let icrc = if defer { 0 } else { icrc_of(w.out, &IcrcSpan { l3, ip_hdr_len, kind, bth: bth_off, end }) };
-        w.put(&icrc.to_le_bytes());
-        let want_udp_csum = kind != L3Kind::Grh && self.udp_checksum == UdpChecksum::Compute;
-        let udp_csum = match w.out.get(udp_off..end) {
-            Some(seg) if want_udp_csum => Some(udp_checksum(&self.ip, seg)),
-            _ => None,
-        };
-        if let (Some(csum), Some(slot)) = (udp_csum, w.out.get_mut(udp_off + 6..udp_off + 8)) {
-            slot.copy_from_slice(&csum.to_be_bytes());
-        }
-        let rest = total - w.at;
-        w.zero(rest);
-        Ok(Some(total))
     }
 
     /// Builds into `out`, replacing its contents (its capacity is reused: no allocation once
@@ -473,6 +414,210 @@ impl<'a> FrameBuilder<'a> {
     }
 }
 
+/// The PadCnt of a payload of `payload_len` bytes: `pad_cnt` when set, otherwise what pads it to
+/// a multiple of 4.
+fn pad_of(pad_cnt: Option<u8>, payload_len: usize) -> u8 {
+    pad_cnt.unwrap_or((payload_len.wrapping_neg() & 3) as u8)
+}
+
+/// BTH through ICRC, in bytes, of a packet with `bth` and a payload of `payload_len` bytes.
+fn transport_len_of(pad_cnt: Option<u8>, bth: &Bth, payload_len: usize) -> usize {
+    Bth::LEN + bth.opcode.headers().wire_len() + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN
+}
+
+/// The checks of one packet's fields (`bth`, `ext` and a payload of `payload_len` bytes) on a
+/// path of `kind` with the PadCnt policy `pad_cnt`; the length of its transport packet.
+fn validate_packet(
+    kind: L3Kind,
+    pad_cnt: Option<u8>,
+    bth: &Bth,
+    ext: &ExtHeaders,
+    payload_len: usize,
+) -> Result<usize, BuildError> {
+    let opcode = bth.opcode;
+    let info = opcode.info().ok_or(BuildError::UnknownOpcode { opcode })?;
+    if let Some(header) = info.headers.first_difference(ext.present()) {
+        return Err(if info.headers.contains(header) {
+            BuildError::MissingHeader { opcode, header }
+        } else {
+            BuildError::UnexpectedHeader { opcode, header }
+        });
+    }
+    if !info.payload && payload_len != 0 {
+        return Err(BuildError::UnexpectedPayload { opcode, len: payload_len });
+    }
+    const M24: u64 = 0x00FF_FFFF;
+    range("BTH DestQP", bth.dest_qp.into(), M24)?;
+    range("BTH PSN", bth.psn.into(), M24)?;
+    range("BTH TVer", bth.tver.into(), 0xF)?;
+    range("PadCnt", pad_of(pad_cnt, payload_len).into(), 3)?;
+    if let Some(d) = ext.deth {
+        range("DETH SrcQP", d.src_qp.into(), M24)?;
+    }
+    if let Some(a) = ext.aeth {
+        range("AETH MSN", a.msn.into(), M24)?;
+    }
+    if let Some(r) = ext.rdeth {
+        range("RDETH EE-Context", r.ee_context.into(), M24)?;
+    }
+    let t = transport_len_of(pad_cnt, bth, payload_len);
+    let ip_len = match kind {
+        L3Kind::Ipv4 => 20 + 8 + t,
+        L3Kind::Ipv6 => 8 + t,
+        L3Kind::Grh => t,
+    };
+    if ip_len > usize::from(u16::MAX) {
+        return Err(BuildError::TooLong { len: ip_len });
+    }
+    Ok(t)
+}
+
+fn range(field: &'static str, value: u64, max: u64) -> Result<(), BuildError> {
+    if value > max { Err(BuildError::FieldRange { field, value, max }) } else { Ok(()) }
+}
+
+/// The headers a sender repeats in every frame to one destination (Ethernet with its VLAN tag,
+/// IPv4, IPv6 or the GRH, and UDP), written once by [`FrameBuilder::template`]: a frame of it
+/// then costs only what changes per packet (the lengths, the BTH and extension headers, the
+/// payload and pad, and the integrity fields), as a NIC keeps a QP's address vector ready
+/// rather than composing it per packet. A frame of a template is byte for byte the frame of
+/// the builder it came from with that packet's BTH, extension headers and payload, checked the
+/// same way.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameTemplate {
+    /// Ethernet through UDP, lengths and IPv4 header checksum zero.
+    head: [u8; Self::HEAD_MAX],
+    /// Bytes of `head` used.
+    head_len: u8,
+    /// Offset of the IP header / GRH.
+    l3: u8,
+    /// Length of the IP header / GRH.
+    ip_hdr_len: u8,
+    kind: L3Kind,
+    /// The IP header (its addresses make the UDP checksum's pseudo-header).
+    ip: IpHeader,
+    /// The builder's PadCnt policy.
+    pad_cnt: Option<u8>,
+    /// The builder's padding to the Ethernet minimum.
+    pad_to_min_frame: bool,
+    /// Whether frames carry a computed UDP checksum.
+    udp_checksum: bool,
+    /// Whether the IPv4 header checksum and the ICRC are left to the sender.
+    defer: bool,
+}
+
+impl FrameTemplate {
+    /// Ethernet with a VLAN tag (18), an IPv6 header (40) and UDP (8).
+    const HEAD_MAX: usize = 18 + 40 + 8;
+
+    /// The frame of this path with `bth`, `ext` and a payload of `payload_len` bytes that `fill`
+    /// writes in place, built into `out` as [`FrameBuilder::build_vec_filled`] does.
+    pub fn build_vec_filled(
+        &self,
+        bth: &Bth,
+        ext: &ExtHeaders,
+        payload_len: usize,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<usize>, BuildError> {
+        let transport = validate_packet(self.kind, self.pad_cnt, bth, ext, payload_len)?;
+        out.resize(self.frame_len_of(transport), 0);
+        self.write_frame(out, bth, ext, transport, payload_len, fill)
+    }
+
+    /// The frame of this path with `bth`, `ext` and `payload`, built into `out` as
+    /// [`FrameBuilder::build_vec`] does.
+    pub fn build_vec(
+        &self,
+        bth: &Bth,
+        ext: &ExtHeaders,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<usize, BuildError> {
+        let put = |slot: &mut [u8]| {
+            slot.copy_from_slice(payload);
+            true
+        };
+        // The copy always succeeds: the frame is written whole.
+        Ok(self.build_vec_filled(bth, ext, payload.len(), out, put)?.unwrap_or(0))
+    }
+
+    /// The frame's length with a transport packet of `transport` bytes.
+    fn frame_len_of(&self, transport: usize) -> usize {
+        let n = usize::from(self.head_len) + transport;
+        if self.pad_to_min_frame { n.max(MIN_ETH_FRAME) } else { n }
+    }
+
+    /// [`FrameBuilder::write_frame`] on this path.
+    fn write_frame(
+        &self,
+        buf: &mut [u8],
+        bth: &Bth,
+        ext: &ExtHeaders,
+        transport: usize,
+        payload_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> bool,
+    ) -> Result<Option<usize>, BuildError> {
+        let total = self.frame_len_of(transport);
+        let have = buf.len();
+        let Some(out) = buf.get_mut(..total) else {
+            return Err(BuildError::BufferTooSmall { need: total, have });
+        };
+        let mut w = Writer { out, at: 0 };
+        let defer = self.defer;
+
+        // The path's headers, then their lengths (and the IPv4 header checksum).
+        w.put(self.head.get(..usize::from(self.head_len)).unwrap_or(&[]));
+        let (l3, kind, ip_hdr_len) = (usize::from(self.l3), self.kind, usize::from(self.ip_hdr_len));
+        let udp_off = l3 + ip_hdr_len;
+        match kind {
+            L3Kind::Ipv4 => {
+                w.put_at(l3 + 2, &((20 + 8 + transport) as u16).to_be_bytes());
+                if !defer && let Some(hdr) = w.out.get_mut(l3..l3 + 20) {
+                    inet::put_ipv4_header_checksum(hdr);
+                }
+            }
+            L3Kind::Ipv6 => w.put_at(l3 + 4, &((8 + transport) as u16).to_be_bytes()),
+            L3Kind::Grh => w.put_at(l3 + 4, &(transport as u16).to_be_bytes()),
+        }
+        if kind != L3Kind::Grh {
+            w.put_at(udp_off + 4, &((8 + transport) as u16).to_be_bytes());
+        }
+
+        // BTH, extension headers, payload, pad.
+        let bth_off = w.at;
+        let bth = Bth { pad_cnt: pad_of(self.pad_cnt, payload_len), ..*bth };
+        w.put(&bth.to_bytes());
+        for kind in bth.opcode.headers().iter() {
+            let at = w.at;
+            let end = at + kind.size();
+            if let Some(slot) = w.out.get_mut(at..end) {
+                ext.write(kind, slot);
+            }
+            w.at = end;
+        }
+        if !w.fill(payload_len, fill) {
+            return Ok(None);
+        }
+        w.zero(usize::from(bth.pad_cnt));
+
+        // ICRC, then the UDP checksum (which covers the ICRC; the ICRC masks it).
+        let end = w.at + ICRC_LEN;
+        let icrc = if defer { 0 } else { icrc_of(w.out, &IcrcSpan { l3, ip_hdr_len, kind, bth: bth_off, end }) };
+        w.put(&icrc.to_le_bytes());
+        let udp_csum = match w.out.get(udp_off..end) {
+            Some(seg) if self.udp_checksum => Some(udp_checksum(&self.ip, seg)),
+            _ => None,
+        };
+        if let Some(csum) = udp_csum {
+            w.put_at(udp_off + 6, &csum.to_be_bytes());
+        }
+        let rest = total - w.at;
+        w.zero(rest);
+        Ok(Some(total))
+    }
+}
+
 /// A cursor over the output frame. Writes past the end are dropped (the caller sized the
 /// buffer with `frame_len`, so this never happens; it only keeps the builder panic-free).
 struct Writer<'b> {
@@ -487,6 +632,14 @@ impl Writer<'_> {
             slot.copy_from_slice(b);
         }
         self.at += b.len();
+    }
+
+    /// Writes `b` at `at`, behind the cursor (a length or checksum of bytes written before).
+    #[inline(always)]
+    fn put_at(&mut self, at: usize, b: &[u8]) {
+        if let Some(slot) = self.out.get_mut(at..at + b.len()) {
+            slot.copy_from_slice(b);
+        }
     }
 
     /// Has `f` write the next `n` bytes in place; false when it did not.

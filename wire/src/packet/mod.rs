@@ -24,7 +24,7 @@ mod headers;
 mod opcode;
 mod parse;
 
-pub use build::{Checksums, FrameBuilder, MIN_ETH_FRAME, UdpChecksum, build_frame};
+pub use build::{Checksums, FrameBuilder, FrameTemplate, MIN_ETH_FRAME, UdpChecksum, build_frame};
 pub use error::{BuildError, Layer, WireError};
 pub use gid::{
     calc_flow_label, flow_label_to_udp_sport, gid_is_ipv4, gid_to_ip, gid_to_ipv4, initial_udp_sport, ip_to_gid,
