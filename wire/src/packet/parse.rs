@@ -46,6 +46,7 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
 
 /// Validates the Ethernet, IP and UDP headers of a RoCE frame and finds the BTH and the end
 /// of the IP packet. Shared by [`parse_frame`] and `icrc::compute`.
+#[inline(always)]
 pub(crate) fn locate(frame: &[u8]) -> Result<Located, WireError> {
     let len = frame.len();
     if len < 14 {
