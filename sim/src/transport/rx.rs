@@ -11,7 +11,7 @@ use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState};
 use umlx_hwdesc::plain::{cq, eqe_qp_srq, wqe as w, wqe_data_seg, wqe_srq_next_seg};
 use umlx_wire::packet::{
     AETH_ACK_UNLIMITED, Aeth, AethKind, AtomicAckEth, Bth, ExtHeaders, IpHeader, NakCode, Opcode, Operation, Position,
-    RocePacket, Transport, ip_to_gid,
+    RocePacket, Transport,
 };
 use zerocopy::FromBytes;
 
@@ -35,7 +35,7 @@ impl Hca {
     /// Processes one verified inbound RoCE packet.
     pub fn receive_packet(&mut self, pkt: &RocePacket<'_>, now: Instant) {
         self.objects.xport.stats.rx_packets += 1;
-        let dgid = ip_to_gid(pkt.dst_ip());
+        let dgid = pkt.ip.dst_gid();
         let qpn = pkt.bth.dest_qp;
         let Some((state, mut t)) = self.take_transport_in_state(qpn) else {
             self.objects.xport.stats.rx_dropped += 1;
@@ -53,7 +53,7 @@ impl Hca {
         match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
             (Transport::Ud, true, true) => self.ud_receive(&mut t, pkt),
             (Transport::Rc, false, true) => {
-                if ip_to_gid(pkt.src_ip()) != t.path.rgid || sgid != Some(dgid) {
+                if pkt.ip.src_gid() != t.path.rgid || sgid != Some(dgid) {
                     self.objects.xport.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
                     if state == QpState::RTS {

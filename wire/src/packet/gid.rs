@@ -90,4 +90,16 @@ mod tests {
         assert_eq!(gid_to_ip(&ip_to_gid(v6)), v6);
         assert!(!gid_is_ipv4(&ip_to_gid(v6)));
     }
+
+    /// A header's GIDs are those of its addresses, for each kind of L3 header.
+    #[test]
+    fn header_gids_map_their_addresses() {
+        use crate::packet::{IpHeader, Ipv4Header, Ipv6Header};
+        let v4 = IpHeader::Ipv4(Ipv4Header::new([10, 0, 0, 1].into(), [10, 0, 0, 2].into()));
+        let six = Ipv6Header::new("fe80::1".parse().unwrap(), "::ffff:10.0.0.9".parse().unwrap());
+        for h in [v4, IpHeader::Ipv6(six), IpHeader::Grh(six)] {
+            assert_eq!((h.src_gid(), h.dst_gid()), (ip_to_gid(h.src()), ip_to_gid(h.dst())), "{h:?}");
+        }
+        assert_eq!(&v4.dst_gid()[10..], &[0xFF, 0xFF, 10, 0, 0, 2]);
+    }
 }

@@ -218,6 +218,24 @@ impl IpHeader {
         }
     }
 
+    /// The source GID: [`ip_to_gid`](super::ip_to_gid) of [`Self::src`], read straight from
+    /// the header.
+    pub fn src_gid(&self) -> [u8; 16] {
+        match self {
+            IpHeader::Ipv4(h) => h.src.to_ipv6_mapped().octets(),
+            IpHeader::Ipv6(h) | IpHeader::Grh(h) => h.src.octets(),
+        }
+    }
+
+    /// The destination GID: [`ip_to_gid`](super::ip_to_gid) of [`Self::dst`], read straight
+    /// from the header.
+    pub fn dst_gid(&self) -> [u8; 16] {
+        match self {
+            IpHeader::Ipv4(h) => h.dst.to_ipv6_mapped().octets(),
+            IpHeader::Ipv6(h) | IpHeader::Grh(h) => h.dst.octets(),
+        }
+    }
+
     /// Header length on the wire (builder view: IPv4 without options).
     pub const fn len(&self) -> usize {
         match self {
