@@ -98,6 +98,29 @@ impl EngineClock {
         wake
     }
 
+    /// The engine woke at `now`, having planned (and noted) to look next at `planned`, and
+    /// found nothing waiting for it (`nothing_waits`: no frame, no posted write): when a thread
+    /// that ran the device left the timers due later than now, the engine need not take the
+    /// device. Then it looks again at that time (or at `planned`, if sooner), noted as its
+    /// plan: `Some(wake)`. `None` when it must take the device: something waits, the timers are
+    /// due, or no thread has left them yet.
+    ///
+    /// (Taking the device for nothing, the engine made an application that rang a doorbell
+    /// meanwhile post it for the engine, and the engine then ran the device for that
+    /// application, doorbell after doorbell, while the application waited for completions.)
+    fn engine_idle_until(&self, now: Instant, planned: Instant, nothing_waits: bool) -> Option<Instant> {
+        let due = match self.timers_due.load(Ordering::Relaxed) {
+            u64::MAX => return None,
+            due => self.epoch.checked_add(Duration::from_nanos(due))?,
+        };
+        if !nothing_waits || due <= now {
+            return None;
+        }
+        let wake = due.min(planned);
+        self.engine_plans(wake);
+        Some(wake)
+    }
+
     /// A thread lets go of the device with its timers due at `due`: whether the engine must be
     /// woken for them (it plans to look later, and is not running the device).
     fn leaving(&self, due: Instant) -> bool {
@@ -540,7 +563,9 @@ fn run_timers(h: &mut Hca, now: Instant) {
 /// It never queues for the device lock: a thread that holds it runs the device to completion,
 /// which takes the frames waiting and runs the timers when due, and looks again for posted
 /// writes and queued frames after it lets go. So the engine sleeps until the timers are next
-/// due (a millisecond at most); a run that leaves them due sooner than that wakes it.
+/// due (a millisecond at most); a run that leaves them due sooner than that wakes it. Waking
+/// to find no frame and no posted write waiting, and the timers left due later by a thread
+/// that ran the device meanwhile, it does not take the device at all.
 fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
@@ -548,8 +573,15 @@ fn engine(weak: Weak<Inner>) {
     loop {
         let Some(inner) = weak.upgrade() else { return };
         // Noted before the lock is tried: a holder that lets go later compares with it.
-        let planned = Instant::now() + ENGINE_IDLE_PARK;
+        let now = Instant::now();
+        let planned = now + ENGINE_IDLE_PARK;
         inner.clock.engine_plans(planned);
+        let nothing_waits = !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed);
+        if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits) {
+            drop(inner);
+            std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
+            continue;
+        }
         let wake = match inner.try_lock() {
             Some(mut h) => {
                 // While the engine runs the device, its own run need not wake it: it looks at
@@ -610,6 +642,32 @@ mod tests {
         // While the engine runs the device, nothing wakes it: it looks at the timers after.
         c.engine_runs();
         assert!(!c.leaving(now + Duration::from_micros(300)));
+    }
+
+    /// An engine that wakes to nothing while a thread that ran the device left the timers due
+    /// later leaves the device alone until then; it takes it when something waits, when the
+    /// timers are due, or when no thread has left them yet.
+    #[test]
+    fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
+        let c = EngineClock::new();
+        let now = Instant::now();
+        let planned = now + ENGINE_IDLE_PARK;
+        c.engine_plans(planned);
+        assert_eq!(c.engine_idle_until(now, planned, true), None, "no thread has run the timers yet");
+        let due = now + Duration::from_micros(300);
+        assert!(c.leaving(due), "due before the engine's plan: it is woken");
+        assert_eq!(c.engine_idle_until(now, planned, true), Some(due));
+        assert_eq!(c.engine_idle_until(now, planned, false), None, "a frame or a posted write waits");
+        assert_eq!(c.engine_idle_until(due, planned, true), None, "the timers are due");
+        // Its look at `due` is its plan: a thread leaving with the timers due then does not
+        // wake it, one leaving them due sooner does.
+        c.engine_plans(planned);
+        assert_eq!(c.engine_idle_until(now, planned, true), Some(due));
+        assert!(!c.leaving(due));
+        assert!(c.leaving(due - Duration::from_micros(100)));
+        // Timers left later than the engine's idle period: it looks at its plan.
+        c.leaving(now + 3 * ENGINE_IDLE_PARK);
+        assert_eq!(c.engine_idle_until(now, planned, true), Some(planned));
     }
 
     /// A held device with timers long past due (the holder runs them) or not armed: the engine
