@@ -309,3 +309,55 @@ fn a_cq_page_offset_counts_64ths_of_its_page() {
     let at_64_byte_unit = p.a.cq.buf.read_u8(192 + umlx_hwdesc::plain::cqe64::op_own);
     assert_eq!(at_64_byte_unit, umlx_hwdesc::plain::cq::CQE_OP_OWN_INVALID, "nothing written at byte 192");
 }
+
+/// A multi-packet WRITE whose MKey is destroyed between its packets. The responder translates
+/// the whole region once, at the first packet, and uses that translation for the packets after
+/// it only while no MKey has been destroyed since: the packet after the destroy is refused with
+/// a remote access NAK and none of its bytes land, though the first packet's translation
+/// covered them. The requester is played by the test, its frames injected at the port.
+#[test]
+fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
+    use umlx_hwdesc::enums::CmdOpcode;
+    use umlx_hwdesc::ifc::{destroy_mkey_in, destroy_mkey_out};
+    use umlx_hwdesc::plain::mkey;
+    use umlx_wire::packet::{Bth, ExtHeaders, FrameBuilder, Opcode, Reth};
+
+    let fabric = Fabric::perfect();
+    let mut b = Node::new(2, &fabric);
+    let qb = b.create_qp(false, 8, 8);
+    let (peer_mac, peer_ip, peer_qpn) = ([0x02, 0, 0, 0, 0, 0x99], [10, 77, 0, 99], 0x99);
+    b.connect_rc(&qb, (&gid_v4(peer_ip), peer_mac, peer_qpn), RcParams::default());
+    // The responder expects PSN 0xff_fff0 (`connect_rc`), MTU 256.
+    let (first_psn, mtu, at) = (0xff_fff0, 256usize, 0x2000usize);
+    let data = pattern(7, 3 * mtu);
+    let frame = |op: Opcode, k: u32, ext: ExtHeaders, payload: &[u8]| {
+        let b_ip = [10, 77, 0, 3];
+        FrameBuilder::ipv4(
+            peer_mac,
+            b.mac,
+            peer_ip.into(),
+            b_ip.into(),
+            Bth::new(op, qb.qpn, (first_psn + k) & 0xff_ffff),
+        )
+        .with_ext(ext)
+        .with_payload(payload)
+        .to_vec()
+        .expect("a valid frame")
+    };
+    let reth = Reth { va: b.va(at), rkey: b.mkey, dma_len: data.len() as u32 };
+    let first =
+        frame(Opcode::RC_RDMA_WRITE_FIRST, 0, ExtHeaders { reth: Some(reth), ..Default::default() }, &data[..mtu]);
+    b.dev.port().inject(first);
+    assert_eq!(b.mem.to_vec(at, mtu), &data[..mtu], "the first packet lands");
+
+    let naks = b.dev.transport_stats().err_naks_sent;
+    b.host
+        .exec(CmdOpcode::DESTROY_MKEY, 0, destroy_mkey_in::SIZE_BYTES, destroy_mkey_out::SIZE_BYTES, |i| {
+            destroy_mkey_in::mkey_index.set(i, mkey::index(b.mkey) as u64);
+        })
+        .expect("DESTROY_MKEY");
+    let middle = frame(Opcode::RC_RDMA_WRITE_MIDDLE, 1, ExtHeaders::default(), &data[mtu..2 * mtu]);
+    b.dev.port().inject(middle);
+    assert_eq!(b.mem.to_vec(at + mtu, mtu), vec![0; mtu], "nothing of the packet after the destroy lands");
+    assert_eq!(b.dev.transport_stats().err_naks_sent, naks + 1, "a remote access NAK answers it");
+}

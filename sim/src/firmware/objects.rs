@@ -428,6 +428,9 @@ pub struct Objects {
     pub qps: BTreeMap<u32, Qp>,
     /// Next variant byte seed for MKeys (the driver chooses the variant; kept for stats).
     pub mkeys_created: u64,
+    /// MKeys destroyed so far: a translation made earlier holds while this is unchanged (a
+    /// responder translates a multi-packet WRITE once, at its first packet).
+    pub mkeys_destroyed: u64,
     /// Device-wide transport state (outbound frames, timers, counters).
     pub xport: crate::transport::HcaTransport,
 }
@@ -1250,6 +1253,7 @@ impl Hca {
         if self.objects.mkeys.remove(&index).is_none() {
             return Err(bad_res(op));
         }
+        self.objects.mkeys_destroyed += 1;
         Ok(out(destroy_mkey_out::SIZE_BYTES))
     }
 

@@ -41,7 +41,7 @@
 mod rx;
 mod sq;
 
-use crate::firmware::objects::{Qp, QueueBuf};
+use crate::firmware::objects::{Chunks, Qp, QueueBuf};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::QpServiceType;
@@ -464,8 +464,9 @@ pub(crate) struct SendWqe {
 pub(crate) enum RecvMsg {
     /// A SEND into a receive WQE.
     Send { wqe: RecvWqe, offset: u32 },
-    /// An RDMA WRITE into an rkey region.
-    Write { rkey: u32, va: u64, len: u32, offset: u32 },
+    /// An RDMA WRITE into an rkey region; `whole`, the region's translation made at the first
+    /// packet, with the count of MKeys destroyed then (it holds while that count is unchanged).
+    Write { rkey: u32, va: u64, len: u32, offset: u32, whole: Option<(u64, Chunks)> },
 }
 
 /// A receive WQE's scatter list, (lkey, va, len) each: up to four without an allocation.

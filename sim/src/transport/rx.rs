@@ -280,7 +280,6 @@ impl Hca {
                 }
             }
             Operation::RdmaWrite => {
-                let mut whole = None;
                 if info.position.starts() {
                     if t.cur.is_some() {
                         return inval(0);
@@ -289,19 +288,18 @@ impl Hca {
                         return inval(0);
                     }
                     let Some(reth) = pkt.ext.reth else { return inval(0) };
+                    let mut whole = None;
                     if reth.dma_len > 0 {
                         match self.mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite)
                         {
-                            Ok(c) => whole = Some(c),
+                            Ok(c) => whole = Some((self.objects.mkeys_destroyed, c)),
                             Err(_) => return Err(Fail::Nak(NakCode::RemoteAccessErr, 0)),
                         }
                     }
                     // An immediate on ONLY needs the receive WQE before anything is written.
-                    t.cur = Some(RecvMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.dma_len, offset: 0 });
-                } else if !matches!(t.cur, Some(RecvMsg::Write { .. })) {
-                    return inval(0);
+                    t.cur = Some(RecvMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.dma_len, offset: 0, whole });
                 }
-                let Some(RecvMsg::Write { rkey, va, len, offset }) = t.cur.clone() else { return Err(Fail::Drop) };
+                let Some(RecvMsg::Write { rkey, va, len, offset, .. }) = t.cur else { return inval(0) };
                 let end = offset as u64 + pl.len() as u64;
                 if end > len as u64 || (info.position.ends() && end != len as u64) {
                     t.cur = None;
@@ -317,13 +315,20 @@ impl Hca {
                     None
                 };
                 if !pl.is_empty() {
-                    let va0 = va.wrapping_add(offset as u64);
-                    // A WRITE in one packet lands where the check of its RETH just translated.
-                    let chunks = match whole {
-                        Some(c) if offset == 0 && pl.len() == len as usize => Ok(c),
-                        _ => self.mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite),
+                    // The translation of the first packet serves every packet of the message
+                    // while no MKey has been destroyed since; otherwise the packet's own range
+                    // is translated (and refused if its key went away).
+                    let current = self.objects.mkeys_destroyed;
+                    let ok = match &t.cur {
+                        Some(RecvMsg::Write { whole: Some((made, c)), .. }) if *made == current => {
+                            self.write_chunks_from(c, offset as u64, pl)
+                        }
+                        _ => {
+                            let va0 = va.wrapping_add(offset as u64);
+                            let c = self.mkey_chunks(rkey, t.path.pd, va0, pl.len() as u64, Access::RemoteWrite);
+                            c.is_ok_and(|c| self.write_chunks(&c, pl))
+                        }
                     };
-                    let ok = chunks.ok().is_some_and(|c| self.write_chunks(&c[..], pl));
                     if !ok {
                         t.cur = None;
                         return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));

@@ -209,6 +209,31 @@ impl Hca {
         true
     }
 
+    /// [`Hca::write_chunks`] of `data` at byte `skip` of the region `chunks` translate. False,
+    /// as for a DMA fault, when `data` runs past the region.
+    pub(crate) fn write_chunks_from(&mut self, chunks: &[(u64, u64)], mut skip: u64, data: &[u8]) -> bool {
+        if !self.may_dma() {
+            return false;
+        }
+        let mut at = 0usize;
+        for &(iova, n) in chunks {
+            if at == data.len() {
+                break;
+            }
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let take = ((n - skip) as usize).min(data.len() - at);
+            if self.iommu.write(iova + skip, &data[at..at + take]).is_err() {
+                return false;
+            }
+            at += take;
+            skip = 0;
+        }
+        at == data.len()
+    }
+
     /// Scatters `data` at byte `offset` of the scatter list `sges` (checked against PD `pd`).
     /// Err(syndrome) on failure.
     pub(crate) fn scatter(&mut self, sges: &[(u32, u64, u32)], pd: u32, offset: u64, data: &[u8]) -> Result<(), u8> {
