@@ -248,6 +248,50 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
     Ok(e)
 }
 
+/// Has a whole window of `s`'s WRITEs wait at once for the responder (its device held while
+/// they are posted), then completes them: the deepest the stream's queues get (the
+/// requester's WQEs in flight, the responder's frames waiting), reached once in the warm-up.
+/// In the stream they get that deep only when the responder's device is busy as the frames
+/// come (its engine running its timers), rarely; the memory that depth first touches would
+/// otherwise count as growth whenever that happened first.
+fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
+    let what = "filling a window with the responder held";
+    let responder = b.ctx.sim_backend().ok_or_else(|| format!("{what}: adapter b is not a software ConnectX"))?;
+    let sge = [a.mr.sge(0, s.size as u32)];
+    let remote = Remote { addr: b.mr.addr() + BUF as u64, rkey: b.mr.rkey() };
+    let op = SendOp::Write { data: Payload::Sges(&sge), remote, imm: None };
+    let held = responder.device().lock();
+    let mut chain = Vec::with_capacity(s.signal as usize);
+    for first in (0..s.window).step_by(s.signal as usize) {
+        chain.clear();
+        for i in first..(first + s.signal).min(s.window) {
+            let sig = (i + 1) % s.signal == 0 || i + 1 == s.window;
+            chain.push(SendWr { wr_id: i, op, flags: if sig { SendFlags::SIGNALED } else { SendFlags(0) } });
+        }
+        a.qp.post_send(&chain).map_err(|e| format!("{what}: post_send: {e}"))?;
+    }
+    drop(held);
+    let mut wc = [Wc::default(); 32];
+    let start = Instant::now();
+    let mut done = 0;
+    while done < s.window {
+        let got = a.cq.poll(&mut wc);
+        for w in &wc[..got] {
+            if w.status != WcStatus::Success {
+                return Err(format!("{what}: WR {} completed with {}", w.wr_id, w.status));
+            }
+            done = w.wr_id + 1;
+        }
+        if got == 0 {
+            if start.elapsed() > STALL {
+                return Err(format!("{what}: {done} of {} WRs completed in {} s", s.window, STALL.as_secs()));
+            }
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
 /// The resident memory of this process (VmRSS, KiB).
 fn rss_kib() -> Result<u64, String> {
     let s = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
@@ -274,6 +318,7 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     let warm = WARMUP.min(msgs);
     say(&format!("in process: {warm} 64-byte RDMA WRITEs (warm-up)"));
     write_stream(&mut a, &b, Stream { msgs: warm, ..small })?;
+    fill_window(&mut a, &b, small)?;
     let rss_kib_after_warmup = rss_kib()?;
     say(&format!("in process: {msgs} 64-byte RDMA WRITEs"));
     let t = write_stream(&mut a, &b, small)?;
@@ -894,8 +939,9 @@ fn print_table(rows: &[Row], ip: &InProcess) {
         println!("{:<38} {:>12.prec$} {:<8} {:>12} {:>8} {:>6}", r.label, r.value, r.unit, target, ratio, result);
     }
     println!(
-        "\n64 B: {} messages (after {} warm-up), window 256, every 32nd signaled; 64 KiB: {} bytes, window 16, \
-         every 4th signaled; the last message's bytes verified at the remote end of both.",
+        "\n64 B: {} messages (after {} warm-up and one full window held at the responder), window 256, every 32nd \
+         signaled; 64 KiB: {} bytes, window 16, every 4th signaled; the last message's bytes verified at the \
+         remote end of both.",
         ip.write64_msgs,
         WARMUP.min(ip.write64_msgs),
         ip.write64k_bytes
