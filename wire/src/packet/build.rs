@@ -422,7 +422,7 @@ fn pad_of(pad_cnt: Option<u8>, payload_len: usize) -> u8 {
 
 /// BTH through ICRC, in bytes, of a packet with `bth` and a payload of `payload_len` bytes.
 fn transport_len_of(pad_cnt: Option<u8>, bth: &Bth, payload_len: usize) -> usize {
-    Bth::LEN + bth.opcode.headers().wire_len() + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN
+    bth.opcode.header_len().unwrap_or(Bth::LEN) + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN
 }
 
 /// The checks of one packet's fields (`bth`, `ext` and a payload of `payload_len` bytes) on a
@@ -460,7 +460,7 @@ fn validate_packet(
     if let Some(r) = ext.rdeth {
         range("RDETH EE-Context", r.ee_context.into(), M24)?;
     }
-    let t = transport_len_of(pad_cnt, bth, payload_len);
+    let t = info.header_len() + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN;
     let ip_len = match kind {
         L3Kind::Ipv4 => 20 + 8 + t,
         L3Kind::Ipv6 => 8 + t,

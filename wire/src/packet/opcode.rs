@@ -268,12 +268,14 @@ pub struct OpcodeInfo {
     pub headers: HeaderSet,
     /// Whether the packet may carry a payload.
     pub payload: bool,
+    /// BTH plus extension headers, in bytes: computed with the table, not at each use.
+    header_bytes: u8,
 }
 
 impl OpcodeInfo {
     /// BTH plus extension headers, in bytes (rxe's `header_size` minus the L2/L3/L4 part).
     pub const fn header_len(&self) -> usize {
-        12 + self.headers.wire_len()
+        self.header_bytes as usize
     }
 }
 
@@ -304,6 +306,7 @@ macro_rules! opcode_table {
                     position: Position::$pos,
                     headers: HeaderSet::of(&[$(ExtKind::$h),*]),
                     payload: $pl,
+                    header_bytes: (12 + HeaderSet::of(&[$(ExtKind::$h),*]).wire_len()) as u8,
                 });
             )*
             t
