@@ -99,7 +99,8 @@ impl EngineClock {
     }
 
     /// The engine woke at `now`, having planned (and noted) to look next at `planned`, and
-    /// found nothing waiting for it (`nothing_waits`: no frame, no posted write): when a thread
+    /// found nothing waiting for it (`nothing_waits`: no frame, no posted write, no ACK left
+    /// unsent): when a thread
     /// that ran the device left the timers due later than now, the engine need not take the
     /// device. Then it looks again at that time (or at `planned`, if sooner), noted as its
     /// plan: `Some(wake)`. `None` when it must take the device: something waits, the timers are
@@ -576,7 +577,10 @@ fn engine(weak: Weak<Inner>) {
         let now = Instant::now();
         let planned = now + ENGINE_IDLE_PARK;
         inner.clock.engine_plans(planned);
-        let nothing_waits = !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed);
+        // Frames, posted writes, or ACKs a polling application left unsent (they wait at most
+        // until this look: `Port::acks_may_wait`).
+        let nothing_waits =
+            !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed) && !inner.port.acks_deferred();
         if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits) {
             drop(inner);
             std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));

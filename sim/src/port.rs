@@ -605,6 +605,12 @@ impl Port {
         POLLING.get() == Arc::as_ptr(&self.inner).addr()
     }
 
+    /// Whether the device left ACKs unsent for a polling application ([`Port::acks_may_wait`]):
+    /// work for the engine's next look if the application does not send them first.
+    pub(crate) fn acks_deferred(&self) -> bool {
+        self.inner.acks_deferred.load(Ordering::Relaxed)
+    }
+
     /// Sends the device's coalesced ACKs (into its outbox): what each run of the device does
     /// before it sends, unless [`Port::acks_may_wait`].
     #[inline]
