@@ -384,9 +384,7 @@ impl<'a> FrameBuilder<'a> {
     /// it has grown to the largest frame). The frame's bytes are written over what `out` held,
     /// not cleared first: only bytes past its old length are zeroed before being written.
     pub fn build_vec(&self, out: &mut Vec<u8>) -> Result<usize, BuildError> {
-        let transport = self.validate()?;
-        out.resize(self.frame_len_of(transport), 0);
-        self.write_frame_of_payload(out, transport)
+        self.template()?.build_vec(&self.bth, &self.ext, self.payload, out)
     }
 
     /// [`Self::build_vec`] of a frame whose payload, `payload_len` bytes in place of the
@@ -400,16 +398,13 @@ impl<'a> FrameBuilder<'a> {
         out: &mut Vec<u8>,
         fill: impl FnOnce(&mut [u8]) -> bool,
     ) -> Result<Option<usize>, BuildError> {
-        let transport = self.validate_for(payload_len)?;
-        out.resize(self.frame_len_of(transport), 0);
-        self.write_frame(out, transport, payload_len, fill)
+        self.template()?.build_vec_filled(&self.bth, &self.ext, payload_len, out, fill)
     }
 
     /// Builds into a new vector (of the frame's exact length: one allocation).
     pub fn to_vec(&self) -> Result<Vec<u8>, BuildError> {
-        let transport = self.validate()?;
-        let mut v = vec![0u8; self.frame_len_of(transport)];
-        self.write_frame_of_payload(&mut v, transport)?;
+        let mut v = Vec::new();
+        self.build_vec(&mut v)?;
         Ok(v)
     }
 }
@@ -450,7 +445,8 @@ fn validate_packet(
     range("BTH DestQP", bth.dest_qp.into(), M24)?;
     range("BTH PSN", bth.psn.into(), M24)?;
     range("BTH TVer", bth.tver.into(), 0xF)?;
-    range("PadCnt", pad_of(pad_cnt, payload_len).into(), 3)?;
+    let pad = pad_of(pad_cnt, payload_len);
+    range("PadCnt", pad.into(), 3)?;
     if let Some(d) = ext.deth {
         range("DETH SrcQP", d.src_qp.into(), M24)?;
     }
@@ -460,7 +456,7 @@ fn validate_packet(
     if let Some(r) = ext.rdeth {
         range("RDETH EE-Context", r.ee_context.into(), M24)?;
     }
-    let t = info.header_len() + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN;
+    let t = info.header_len() + payload_len + usize::from(pad) + ICRC_LEN;
     let ip_len = match kind {
         L3Kind::Ipv4 => 20 + 8 + t,
         L3Kind::Ipv6 => 8 + t,
