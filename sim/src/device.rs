@@ -91,18 +91,25 @@ impl EngineClock {
     /// second on a busy device.) Lowering the plan loses no wake: a holder that reads the
     /// lower plan and does not wake the engine has its timers due no sooner than that look.
     fn engine_wake_when_held(&self, now: Instant, planned: Instant) -> Instant {
-        let due = self.timers_due.load(Ordering::Relaxed);
-        let due = self.epoch.checked_add(Duration::from_nanos(due)).unwrap_or(planned);
+        let due = self.published_due().unwrap_or(planned);
         let wake = due.min(planned).max(now + ENGINE_MIN_PARK);
         self.engine_plans(wake);
         wake
     }
 
+    /// When the timers are due as the last thread to let go of the device left them; `None`
+    /// before any thread has.
+    fn published_due(&self) -> Option<Instant> {
+        match self.timers_due.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            due => self.epoch.checked_add(Duration::from_nanos(due)),
+        }
+    }
+
     /// The engine woke at `now`, having planned (and noted) to look next at `planned`, and
     /// found nothing waiting for it (`nothing_waits`: no frame, no posted write, no ACK left
-    /// unsent): when a thread
-    /// that ran the device left the timers due later than now, the engine need not take the
-    /// device. Then it looks again at that time (or at `planned`, if sooner), noted as its
+    /// unsent): when a thread that ran the device left the timers due later than now, the
+    /// engine need not take the device. Then it looks again at that time (or at `planned`, if sooner), noted as its
     /// plan: `Some(wake)`. `None` when it must take the device: something waits, the timers are
     /// due, or no thread has left them yet.
     ///
@@ -110,10 +117,7 @@ impl EngineClock {
     /// meanwhile post it for the engine, and the engine then ran the device for that
     /// application, doorbell after doorbell, while the application waited for completions.)
     fn engine_idle_until(&self, now: Instant, planned: Instant, nothing_waits: bool) -> Option<Instant> {
-        let due = match self.timers_due.load(Ordering::Relaxed) {
-            u64::MAX => return None,
-            due => self.epoch.checked_add(Duration::from_nanos(due))?,
-        };
+        let due = self.published_due()?;
         if !nothing_waits || due <= now {
             return None;
         }

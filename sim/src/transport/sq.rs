@@ -192,25 +192,13 @@ impl Hca {
         true
     }
 
-    /// DMA-writes `data` over IOVA chunks.
+    /// DMA-writes `data` over IOVA chunks (a translation of exactly its length).
     pub(crate) fn write_chunks(&mut self, chunks: &[(u64, u64)], data: &[u8]) -> bool {
-        if !self.may_dma() {
-            return false;
-        }
-        let mut off = 0usize;
-        for &(iova, n) in chunks {
-            let n = n as usize;
-            let Some(part) = data.get(off..off + n) else { return false };
-            if self.iommu.write(iova, part).is_err() {
-                return false;
-            }
-            off += n;
-        }
-        true
+        self.write_chunks_from(chunks, 0, data)
     }
 
-    /// [`Hca::write_chunks`] of `data` at byte `skip` of the region `chunks` translate. False,
-    /// as for a DMA fault, when `data` runs past the region.
+    /// DMA-writes `data` at byte `skip` of the region `chunks` translate. False, as for a DMA
+    /// fault, when `data` runs past the region.
     pub(crate) fn write_chunks_from(&mut self, chunks: &[(u64, u64)], mut skip: u64, data: &[u8]) -> bool {
         if !self.may_dma() {
             return false;
