@@ -199,28 +199,14 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
             if posted + n == s.msgs {
                 a.mr.write(0, &last).map_err(|e| format!("writing the last message's pattern: {e}"))?;
             }
-            chain.clear();
-            for i in posted..posted + n {
-                let sig = (i + 1) % s.signal == 0 || i + 1 == s.msgs;
-                chain.push(SendWr { wr_id: i, op, flags: if sig { SendFlags::SIGNALED } else { SendFlags(0) } });
-            }
+            chain_of(&mut chain, op, posted..posted + n, s.signal, s.msgs);
             a.qp.post_send(&chain).map_err(|e| format!("{}: post_send: {e}", what(done)))?;
             posted += n;
         }
         let got = a.cq.poll(&mut wc);
         for w in &wc[..got] {
-            if w.status != WcStatus::Success || w.opcode != WcOpcode::RdmaWrite {
-                return Err(format!(
-                    "{}: WR {} completed with {} ({:?}, vendor syndrome {:#x})",
-                    what(done),
-                    w.wr_id,
-                    w.status,
-                    w.opcode,
-                    w.vendor_err
-                ));
-            }
             // Completions are cumulative: every WR up to this one is done.
-            done = w.wr_id + 1;
+            done = write_completed(w, || what(done))?;
         }
         if got > 0 {
             idle = 0;
@@ -248,6 +234,32 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
     Ok(e)
 }
 
+/// Fills `chain` with `op` as WRs `ids`: every `signal`-th signaled, and WR `count - 1`, the
+/// stream's last.
+fn chain_of<'a>(chain: &mut Vec<SendWr<'a>>, op: SendOp<'a>, ids: std::ops::Range<u64>, signal: u64, count: u64) {
+    chain.clear();
+    for i in ids {
+        let sig = (i + 1) % signal == 0 || i + 1 == count;
+        chain.push(SendWr { wr_id: i, op, flags: if sig { SendFlags::SIGNALED } else { SendFlags(0) } });
+    }
+}
+
+/// The WR count a completion of the stream says is done (completions are cumulative), or the
+/// error it reports (`what`: where in the stream) if it is not a successful RDMA WRITE.
+fn write_completed(w: &Wc, what: impl FnOnce() -> String) -> Result<u64, String> {
+    if w.status != WcStatus::Success || w.opcode != WcOpcode::RdmaWrite {
+        return Err(format!(
+            "{}: WR {} completed with {} ({:?}, vendor syndrome {:#x})",
+            what(),
+            w.wr_id,
+            w.status,
+            w.opcode,
+            w.vendor_err
+        ));
+    }
+    Ok(w.wr_id + 1)
+}
+
 /// Has a whole window of `s`'s WRITEs wait at once for the responder (its device held while
 /// they are posted), then completes them: the deepest the stream's queues get (the
 /// requester's WQEs in flight, the responder's frames waiting), reached once in the warm-up.
@@ -263,11 +275,7 @@ fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
     let held = responder.device().lock();
     let mut chain = Vec::with_capacity(s.signal as usize);
     for first in (0..s.window).step_by(s.signal as usize) {
-        chain.clear();
-        for i in first..(first + s.signal).min(s.window) {
-            let sig = (i + 1) % s.signal == 0 || i + 1 == s.window;
-            chain.push(SendWr { wr_id: i, op, flags: if sig { SendFlags::SIGNALED } else { SendFlags(0) } });
-        }
+        chain_of(&mut chain, op, first..(first + s.signal).min(s.window), s.signal, s.window);
         a.qp.post_send(&chain).map_err(|e| format!("{what}: post_send: {e}"))?;
     }
     drop(held);
@@ -277,10 +285,7 @@ fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
     while done < s.window {
         let got = a.cq.poll(&mut wc);
         for w in &wc[..got] {
-            if w.status != WcStatus::Success {
-                return Err(format!("{what}: WR {} completed with {}", w.wr_id, w.status));
-            }
-            done = w.wr_id + 1;
+            done = write_completed(w, || what.to_string())?;
         }
         if got == 0 {
             if start.elapsed() > STALL {
