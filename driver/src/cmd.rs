@@ -13,6 +13,7 @@ use crate::{Error, Result};
 use std::sync::Arc;
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, DeliveryStatus};
 use umlx_hwdesc::ifc::{mbox_in, mbox_out};
+use umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE;
 use umlx_hwdesc::plain::{cmd as cmdk, cmd_layout as ent, cmd_prot_block as blk, iseg};
 
 /// Bytes of a message carried inline in the queue entry.
@@ -32,7 +33,7 @@ struct Chain<B: Backend> {
 
 impl<B: Backend> Chain<B> {
     fn new(space: &Arc<DmaSpace<B>>, blocks: usize) -> Result<Chain<B>> {
-        let buf = DmaBuffer::new(space, (blocks.max(1) * BLOCK_STRIDE).next_multiple_of(4096), false)?;
+        let buf = DmaBuffer::new(space, (blocks.max(1) * BLOCK_STRIDE).next_multiple_of(ADAPTER_PAGE_SIZE), false)?;
         // Link the blocks once: next pointers and block numbers never change.
         for i in 0..blocks {
             let off = i * BLOCK_STRIDE;
@@ -83,7 +84,7 @@ impl<B: Backend> CmdQueue<B> {
                 ),
             });
         }
-        let page = DmaBuffer::new(space, 4096, false)?;
+        let page = DmaBuffer::new(space, ADAPTER_PAGE_SIZE, false)?;
         Ok(CmdQueue { backend: backend.clone(), space: space.clone(), page, log_stride, size: 1 << log_size })
     }
 

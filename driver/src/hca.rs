@@ -466,9 +466,9 @@ impl<B: Backend> Hca<B> {
     /// The device's current capabilities.
     pub fn caps(&self) -> Caps {
         self.caps.lock().unwrap_or_else(|e| e.into_inner()).clone().unwrap_or(Caps {
-            general: vec![0; 4096],
-            roce: vec![0; 4096],
-            atomic: vec![0; 4096],
+            general: vec![0; query_hca_cap_out::capability.size_bytes()],
+            roce: vec![0; query_hca_cap_out::capability.size_bytes()],
+            atomic: vec![0; query_hca_cap_out::capability.size_bytes()],
         })
     }
 
@@ -1109,7 +1109,7 @@ mod roce_caps_tests {
     use super::*;
 
     fn caps(versions: RoceVersionCaps) -> Vec<u8> {
-        let mut r = vec![0u8; 4096];
+        let mut r = vec![0u8; query_hca_cap_out::capability.size_bytes()];
         roce_cap::roce_version.set(&mut r, versions.bits() as u64);
         r
     }

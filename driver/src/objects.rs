@@ -177,11 +177,11 @@ impl<B: Backend> CompEq<B> {
         // rounded up to a power of two, so the device never overruns while the driver drains.
         let n = ((1usize << log_size) + eqk::NUM_SPARE_EQE as usize).next_power_of_two();
         let log_size = n.trailing_zeros();
-        let buf = DmaBuffer::new(hca.dma_space(), (n * eqk::EQE_SIZE).max(4096), false)?;
+        let buf = DmaBuffer::new(hca.dma_space(), (n * eqk::EQE_SIZE).max(ADAPTER_PAGE_SIZE), false)?;
         for i in 0..n {
             buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
         }
-        let npages = buf.len().div_ceil(4096);
+        let npages = buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         let uar = hca.uar();
         let out = hca.command(
             CmdOpcode::CREATE_EQ,
@@ -464,8 +464,12 @@ pub struct QueueMem<B: Backend> {
 impl<B: Backend> QueueMem<B> {
     fn new(hca: &Arc<Hca<B>>, bytes: usize) -> Result<Arc<QueueMem<B>>> {
         Ok(Arc::new(QueueMem {
-            buf: DmaBuffer::new(hca.dma_space(), bytes.max(4096).next_multiple_of(4096), false)?,
-            dbr: DmaBuffer::new(hca.dma_space(), 4096, false)?,
+            buf: DmaBuffer::new(
+                hca.dma_space(),
+                bytes.max(ADAPTER_PAGE_SIZE).next_multiple_of(ADAPTER_PAGE_SIZE),
+                false,
+            )?,
+            dbr: DmaBuffer::new(hca.dma_space(), ADAPTER_PAGE_SIZE, false)?,
         }))
     }
 }
@@ -507,7 +511,7 @@ impl<B: Backend> Cq<B> {
             mem.buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cqk::CQE_OP_OWN_INVALID)?; // INVALID, owner 0
         }
         let eqn = eq.as_ref().map(|e| e.eqn()).unwrap_or_else(|| hca.async_eqn());
-        let npages = mem.buf.len().div_ceil(4096);
+        let npages = mem.buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         let uar = hca.uar();
         let out = hca.command(
             CmdOpcode::CREATE_CQ,
@@ -553,11 +557,11 @@ impl<B: Backend> Cq<B> {
             return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
         }
         let n = 1usize << log_size;
-        let buf = DmaBuffer::new(self.hca.dma_space(), (n * cqe64::SIZE).max(4096), false)?;
+        let buf = DmaBuffer::new(self.hca.dma_space(), (n * cqe64::SIZE).max(ADAPTER_PAGE_SIZE), false)?;
         for i in 0..n {
             buf.write_u8(i * cqe64::SIZE + cqe64::op_own, cqk::CQE_OP_OWN_INVALID)?;
         }
-        let npages = buf.len().div_ceil(4096);
+        let npages = buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         self.hca.command(
             CmdOpcode::MODIFY_CQ,
             ModifyCqOpMod::RESIZE.0,
@@ -623,7 +627,7 @@ impl<B: Backend> Srq<B> {
             let next = ((i + 1) & ((1 << log_size) - 1)) as u16;
             mem.buf.write_u16_be((i << stride_shift) + 2, next)?;
         }
-        let npages = mem.buf.len().div_ceil(4096);
+        let npages = mem.buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         let out = hca.command(
             CmdOpcode::CREATE_SRQ,
             0,
@@ -780,7 +784,7 @@ impl<B: Backend> Qp<B> {
         let rq_bytes = if srq.is_some() { 0 } else { (1usize << config.log_rq_size) << config.rq_stride_shift };
         let sq_bytes = 64usize << config.log_sq_size;
         let mem = QueueMem::new(&hca, rq_bytes + sq_bytes)?;
-        let npages = mem.buf.len().div_ceil(4096);
+        let npages = mem.buf.len().div_ceil(ADAPTER_PAGE_SIZE);
         let out = hca.command(
             CmdOpcode::CREATE_QP,
             0,

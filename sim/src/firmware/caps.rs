@@ -17,7 +17,7 @@ use umlx_hwdesc::enums::{
 use umlx_hwdesc::ifc::*;
 
 /// Size of the capability area in QUERY_HCA_CAP / SET_HCA_CAP.
-pub const CAP_AREA: usize = 4096;
+pub const CAP_AREA: usize = query_hca_cap_out::capability.size_bytes();
 
 /// Fields of the general capabilities a driver may set: (field, rule).
 #[derive(Clone, Copy)]

@@ -9,7 +9,7 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::objects::event_data;
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
-use umlx_hwdesc::enums::{CmdOpcode, EventType, PortChangeSubtype};
+use umlx_hwdesc::enums::{CmdOpcode, EventType, IbMtu, PortChangeSubtype};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain;
 
@@ -66,13 +66,10 @@ impl Vport {
     /// the largest of 256..4096 not above MTU - 80... rounded to the enum).
     pub fn active_ib_mtu(&self) -> u8 {
         let usable = self.mtu.saturating_sub(80);
-        match usable {
-            4096.. => 5,
-            2048.. => 4,
-            1024.. => 3,
-            512.. => 2,
-            _ => 1,
-        }
+        let fits = [IbMtu::MTU_4096, IbMtu::MTU_2048, IbMtu::MTU_1024, IbMtu::MTU_512]
+            .into_iter()
+            .find(|m| m.bytes().is_some_and(|b| usable >= b));
+        fits.unwrap_or(IbMtu::MTU_256).0
     }
 }
 
@@ -281,5 +278,27 @@ impl Hca {
             }
         }
         Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_active_ib_mtu_is_the_largest_that_fits_the_ethernet_mtu_with_roce_headers() {
+        let mut v = Vport::new(&SimConfig::default());
+        for (eth_mtu, ib_mtu) in [
+            (9000, IbMtu::MTU_4096),
+            (4176, IbMtu::MTU_4096),
+            (4175, IbMtu::MTU_2048),
+            (1500, IbMtu::MTU_1024),
+            (1103, IbMtu::MTU_512),
+            (591, IbMtu::MTU_256),
+            (0, IbMtu::MTU_256),
+        ] {
+            v.mtu = eth_mtu;
+            assert_eq!(v.active_ib_mtu(), ib_mtu.0, "Ethernet MTU {eth_mtu}");
+        }
     }
 }
