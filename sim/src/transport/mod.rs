@@ -168,6 +168,16 @@ pub(crate) struct PathKey {
     pub checksums: Checksums,
 }
 
+/// What the packets on a path are built on ([`crate::firmware::Hca::egress`]).
+pub(crate) enum Egress {
+    /// The path's headers.
+    Frames(FrameTemplate),
+    /// The path's source GID entry is gone: its packets are lost (and counted).
+    NoGid,
+    /// The builder refuses the path (not reached: its fields have no invalid values).
+    Refused,
+}
+
 impl HcaTransport {
     /// The frame template of `key` for a packet of QP `qpn`: the one kept in the QP's slot when
     /// it was made of the same fields (a path changes rarely: at a QP's modify, a GID or MAC

@@ -442,6 +442,7 @@ impl Hca {
         let mtu = u64::from(t.path.mtu);
         let len = u64::from(len);
         let npkts = len.div_ceil(mtu).max(1) as u32;
+        let egress = self.egress(&t.path, None);
         for k in from..npkts {
             let off = u64::from(k) * mtu;
             let op = match (npkts == 1, k == 0, k + 1 == npkts) {
@@ -457,7 +458,7 @@ impl Hca {
             }
             // The range was checked readable before the first response (`Hca::read_source`); a
             // mapping removed since then ends the responses, and the requester's retry asks again.
-            if !self.emit_gathered(&t.path, None, bth, ext, data, off..(off + mtu).min(len)) {
+            if !self.emit_gathered_on(&egress, bth, ext, data, off..(off + mtu).min(len)) {
                 return;
             }
         }

@@ -2,7 +2,8 @@
 //! the QP error state with its flush, and the memory helpers shared with the receive side.
 
 use super::{
-    Gather, Kind, Path, PathKey, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp,
+    Egress, Gather, Kind, Path, PathKey, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add,
+    psn_cmp,
 };
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
@@ -257,7 +258,8 @@ impl Hca {
 
     /// Builds one frame on the path (or UD destination) and queues it for the port.
     pub(crate) fn emit(&mut self, path: &Path, ud: Option<&UdDest>, bth: Bth, ext: ExtHeaders, payload: &[u8]) {
-        self.emit_built(path, ud, |_, t, f| t.build_vec(&bth, &ext, payload, f).map(Some));
+        let egress = self.egress(path, ud);
+        self.emit_built(&egress, |_, t, f| t.build_vec(&bth, &ext, payload, f).map(Some));
     }
 
     /// [`Self::emit`] of a packet whose payload is bytes `range` of a WQE's payload, read
@@ -272,39 +274,40 @@ impl Hca {
         g: &mut Gather,
         range: std::ops::Range<u64>,
     ) -> bool {
+        let egress = self.egress(path, ud);
+        self.emit_gathered_on(&egress, bth, ext, g, range)
+    }
+
+    /// [`Self::emit_gathered`] on an [`Egress`] already looked up: what a run of packets on
+    /// one path (a message's, a burst's) builds on.
+    pub(crate) fn emit_gathered_on(
+        &mut self,
+        egress: &Egress,
+        bth: Bth,
+        ext: ExtHeaders,
+        g: &mut Gather,
+        range: std::ops::Range<u64>,
+    ) -> bool {
         let len = range.end.saturating_sub(range.start) as usize;
-        self.emit_built(path, ud, |hca, t, f| {
+        self.emit_built(egress, |hca, t, f| {
             t.build_vec_filled(&bth, &ext, len, f, |slot| hca.gather(g, range.start, slot))
         })
     }
 
-    /// Builds one frame on the path (or UD destination) with `build`, given the path's
-    /// [`FrameTemplate`], and queues it for the port. False when `build` could not get the
-    /// payload.
-    fn emit_built(
-        &mut self,
-        path: &Path,
-        ud: Option<&UdDest>,
-        build: impl FnOnce(&mut Self, &FrameTemplate, &mut Vec<u8>) -> Result<Option<usize>, BuildError>,
-    ) -> bool {
+    /// What the packets on the path (or UD destination) are built on now: its source GID
+    /// entry's [`FrameTemplate`]. It holds while the device runs on (a GID, a MAC or a QP
+    /// changes only by a command, between runs).
+    pub(crate) fn egress(&mut self, path: &Path, ud: Option<&UdDest>) -> Egress {
         let (sgid_index, rgid, rmac, sport, hop, tc) = match ud {
             Some(d) => (d.sgid_index, d.rgid, d.rmac, d.udp_sport, d.hop_limit, d.tclass),
             None => (path.sgid_index, path.rgid, path.rmac, path.udp_sport, path.hop_limit, path.tclass),
         };
         let Some(entry) = self.vport.gids.get(sgid_index).copied().flatten() else {
-            // The GID entry went away: counted, and the packet lost as on a wire
-            // (retransmission or the retry limit follows).
-            self.objects.xport.stats.no_gid += 1;
-            return true;
+            return Egress::NoGid;
         };
         // Left to the port unless its egress needs them now (see `crate::port`).
         let xport = &mut self.objects.xport;
-        let checksums = if xport.compute_checksums {
-            Checksums::Compute
-        } else {
-            xport.outbox_deferred = true;
-            Checksums::Defer
-        };
+        let checksums = if xport.compute_checksums { Checksums::Compute } else { Checksums::Defer };
         let key = PathKey {
             smac: self.vport.mac,
             dmac: rmac,
@@ -315,10 +318,35 @@ impl Hca {
             tclass: tc,
             checksums,
         };
-        let Some(template) = xport.template(path.qpn, &key) else { return true };
+        match xport.template(path.qpn, &key) {
+            Some(t) => Egress::Frames(t),
+            None => Egress::Refused,
+        }
+    }
+
+    /// Builds one frame on `egress` with `build`, given its [`FrameTemplate`], and queues it
+    /// for the port. False when `build` could not get the payload.
+    fn emit_built(
+        &mut self,
+        egress: &Egress,
+        build: impl FnOnce(&mut Self, &FrameTemplate, &mut Vec<u8>) -> Result<Option<usize>, BuildError>,
+    ) -> bool {
+        let template = match egress {
+            Egress::Frames(t) => t,
+            Egress::NoGid => {
+                // The GID entry went away: counted, and the packet lost as on a wire
+                // (retransmission or the retry limit follows).
+                self.objects.xport.stats.no_gid += 1;
+                return true;
+            }
+            Egress::Refused => return true,
+        };
+        if template.defers_checksums() {
+            self.objects.xport.outbox_deferred = true;
+        }
         // Every byte of the frame is written (the builder's contract): no need to clear.
         let mut f = crate::buffers::take_stale();
-        match build(self, &template, &mut f) {
+        match build(self, template, &mut f) {
             Ok(Some(_)) => {
                 self.objects.xport.stats.tx_packets += 1;
                 self.objects.xport.outbox.push(f);
@@ -756,6 +784,8 @@ impl Hca {
             sq.iter().take(i).any(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && !w.done)
         };
         let mut rd_outstanding = None;
+        // Looked up at the first packet, for all this pump sends.
+        let mut egress = None;
         let mut i = t.pump_from.min(t.sq.len());
         while i < t.sq.len() {
             let (kind, fence, started, complete, err) = {
@@ -780,7 +810,7 @@ impl Hca {
                 }
                 *n += 1;
             }
-            if !self.send_packets(t, i, &path) {
+            if !self.send_packets(t, i, &path, &mut egress) {
                 break;
             }
             i += 1;
@@ -796,8 +826,9 @@ impl Hca {
         t.path = path;
     }
 
-    /// Sends the unsent packets of WQE `i` while the window allows. True when all are sent.
-    fn send_packets(&mut self, t: &mut QpTransport, i: usize, path: &Path) -> bool {
+    /// Sends the unsent packets of WQE `i` while the window allows, on `egress` (looked up at
+    /// its first packet when `None`). True when all are sent.
+    fn send_packets(&mut self, t: &mut QpTransport, i: usize, path: &Path, egress: &mut Option<Egress>) -> bool {
         let mtu = path.mtu;
         loop {
             let w = &t.sq[i];
@@ -869,8 +900,12 @@ impl Hca {
                 t.noack_pkts = 0;
             }
             bth.se = last && w.solicited && (w.kind == Kind::Send || imm_op);
+            let egress = match egress {
+                Some(e) => e,
+                None => egress.insert(self.egress(path, None)),
+            };
             let w = &mut t.sq[i];
-            if !self.emit_gathered(path, None, bth, ext, &mut w.gather, payload_range) {
+            if !self.emit_gathered_on(egress, bth, ext, &mut w.gather, payload_range) {
                 w.err = Some(CqeSyndrome::LOCAL_PROT_ERR.0);
                 return false;
             }

@@ -506,6 +506,12 @@ impl FrameTemplate {
     /// Ethernet with a VLAN tag (18), an IPv6 header (40) and UDP (8).
     const HEAD_MAX: usize = 18 + 40 + 8;
 
+    /// Whether its frames leave the IPv4 header checksum and the ICRC to their sender
+    /// ([`Checksums::Defer`]).
+    pub fn defers_checksums(&self) -> bool {
+        self.defer
+    }
+
     /// The frame of this path with `bth`, `ext` and a payload of `payload_len` bytes that `fill`
     /// writes in place, built into `out` as [`FrameBuilder::build_vec_filled`] does.
     pub fn build_vec_filled(
