@@ -28,6 +28,7 @@
 
 use crate::fabric::{FabricShared, Reached};
 use crate::firmware::Hca;
+use crate::transport::RxHold;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufWriter;
@@ -430,6 +431,12 @@ impl Port {
         self.inner.inject(frame, Checksums::Compute);
     }
 
+    /// [`Port::inject`] of frames that arrive together: the device takes them as one burst.
+    pub fn inject_burst(&self, frames: impl IntoIterator<Item = Vec<u8>>) {
+        self.inner.enqueue_all(frames.into_iter(), Checksums::Compute);
+        self.inner.notify();
+    }
+
     /// Sends frames on the wire (the device calls it under its own lock: it takes only port and
     /// fabric locks, never a device lock).
     pub fn transmit(&self, mut frames: Vec<Vec<u8>>) {
@@ -556,6 +563,7 @@ impl Port {
         }
         // The port's counters are taken once for the batch (their lock is not per frame).
         let mut counted = WireStats::new();
+        let mut hold = RxHold::default();
         for RxFrame { bytes: f, checksums } in frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
@@ -582,9 +590,10 @@ impl Port {
             };
             counted.record_rx(f.len(), &verdict);
             if let Ok(p) = &verdict {
-                hca.receive_packet(p, now);
+                hca.receive_held(&mut hold, p, now);
             }
         }
+        hca.release(hold);
         lock(&self.inner.stats).add(&counted);
         // The ACKs these frames owe go out when the device next sends (its run does that
         // first), unless they may wait.

@@ -320,7 +320,7 @@ fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
     use umlx_hwdesc::enums::CmdOpcode;
     use umlx_hwdesc::ifc::{destroy_mkey_in, destroy_mkey_out};
     use umlx_hwdesc::plain::mkey;
-    use umlx_wire::packet::{Bth, ExtHeaders, FrameBuilder, Opcode, Reth};
+    use umlx_wire::packet::{ExtHeaders, Opcode, Reth};
 
     let fabric = Fabric::perfect();
     let mut b = Node::new(2, &fabric);
@@ -331,18 +331,7 @@ fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
     let (first_psn, mtu, at) = (0xff_fff0, 256usize, 0x2000usize);
     let data = pattern(7, 3 * mtu);
     let frame = |op: Opcode, k: u32, ext: ExtHeaders, payload: &[u8]| {
-        let b_ip = [10, 77, 0, 3];
-        FrameBuilder::ipv4(
-            peer_mac,
-            b.mac,
-            peer_ip.into(),
-            b_ip.into(),
-            Bth::new(op, qb.qpn, (first_psn + k) & 0xff_ffff),
-        )
-        .with_ext(ext)
-        .with_payload(payload)
-        .to_vec()
-        .expect("a valid frame")
+        peer_frame(b.mac, qb.qpn, op, first_psn + k, ext, payload)
     };
     let reth = Reth { va: b.va(at), rkey: b.mkey, dma_len: data.len() as u32 };
     let first =
@@ -360,4 +349,81 @@ fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
     b.dev.port().inject(middle);
     assert_eq!(b.mem.to_vec(at + mtu, mtu), vec![0; mtu], "nothing of the packet after the destroy lands");
     assert_eq!(b.dev.transport_stats().err_naks_sent, naks + 1, "a remote access NAK answers it");
+}
+
+/// Frames a peer at 10.77.0.99 sends to QP `qpn` of the node at 10.77.0.3 with MAC `mac`.
+fn peer_frame(
+    mac: [u8; 6],
+    qpn: u32,
+    op: umlx_wire::packet::Opcode,
+    psn: u32,
+    ext: umlx_wire::packet::ExtHeaders,
+    payload: &[u8],
+) -> Vec<u8> {
+    use umlx_wire::packet::{Bth, FrameBuilder};
+    let (peer_mac, peer_ip, b_ip) = ([0x02, 0, 0, 0, 0, 0x99], [10, 77, 0, 99], [10, 77, 0, 3]);
+    FrameBuilder::ipv4(peer_mac, mac, peer_ip.into(), b_ip.into(), Bth::new(op, qpn, psn & 0xff_ffff))
+        .with_ext(ext)
+        .with_payload(payload)
+        .to_vec()
+        .expect("a valid frame")
+}
+
+#[test]
+fn a_packet_after_one_that_failed_its_qp_in_the_same_burst_is_not_executed() {
+    use umlx_wire::packet::{ExtHeaders, Opcode, Reth};
+
+    let fabric = Fabric::perfect();
+    let mut b = Node::new(2, &fabric);
+    let qb = b.create_qp(false, 8, 8);
+    b.connect_rc(&qb, (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99], 0x99), RcParams::default());
+    let (psn, at) = (0xff_fff0, 0x2000usize);
+    let data = pattern(3, 64);
+    let write = |rkey: u32| {
+        let reth = Reth { va: b.va(at), rkey, dma_len: data.len() as u32 };
+        peer_frame(
+            b.mac,
+            qb.qpn,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            psn,
+            ExtHeaders { reth: Some(reth), ..Default::default() },
+            &data,
+        )
+    };
+    // The first WRITE names a key the adapter does not have: a remote access NAK, and the QP
+    // goes to error. The second, the same PSN with the right key, comes in the same burst.
+    let (bad, good) = (write(b.mkey ^ 0x100), write(b.mkey));
+    let naks = b.dev.transport_stats().err_naks_sent;
+    b.dev.port().inject_burst([bad, good]);
+    assert_eq!(b.dev.transport_stats().err_naks_sent, naks + 1, "the bad key is NAKed");
+    assert_eq!(b.mem.to_vec(at, data.len()), vec![0; data.len()], "nothing lands on a QP in error");
+}
+
+#[test]
+fn a_burst_of_packets_for_two_qps_in_turn_reaches_both() {
+    use umlx_wire::packet::{ExtHeaders, Opcode, Reth};
+
+    let fabric = Fabric::perfect();
+    let mut b = Node::new(2, &fabric);
+    let (q1, q2) = (b.create_qp(false, 8, 8), b.create_qp(false, 8, 8));
+    let peer = (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99]);
+    b.connect_rc(&q1, (peer.0, peer.1, 0x99), RcParams::default());
+    b.connect_rc(&q2, (peer.0, peer.1, 0x9a), RcParams::default());
+    let psn = 0xff_fff0;
+    // WRITEs to q1, q2, q1, q2: each QP's second one in sequence after its first.
+    let mut frames = Vec::new();
+    let mut expected = Vec::new();
+    for k in 0..4u32 {
+        let (qpn, at) = (if k % 2 == 0 { q1.qpn } else { q2.qpn }, 0x2000 + 0x100 * k as usize);
+        let data = pattern(10 + k, 64);
+        let reth = Reth { va: b.va(at), rkey: b.mkey, dma_len: 64 };
+        let ext = ExtHeaders { reth: Some(reth), ..Default::default() };
+        frames.push(peer_frame(b.mac, qpn, Opcode::RC_RDMA_WRITE_ONLY, psn + k / 2, ext, &data));
+        expected.push((at, data));
+    }
+    b.dev.port().inject_burst(frames);
+    for (k, (at, data)) in expected.iter().enumerate() {
+        assert_eq!(&b.mem.to_vec(*at, 64), data, "WRITE {k}");
+    }
+    assert_eq!(b.dev.transport_stats().rx_dropped, 0, "no packet dropped");
 }

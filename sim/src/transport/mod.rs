@@ -39,6 +39,7 @@
 //! re-ACKs it, which is what rxe needs to go on).
 
 mod rx;
+pub use rx::RxHold;
 mod sq;
 
 use crate::firmware::objects::{Chunks, Qp, QueueBuf};

@@ -31,41 +31,78 @@ enum Fail {
     Nak(NakCode, u8),
 }
 
+/// The transport of the QP the last packet of a burst was for, kept out of its QP until the
+/// burst ends or a packet for another QP comes ([`Hca::receive_held`]): a stream's packets
+/// take and put back their QP's state once per burst, not once each.
+#[derive(Default)]
+pub struct RxHold(Option<(u32, Box<QpTransport>)>);
+
 impl Hca {
     /// Processes one verified inbound RoCE packet.
     pub fn receive_packet(&mut self, pkt: &RocePacket<'_>, now: Instant) {
+        let mut hold = RxHold::default();
+        self.receive_held(&mut hold, pkt, now);
+        self.release(hold);
+    }
+
+    /// [`Hca::receive_packet`] of a packet of a burst, which leaves its QP's transport in
+    /// `hold` for the burst's next packet; the burst ends with [`Hca::release`]. Between the
+    /// two, nothing but the burst's packets may use the held QP's transport: its packets, and
+    /// what they send, use it through `hold`; commands, doorbells and timers run after.
+    pub fn receive_held(&mut self, hold: &mut RxHold, pkt: &RocePacket<'_>, now: Instant) {
         self.objects.xport.stats.rx_packets += 1;
         let dgid = pkt.ip.dst_gid();
         let qpn = pkt.bth.dest_qp;
-        let Some((state, mut t)) = self.take_transport_in_state(qpn) else {
-            self.objects.xport.stats.rx_dropped += 1;
-            return;
+        let (state, mut t) = match hold.0.take() {
+            // The state is read again: a packet before may have moved the QP to error.
+            Some((held, t)) if held == qpn => (self.qp_state(qpn), t),
+            other => {
+                if let Some((held, t)) = other {
+                    self.put_transport(held, t);
+                }
+                let Some(taken) = self.take_transport_in_state(qpn) else {
+                    self.objects.xport.stats.rx_dropped += 1;
+                    return;
+                };
+                taken
+            }
         };
+        self.receive_on(&mut t, state, dgid, pkt, now);
+        hold.0 = Some((qpn, t));
+    }
+
+    /// Ends a burst: the held transport goes back to its QP.
+    pub fn release(&mut self, hold: RxHold) {
+        if let Some((qpn, t)) = hold.0 {
+            self.put_transport(qpn, t);
+        }
+    }
+
+    /// What a packet for the QP of `t`, in `state`, does.
+    fn receive_on(&mut self, t: &mut QpTransport, state: QpState, dgid: [u8; 16], pkt: &RocePacket<'_>, now: Instant) {
         // Only a packet for one of the port's GIDs is taken. The QP's own source GID is one (the
         // common case, checked without a look through the whole table).
         let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
         if sgid != Some(dgid) && !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
             self.objects.xport.stats.rx_dropped += 1;
-            self.put_transport(qpn, t);
             return;
         }
         let ok_state = matches!(state, QpState::RTR | QpState::RTS | QpState::SQD | QpState::SQER);
         match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
-            (Transport::Ud, true, true) => self.ud_receive(&mut t, pkt),
+            (Transport::Ud, true, true) => self.ud_receive(t, pkt),
             (Transport::Rc, false, true) => {
                 if pkt.ip.src_gid() != t.path.rgid || sgid != Some(dgid) {
                     self.objects.xport.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
                     if state == QpState::RTS {
-                        self.requester_receive(&mut t, pkt, now);
+                        self.requester_receive(t, pkt, now);
                     }
                 } else {
-                    self.responder_receive(&mut t, pkt);
+                    self.responder_receive(t, pkt);
                 }
             }
             _ => self.objects.xport.stats.rx_dropped += 1,
         }
-        self.put_transport(qpn, t);
     }
 
     // ------------------------------------------------------------------ receive WQEs
