@@ -351,7 +351,8 @@ fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
     assert_eq!(b.dev.transport_stats().err_naks_sent, naks + 1, "a remote access NAK answers it");
 }
 
-/// Frames a peer at 10.77.0.99 sends to QP `qpn` of the node at 10.77.0.3 with MAC `mac`.
+/// Frames a peer at 10.77.0.99 sends to QP `qpn` of the node at 10.77.0.3 with MAC `mac`, each
+/// asking for its ACK.
 fn peer_frame(
     mac: [u8; 6],
     qpn: u32,
@@ -362,7 +363,9 @@ fn peer_frame(
 ) -> Vec<u8> {
     use umlx_wire::packet::{Bth, FrameBuilder};
     let (peer_mac, peer_ip, b_ip) = ([0x02, 0, 0, 0, 0, 0x99], [10, 77, 0, 99], [10, 77, 0, 3]);
-    FrameBuilder::ipv4(peer_mac, mac, peer_ip.into(), b_ip.into(), Bth::new(op, qpn, psn & 0xff_ffff))
+    // Each packet asks for its ACK, so a test sees each answer.
+    let bth = Bth { ack_req: true, ..Bth::new(op, qpn, psn & 0xff_ffff) };
+    FrameBuilder::ipv4(peer_mac, mac, peer_ip.into(), b_ip.into(), bth)
         .with_ext(ext)
         .with_payload(payload)
         .to_vec()
@@ -426,4 +429,37 @@ fn a_burst_of_packets_for_two_qps_in_turn_reaches_both() {
         assert_eq!(&b.mem.to_vec(*at, 64), data, "WRITE {k}");
     }
     assert_eq!(b.dev.transport_stats().rx_dropped, 0, "no packet dropped");
+}
+
+#[test]
+fn a_write_only_whose_payload_is_not_its_length_is_an_invalid_request_and_an_empty_one_needs_no_key() {
+    use umlx_wire::packet::{AethKind, ExtHeaders, NakCode, Opcode, Reth, parse_frame};
+    use umlx_wire::pcap::PcapReader;
+
+    let fabric = Fabric::perfect();
+    let mut b = Node::new(2, &fabric);
+    let qb = b.create_qp(false, 8, 8);
+    b.connect_rc(&qb, (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99], 0x99), RcParams::default());
+    let pcap = std::env::temp_dir().join(format!("umlx-write-only-{}.pcap", std::process::id()));
+    b.dev.port().set_pcap(&pcap).expect("recording the frames");
+    let (psn, at) = (0xff_fff0, 0x2000usize);
+    b.mem.write(at, &[0xee; 100]);
+    let write = |psn: u32, rkey: u32, dma_len: u32, payload: &[u8]| {
+        let ext = ExtHeaders { reth: Some(Reth { va: b.va(at), rkey, dma_len }), ..Default::default() };
+        peer_frame(b.mac, qb.qpn, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, payload)
+    };
+    // An empty WRITE with a key the adapter does not have: no memory is named, no key checked.
+    b.dev.port().inject(write(psn, b.mkey ^ 0x100, 0, &[]));
+    // A WRITE whose RETH says 100 bytes and whose one packet carries 64.
+    b.dev.port().inject(write(psn + 1, b.mkey, 100, &pattern(5, 64)));
+    b.dev.port().stop_pcap().expect("closing the recording");
+    let answers: Vec<AethKind> = PcapReader::new(std::fs::File::open(&pcap).expect("the recording"))
+        .expect("a pcap")
+        .map(|r| r.expect("a record").data)
+        .filter_map(|f| parse_frame(&f).ok().filter(|p| p.eth.src == b.mac).and_then(|p| p.ext.aeth).map(|a| a.kind()))
+        .collect();
+    let _ = std::fs::remove_file(&pcap);
+    assert!(matches!(answers.first(), Some(AethKind::Ack { .. })), "the empty WRITE is ACKed: {answers:?}");
+    assert_eq!(answers.get(1), Some(&AethKind::Nak(NakCode::InvalidRequest)), "{answers:?}");
+    assert_eq!(b.mem.to_vec(at, 100), vec![0xee; 100], "nothing of the short WRITE lands");
 }

@@ -316,6 +316,29 @@ impl Hca {
                     t.msn = psn_add(t.msn, 1);
                 }
             }
+            // A whole message in one packet, without an immediate: translated and written at
+            // once, nothing kept for later packets (the general case below does the same).
+            Operation::RdmaWrite
+                if matches!(info.position, Position::Only) && pkt.ext.imm_dt.is_none() && t.cur.is_none() =>
+            {
+                if !t.path.rwe {
+                    return inval(0);
+                }
+                let Some(reth) = pkt.ext.reth else { return inval(0) };
+                if reth.dma_len > 0 {
+                    let to = self.mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite);
+                    let Ok(to) = to else { return Err(Fail::Nak(NakCode::RemoteAccessErr, 0)) };
+                    if pl.len() != reth.dma_len as usize {
+                        return inval(0);
+                    }
+                    if !self.write_chunks(&to, pl) {
+                        return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
+                    }
+                } else if !pl.is_empty() {
+                    return inval(0);
+                }
+                t.msn = psn_add(t.msn, 1);
+            }
             Operation::RdmaWrite => {
                 if info.position.starts() {
                     if t.cur.is_some() {
