@@ -652,9 +652,13 @@ impl Writer<'_> {
         done
     }
 
+    /// Zeroes `n` bytes (none, the common case of the pad and of the rest of a frame, calls
+    /// nothing).
     #[inline(always)]
     fn zero(&mut self, n: usize) {
-        if let Some(slot) = self.out.get_mut(self.at..self.at + n) {
+        if n > 0
+            && let Some(slot) = self.out.get_mut(self.at..self.at + n)
+        {
             slot.fill(0);
         }
         self.at += n;
