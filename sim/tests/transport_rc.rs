@@ -351,6 +351,16 @@ fn a_write_whose_mkey_is_destroyed_between_its_packets_writes_no_more() {
     assert_eq!(b.dev.transport_stats().err_naks_sent, naks + 1, "a remote access NAK answers it");
 }
 
+/// A node at 10.77.0.3 with an RC QP connected to QP 0x99 of a peer at 10.77.0.99 that the
+/// test plays by injecting frames ([`peer_frame`]).
+fn node_with_peer_qp() -> (Fabric, Node, Qp) {
+    let fabric = Fabric::perfect();
+    let mut b = Node::new(2, &fabric);
+    let qb = b.create_qp(false, 8, 8);
+    b.connect_rc(&qb, (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99], 0x99), RcParams::default());
+    (fabric, b, qb)
+}
+
 /// Frames a peer at 10.77.0.99 sends to QP `qpn` of the node at 10.77.0.3 with MAC `mac`, each
 /// asking for its ACK.
 fn peer_frame(
@@ -376,10 +386,7 @@ fn peer_frame(
 fn a_packet_after_one_that_failed_its_qp_in_the_same_burst_is_not_executed() {
     use umlx_wire::packet::{ExtHeaders, Opcode, Reth};
 
-    let fabric = Fabric::perfect();
-    let mut b = Node::new(2, &fabric);
-    let qb = b.create_qp(false, 8, 8);
-    b.connect_rc(&qb, (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99], 0x99), RcParams::default());
+    let (_fabric, b, qb) = node_with_peer_qp();
     let (psn, at) = (0xff_fff0, 0x2000usize);
     let data = pattern(3, 64);
     let write = |rkey: u32| {
@@ -436,10 +443,7 @@ fn a_write_only_whose_payload_is_not_its_length_is_an_invalid_request_and_an_emp
     use umlx_wire::packet::{AethKind, ExtHeaders, NakCode, Opcode, Reth, parse_frame};
     use umlx_wire::pcap::PcapReader;
 
-    let fabric = Fabric::perfect();
-    let mut b = Node::new(2, &fabric);
-    let qb = b.create_qp(false, 8, 8);
-    b.connect_rc(&qb, (&gid_v4([10, 77, 0, 99]), [0x02, 0, 0, 0, 0, 0x99], 0x99), RcParams::default());
+    let (_fabric, b, qb) = node_with_peer_qp();
     let pcap = std::env::temp_dir().join(format!("umlx-write-only-{}.pcap", std::process::id()));
     b.dev.port().set_pcap(&pcap).expect("recording the frames");
     let (psn, at) = (0xff_fff0, 0x2000usize);
