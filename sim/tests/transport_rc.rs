@@ -467,3 +467,43 @@ fn a_write_only_whose_payload_is_not_its_length_is_an_invalid_request_and_an_emp
     assert_eq!(answers.get(1), Some(&AethKind::Nak(NakCode::InvalidRequest)), "{answers:?}");
     assert_eq!(b.mem.to_vec(at, 100), vec![0xee; 100], "nothing of the short WRITE lands");
 }
+
+#[test]
+fn wqes_rung_together_across_the_rings_end_and_a_page_are_each_executed_once_in_order() {
+    // The SQ (256 WQEBBs, four pages) is filled up to WQEBB 240 with NOPs, then 51 WRITEs are
+    // written and published with one doorbell: one WQEBB each with a gather entry, three with
+    // 100 bytes inline. They run from WQEBB 240 over the ring's end and the first page's end,
+    // and a fetch reads the posted WQEBBs ahead (a block ends at a page's end, the ring's end,
+    // or 32 WQEBBs), so WQEs of three WQEBBs fall across the blocks' edges.
+    let mut p = pair();
+    while p.qa.sq_pi < 240 {
+        p.a.post_send(&mut p.qa, NOP, false, 0, &[]);
+    }
+    let mut expected = Vec::new();
+    let mut db = 0;
+    for k in 0..51u32 {
+        let (at, data) = (0x20000 + 0x100 * k as usize, pattern(100 + k, 100));
+        let s = if k % 3 == 2 {
+            let head = wqe_inline_seg { byte_count: U32::new(w::INLINE_SEG | 100) };
+            let mut inl = segs(&[head.as_bytes(), &data]);
+            inl.resize(inl.len().next_multiple_of(w::SEND_WQE_DS), 0);
+            segs(&[&raddr_seg(p.b.va(at), p.b.mkey), &inl])
+        } else {
+            p.a.mem.write(0x1000 + 0x100 * k as usize, &data);
+            segs(&[&raddr_seg(p.b.va(at), p.b.mkey), &data_seg(100, p.a.mkey, p.a.va(0x1000 + 0x100 * k as usize))])
+        };
+        let signaled = if k == 50 { w::WQE_CTRL_CQ_UPDATE } else { 0 };
+        let (_, d) = p.a.write_send_wqe(&mut p.qa, WRITE, signaled, 0, &s);
+        db = if k == 0 { d } else { db };
+        expected.push((at, data));
+    }
+    assert!(p.qa.sq_pi as usize > 256 + 64, "the chain crosses the ring's end and a page: {}", p.qa.sq_pi);
+    p.a.ring_sq(&p.qa, db);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (CqeOpcode::REQ, WRITE), "the last WRITE completes");
+    for (k, (at, data)) in expected.iter().enumerate() {
+        assert_eq!(&p.b.mem.to_vec(*at, 100), data, "WRITE {k}");
+    }
+    assert_eq!(p.a.dev.transport_stats().bad_wqes, 0, "no WQE misread");
+    assert_eq!(p.b.dev.transport_stats().duplicates, 0, "none executed twice");
+}

@@ -40,6 +40,13 @@ impl QueueBuf {
         let p = *self.pas.get(page)?;
         Some(p + (off & ((1u64 << self.page_shift) - 1)))
     }
+
+    /// Bytes from byte `off` of the queue to the end of its page: how far a DMA from `off`
+    /// may run at one IOVA.
+    pub fn contiguous_from(&self, off: u64) -> u64 {
+        let size = 1u64 << self.page_shift;
+        size - ((off + self.offset) & (size - 1))
+    }
 }
 
 /// An event queue.

@@ -19,6 +19,9 @@ use umlx_hwdesc::{U16, U32};
 use umlx_wire::packet::{AtomicEth, Bth, BuildError, Checksums, Deth, ExtHeaders, FrameTemplate, ImmDt, Opcode, Reth};
 use zerocopy::FromBytes;
 
+/// Most WQEBBs a fetch reads ahead at once (one DMA read, within one page of the SQ).
+const FETCH_WQEBBS: usize = 32;
+
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.
 fn seg<T: FromBytes>(b: &[u8], at: usize) -> Option<T> {
     T::read_from_prefix(b.get(at..)?).ok().map(|(v, _)| v)
@@ -495,18 +498,30 @@ impl Hca {
         let size = 1u32 << log_sq;
         let Ok(counter) = self.iommu.read_u32_be(t.path.dbr + qp_dbr::send_counter as u64) else { return };
         let counter = counter as u16;
+        // Posted WQEBBs read ahead in one DMA read: `block` holds `n` of them from index `from`.
+        let mut block = [0u8; FETCH_WQEBBS * w::SEND_WQE_BB];
+        let (mut from, mut n) = (0u32, 0u32);
         loop {
             let pending = counter.wrapping_sub(t.sq_head) as u32;
             if pending == 0 || pending > size {
                 return;
             }
             let idx = t.sq_head as u32 & (size - 1);
-            let mut first = [0u8; w::SEND_WQE_BB];
-            let Some(iova) = t.path.buf.iova(t.path.sq_offset + ((idx as u64) << w::SEND_WQE_SHIFT)) else { return };
-            if self.iommu.read(iova, &mut first).is_err() {
-                return;
+            if idx.wrapping_sub(from) >= n {
+                // The posted WQEBBs from `idx` to the ring's end, within its page and the block.
+                let off = t.path.sq_offset + ((idx as u64) << w::SEND_WQE_SHIFT);
+                let in_page = (t.path.buf.contiguous_from(off) >> w::SEND_WQE_SHIFT) as u32;
+                let count = pending.min(size - idx).min(in_page).clamp(1, FETCH_WQEBBS as u32);
+                let Some(iova) = t.path.buf.iova(off) else { return };
+                let Some(ahead) = block.get_mut(..(count as usize) << w::SEND_WQE_SHIFT) else { return };
+                if self.iommu.read(iova, ahead).is_err() {
+                    return;
+                }
+                (from, n) = (idx, count);
             }
-            let Some(ctrl) = seg::<wqe_ctrl_seg>(&first, 0) else { return };
+            let at = ((idx - from) as usize) << w::SEND_WQE_SHIFT;
+            let Some(first) = block.get(at..at + w::SEND_WQE_BB) else { return };
+            let Some(ctrl) = seg::<wqe_ctrl_seg>(first, 0) else { return };
             let ds = (ctrl.qpn_ds.get() & w::WQE_CTRL_DS_MASK) as usize;
             let nbb = (ds * w::SEND_WQE_DS).div_ceil(w::SEND_WQE_BB).max(1) as u32;
             if nbb > pending {
@@ -516,7 +531,7 @@ impl Hca {
             let mut longer = Vec::new();
             if nbb > 1 {
                 longer = crate::buffers::take();
-                longer.extend_from_slice(&first);
+                longer.extend_from_slice(first);
             }
             for i in 1..nbb {
                 let j = (idx + i) & (size - 1);
@@ -531,7 +546,7 @@ impl Hca {
                 }
                 longer.extend_from_slice(&bb);
             }
-            let bytes: &[u8] = if nbb > 1 { &longer } else { &first };
+            let bytes: &[u8] = if nbb > 1 { &longer } else { first };
             let (opcode, index) = opcode_index(&ctrl);
             // Built and parsed where it is queued (a descriptor is a few hundred bytes: not
             // moved; `resize_with` writes the new one in place, where `push_back` copied it).

@@ -254,6 +254,22 @@ impl Node {
 
     /// Posts a send WQE with explicit `fm_ce_se`.
     pub fn post_send_flags(&mut self, qp: &mut Qp, opcode: WqeOpcode, fm_ce_se: u8, imm: u32, segs: &[u8]) -> u16 {
+        let (idx, db) = self.write_send_wqe(qp, opcode, fm_ce_se, imm, segs);
+        self.ring_sq(qp, db);
+        idx
+    }
+
+    /// Writes a send WQE into the SQ without publishing it (no doorbell record, no doorbell),
+    /// as a driver writes each WQE of a chain before it rings once. Its index and its doorbell
+    /// value (the control segment's first eight bytes).
+    pub fn write_send_wqe(
+        &mut self,
+        qp: &mut Qp,
+        opcode: WqeOpcode,
+        fm_ce_se: u8,
+        imm: u32,
+        segs: &[u8],
+    ) -> (u16, u64) {
         assert_eq!(segs.len() % w::SEND_WQE_DS, 0);
         let ds = 1 + segs.len() / w::SEND_WQE_DS;
         let idx = qp.sq_pi;
@@ -274,11 +290,14 @@ impl Node {
             qp.buf.write(sq_off + slot * w::SEND_WQE_BB, bb);
         }
         qp.sq_pi = qp.sq_pi.wrapping_add(nbb as u16);
-        qp.dbr.write_u32_be(dbr::SND_DBR, qp.sq_pi as u32);
         // The doorbell is the control segment's first eight bytes.
-        let db = u64::from_be_bytes(wqe[..8].try_into().expect("8 bytes"));
+        (idx, u64::from_be_bytes(wqe[..8].try_into().expect("8 bytes")))
+    }
+
+    /// Publishes the WQEs written so far (the doorbell record) and rings the doorbell with `db`.
+    pub fn ring_sq(&mut self, qp: &Qp, db: u64) {
+        qp.dbr.write_u32_be(dbr::SND_DBR, qp.sq_pi as u32);
         self.dev.bar0_write64((self.uar as usize * uar_page::UAR_PAGE_SIZE + uar_page::BF_OFFSET) as u64, db);
-        idx
     }
 
     /// Posts a receive WQE with one scatter entry (and the terminating data segment).
