@@ -166,6 +166,26 @@ fn rc_rnr_then_receive_posted() {
 }
 
 #[test]
+fn rc_write_with_immediate_waits_through_rnr_for_its_receive() {
+    // A one-packet WRITE with an immediate needs a receive WQE: without one the responder
+    // answers RNR and writes nothing; the requester's retry, once a receive is posted, lands.
+    let mut p = pair();
+    p.a.mem.write(0, &[9; 100]);
+    let s = segs(&[&raddr_seg(p.b.va(0x3000), p.b.mkey), &data_seg(100, p.a.mkey, p.a.va(0))]);
+    p.a.post_send(&mut p.qa, WRITE_IMM, true, 0x5678, &s);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert!(p.b.dev.transport_stats().rnr_naks_sent >= 1, "RNR NAK");
+    assert_eq!(p.b.mem.to_vec(0x3000, 100), vec![0; 100], "nothing written before the receive");
+    p.b.post_recv(&mut p.qb, 0x100, 128);
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (CqeOpcode::REQ, WRITE_IMM), "the WRITE completes");
+    let r = p.b.poll_cq();
+    assert_eq!((cqe_opcode(&r), cqe(&r).imm_inval_pkey.get()), (CqeOpcode::RESP_WR_IMM, 0x5678));
+    assert_eq!(p.b.mem.to_vec(0x3000, 100), vec![9; 100]);
+    assert_eq!(p.b.dev.transport_stats().err_naks_sent, 0, "no error NAK");
+}
+
+#[test]
 fn rc_rnr_retry_exceeded() {
     let mut p = RcPair::new(FabricConfig::default(), RcParams { rnr_retry: 2, ..Default::default() });
     p.a.post_send(&mut p.qa, SEND, true, 0, &data_seg(10, p.a.mkey, p.a.va(0)));

@@ -316,8 +316,9 @@ impl Hca {
                     t.msn = psn_add(t.msn, 1);
                 }
             }
-            // A whole message in one packet, without an immediate: translated and written at
-            // once, nothing kept for later packets (the general case below does the same).
+            // The common case, a whole message in one packet without an immediate, on its own:
+            // the general arm below does the same for it, at about 90 more instructions per
+            // packet (its message state made, matched and dropped; callgrind, `umlx bench sim`).
             Operation::RdmaWrite
                 if matches!(info.position, Position::Only) && pkt.ext.imm_dt.is_none() && t.cur.is_none() =>
             {
@@ -340,11 +341,13 @@ impl Hca {
                 t.msn = psn_add(t.msn, 1);
             }
             Operation::RdmaWrite => {
-                if info.position.starts() {
-                    if t.cur.is_some() {
-                        return inval(0);
-                    }
-                    if !t.path.rwe {
+                // A message's first packet makes its state here (its region translated once,
+                // `fresh`); a later packet finds it in `t.cur`. It is kept there only while
+                // packets are still to come: a message of one packet, or a packet refused,
+                // leaves nothing (an RNR NAK for a WRITE ONLY with an immediate, then, lets its
+                // retry start it again).
+                let (rkey, va, len, offset, fresh) = if info.position.starts() {
+                    if t.cur.is_some() || !t.path.rwe {
                         return inval(0);
                     }
                     let Some(reth) = pkt.ext.reth else { return inval(0) };
@@ -356,17 +359,18 @@ impl Hca {
                             Err(_) => return Err(Fail::Nak(NakCode::RemoteAccessErr, 0)),
                         }
                     }
-                    // An immediate on ONLY needs the receive WQE before anything is written.
-                    t.cur = Some(RecvMsg::Write { rkey: reth.rkey, va: reth.va, len: reth.dma_len, offset: 0, whole });
-                }
-                let Some(RecvMsg::Write { rkey, va, len, offset, .. }) = t.cur else { return inval(0) };
+                    (reth.rkey, reth.va, reth.dma_len, 0, whole)
+                } else {
+                    let Some(RecvMsg::Write { rkey, va, len, offset, .. }) = t.cur else { return inval(0) };
+                    (rkey, va, len, offset, None)
+                };
                 let end = offset as u64 + pl.len() as u64;
                 if end > len as u64 || (info.position.ends() && end != len as u64) {
                     t.cur = None;
                     return inval(0);
                 }
-                let needs_wqe = pkt.ext.imm_dt.is_some();
-                let recv = if needs_wqe {
+                // An immediate needs the receive WQE before anything is written.
+                let recv = if pkt.ext.imm_dt.is_some() {
                     match self.take_recv_wqe(t) {
                         Some(r) => Some(r),
                         None => return Err(Fail::Rnr),
@@ -378,9 +382,12 @@ impl Hca {
                     // The translation of the first packet serves every packet of the message
                     // while no MKey has been destroyed since; otherwise the packet's own range
                     // is translated (and refused if its key went away).
-                    let current = self.objects.mkeys_destroyed;
-                    let ok = match &t.cur {
-                        Some(RecvMsg::Write { whole: Some((made, c)), .. }) if *made == current => {
+                    let whole = match &t.cur {
+                        Some(RecvMsg::Write { whole, .. }) => whole.as_ref(),
+                        _ => fresh.as_ref(),
+                    };
+                    let ok = match whole {
+                        Some((made, c)) if *made == self.objects.mkeys_destroyed => {
                             self.write_chunks_from(c, offset as u64, pl)
                         }
                         _ => {
@@ -394,6 +401,7 @@ impl Hca {
                         return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
                     }
                 }
+                let offset = offset + pl.len() as u32;
                 if info.position.ends() {
                     t.cur = None;
                     t.msn = psn_add(t.msn, 1);
@@ -401,8 +409,10 @@ impl Hca {
                         let op = CqeOpcode::RESP_WR_IMM;
                         self.resp_cqe(&t.path, op, len, Some(imm.imm), r.counter, t.path.remote_qpn, None, pkt.bth.se);
                     }
-                } else if let Some(RecvMsg::Write { offset, .. }) = t.cur.as_mut() {
-                    *offset += pl.len() as u32;
+                } else if let Some(RecvMsg::Write { offset: at, .. }) = t.cur.as_mut() {
+                    *at = offset;
+                } else {
+                    t.cur = Some(RecvMsg::Write { rkey, va, len, offset, whole: fresh });
                 }
             }
             Operation::RdmaReadRequest => {
