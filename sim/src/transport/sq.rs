@@ -527,26 +527,29 @@ impl Hca {
             if nbb > pending {
                 return; // the rest of the WQE is not posted yet
             }
-            // A WQE of one WQEBB is parsed where it was read; a longer one is gathered.
+            // A WQE read ahead whole is parsed where it lies; one that runs past the block (over
+            // a page or the ring's end) is gathered WQEBB by WQEBB.
+            let read_ahead =
+                (idx - from + nbb <= n).then(|| block.get(at..at + ((nbb as usize) << w::SEND_WQE_SHIFT))).flatten();
             let mut longer = Vec::new();
-            if nbb > 1 {
+            if read_ahead.is_none() {
                 longer = crate::buffers::take();
                 longer.extend_from_slice(first);
-            }
-            for i in 1..nbb {
-                let j = (idx + i) & (size - 1);
-                let mut bb = [0u8; w::SEND_WQE_BB];
-                let ok = t
-                    .path
-                    .buf
-                    .iova(t.path.sq_offset + ((j as u64) << w::SEND_WQE_SHIFT))
-                    .is_some_and(|a| self.iommu.read(a, &mut bb).is_ok());
-                if !ok {
-                    return;
+                for i in 1..nbb {
+                    let j = (idx + i) & (size - 1);
+                    let mut bb = [0u8; w::SEND_WQE_BB];
+                    let ok = t
+                        .path
+                        .buf
+                        .iova(t.path.sq_offset + ((j as u64) << w::SEND_WQE_SHIFT))
+                        .is_some_and(|a| self.iommu.read(a, &mut bb).is_ok());
+                    if !ok {
+                        return;
+                    }
+                    longer.extend_from_slice(&bb);
                 }
-                longer.extend_from_slice(&bb);
             }
-            let bytes: &[u8] = if nbb > 1 { &longer } else { first };
+            let bytes: &[u8] = read_ahead.unwrap_or(&longer);
             let (opcode, index) = opcode_index(&ctrl);
             // Built and parsed where it is queued (a descriptor is a few hundred bytes: not
             // moved; `resize_with` writes the new one in place, where `push_back` copied it).
