@@ -11,19 +11,24 @@
 //! thread that rings a doorbell usually also handles the frames it caused, so its list serves
 //! it; but not always: a doorbell that finds a device busy leaves its frames to the thread
 //! that holds it, so buffers taken on one thread are often given back on another. A list that
-//! overflows therefore passes a magazine of [`MAGAZINE`] buffers to a shared depot, and an
-//! empty list takes a whole magazine from there before it allocates: one lock per magazine,
-//! not per buffer (the magazine and depot design of Bonwick and Adams' allocator).
+//! overflows therefore passes [`MAGAZINE`] buffers to a shared depot, and an empty list takes
+//! as many from there before it allocates: one lock per magazine, not per buffer (the magazine
+//! and depot design of Bonwick and Adams' allocator). A thread that runs a device only now
+//! and then (a device's engine) passes all its spare buffers to the depot when it goes idle
+//! ([`release`]): kept in its list, they would be lost to the threads that run the data path,
+//! which would allocate new ones in their place until the idle list filled.
 //!
 //! Everything is bounded: a buffer is kept only up to [`SPARE_BUFFER_BYTES`] (more than any
 //! frame or WQE); a thread keeps at most [`SPARE_BUFFERS`] buffers and
-//! [`SPARE_BYTES`] of capacity; the depot at most [`DEPOT_MAGAZINES`] magazines and
+//! [`SPARE_BYTES`] of capacity; the depot at most [`DEPOT_BUFFERS`] and
 //! [`DEPOT_BYTES`]. Together they cover what a send queue holds back: a posted SEND or WRITE
 //! keeps its inline data until its ACK, so a window of several hundred requests returns
 //! several hundred buffers at one ACK (past a thread's own list, into the depot) and takes
 //! them again as it refills. A thread's list is kept short because it fills only slowly (from
 //! the buffers other threads took): a long one showed as resident memory still growing
-//! millions of messages after a warm-up.
+//! millions of messages after a warm-up. The lists themselves are allocated whole, when a
+//! thread that runs devices starts ([`prepare_thread`]) or else on their first use, so that
+//! moving buffers between them never allocates.
 
 use std::cell::RefCell;
 use std::sync::Mutex;
@@ -42,76 +47,98 @@ pub const NEW_BUFFER_BYTES: usize = 256;
 pub const SPARE_BYTES: usize = 2 * 1024 * 1024;
 /// Buffers moved between a thread and the depot at a time.
 pub const MAGAZINE: usize = 64;
-/// Magazines the depot keeps at most.
-pub const DEPOT_MAGAZINES: usize = 64;
+/// Buffers the depot keeps at most.
+pub const DEPOT_BUFFERS: usize = 64 * MAGAZINE;
 /// The most capacity the depot's buffers hold together.
 pub const DEPOT_BYTES: usize = 8 * 1024 * 1024;
 
-/// Buffers and their total capacity: a thread's list, or a magazine.
-#[derive(Default)]
+/// Spare buffers and their total capacity, at most `limit` of them and `limit_bytes`
+/// together: a thread's list, or the depot.
 struct Spare {
     list: Vec<Vec<u8>>,
     bytes: usize,
-}
-
-/// Full magazines given up by threads with too many spare buffers.
-#[derive(Default)]
-struct Depot {
-    magazines: Vec<Spare>,
-    bytes: usize,
+    limit: usize,
+    limit_bytes: usize,
 }
 
 impl Spare {
-    /// The last `n` buffers, as a magazine.
-    fn split_off(&mut self, n: usize) -> Spare {
-        let list = self.list.split_off(self.list.len() - n.min(self.list.len()));
-        let bytes = list.iter().map(Vec::capacity).sum();
-        self.bytes -= bytes;
-        Spare { list, bytes }
+    /// A thread's list.
+    const fn thread() -> Spare {
+        Spare { list: Vec::new(), bytes: 0, limit: SPARE_BUFFERS, limit_bytes: SPARE_BYTES }
+    }
+
+    /// The depot.
+    const fn depot() -> Spare {
+        Spare { list: Vec::new(), bytes: 0, limit: DEPOT_BUFFERS, limit_bytes: DEPOT_BYTES }
+    }
+
+    /// Whether `buf` fits beside the buffers kept.
+    fn has_room(&self, buf: &Vec<u8>) -> bool {
+        self.list.len() < self.limit && self.bytes + buf.capacity() <= self.limit_bytes
+    }
+
+    /// Keeps `buf` if it fits (else frees it); the list is allocated whole first.
+    fn keep(&mut self, buf: Vec<u8>) {
+        if self.has_room(&buf) {
+            if self.list.capacity() == 0 {
+                self.allocate();
+            }
+            self.bytes += buf.capacity();
+            self.list.push(buf);
+        }
+    }
+
+    /// Allocates the list whole, its memory written once (empty entries, then dropped): a
+    /// list that gets deeper later than it ever was before touches no new page then.
+    fn allocate(&mut self) {
+        self.list.reserve_exact(self.limit);
+        self.list.resize_with(self.limit, Vec::new);
+        self.list.clear();
+    }
+
+    /// Moves the last `n` buffers (at most) to `to`: those that do not fit there are freed.
+    fn pass(&mut self, n: usize, to: &mut Spare) {
+        for buf in self.list.drain(self.list.len() - n.min(self.list.len())..) {
+            self.bytes -= buf.capacity();
+            to.keep(buf);
+        }
     }
 
     /// A spare buffer, from this list or (when it is empty) from a magazine of `depot`.
-    fn take(&mut self, depot: &Mutex<Depot>) -> Option<Vec<u8>> {
+    fn take(&mut self, depot: &Mutex<Spare>) -> Option<Vec<u8>> {
         if self.list.is_empty() {
-            let mut d = lock(depot);
-            let m = d.magazines.pop()?;
-            d.bytes -= m.bytes;
-            drop(d);
-            self.bytes += m.bytes;
-            self.list.extend(m.list);
+            lock(depot).pass(MAGAZINE, self);
         }
         let b = self.list.pop()?;
         self.bytes -= b.capacity();
         Some(b)
     }
 
+    /// Passes every buffer of this list to `depot`.
+    fn release(&mut self, depot: &Mutex<Spare>) {
+        if !self.list.is_empty() {
+            self.pass(self.list.len(), &mut lock(depot));
+        }
+    }
+
     /// Keeps `buf` (whose capacity is worth keeping): in this list, after passing a magazine
-    /// to `depot` if the list is full. Freed if the depot is full too.
-    fn give(&mut self, buf: Vec<u8>, depot: &Mutex<Depot>) {
-        let cap = buf.capacity();
-        if self.list.len() >= SPARE_BUFFERS || self.bytes + cap > SPARE_BYTES {
-            let m = self.split_off(MAGAZINE);
-            let mut d = lock(depot);
-            if d.magazines.len() < DEPOT_MAGAZINES && d.bytes + m.bytes <= DEPOT_BYTES {
-                d.bytes += m.bytes;
-                d.magazines.push(m);
-            }
+    /// to `depot` if the list is full.
+    fn give(&mut self, buf: Vec<u8>, depot: &Mutex<Spare>) {
+        if !self.has_room(&buf) {
+            self.pass(MAGAZINE, &mut lock(depot));
         }
-        if self.list.len() < SPARE_BUFFERS && self.bytes + cap <= SPARE_BYTES {
-            self.bytes += cap;
-            self.list.push(buf);
-        }
+        self.keep(buf);
     }
 }
 
-fn lock(depot: &Mutex<Depot>) -> std::sync::MutexGuard<'_, Depot> {
+fn lock(depot: &Mutex<Spare>) -> std::sync::MutexGuard<'_, Spare> {
     depot.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-static DEPOT: Mutex<Depot> = Mutex::new(Depot { magazines: Vec::new(), bytes: 0 });
+static DEPOT: Mutex<Spare> = Mutex::new(Spare::depot());
 
 thread_local! {
-    static SPARE: RefCell<Spare> = const { RefCell::new(Spare { list: Vec::new(), bytes: 0 }) };
+    static SPARE: RefCell<Spare> = const { RefCell::new(Spare::thread()) };
 }
 
 /// An empty buffer: a spare one if this thread or the depot has one, else a new one of
@@ -135,6 +162,25 @@ pub(crate) fn give(buf: Vec<u8>) {
     if (SPARE_BUFFER_MIN_BYTES..=SPARE_BUFFER_BYTES).contains(&buf.capacity()) {
         SPARE.with_borrow_mut(|s| s.give(buf, &DEPOT));
     }
+}
+
+/// Allocates this thread's list and the depot, if not yet: for a thread about to run a
+/// device, so that its first frames on the data path allocate no list.
+pub(crate) fn prepare_thread() {
+    SPARE.with_borrow_mut(|s| {
+        if s.list.capacity() == 0 {
+            s.allocate();
+        }
+    });
+    let mut d = lock(&DEPOT);
+    if d.list.capacity() == 0 {
+        d.allocate();
+    }
+}
+
+/// Passes this thread's spare buffers to the depot (a thread going idle: the module doc).
+pub(crate) fn release() {
+    SPARE.with_borrow_mut(|s| s.release(&DEPOT));
 }
 
 #[cfg(test)]
@@ -161,7 +207,7 @@ mod tests {
 
     #[test]
     fn buffers_too_small_or_too_large_are_not_kept() {
-        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        let (mut s, depot) = (Spare::thread(), Mutex::new(Spare::depot()));
         SPARE.with_borrow_mut(|t| std::mem::swap(t, &mut s));
         give(Vec::with_capacity(SPARE_BUFFER_BYTES + 1));
         give(Vec::with_capacity(63));
@@ -172,7 +218,7 @@ mod tests {
     }
 
     /// `n` buffers of `cap` bytes given to `s`.
-    fn give_n(s: &mut Spare, depot: &Mutex<Depot>, n: usize, cap: usize) {
+    fn give_n(s: &mut Spare, depot: &Mutex<Spare>, n: usize, cap: usize) {
         for _ in 0..n {
             s.give(Vec::with_capacity(cap), depot);
         }
@@ -180,38 +226,57 @@ mod tests {
 
     #[test]
     fn a_full_list_passes_magazines_to_the_depot_which_is_bounded() {
-        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        let (mut s, depot) = (Spare::thread(), Mutex::new(Spare::depot()));
         give_n(&mut s, &depot, SPARE_BUFFERS, 256);
         assert_eq!((s.list.len(), s.bytes), (SPARE_BUFFERS, SPARE_BUFFERS * 256));
-        assert!(lock(&depot).magazines.is_empty());
+        assert!(lock(&depot).list.is_empty());
         give_n(&mut s, &depot, 1, 256);
         assert_eq!(s.list.len(), SPARE_BUFFERS - MAGAZINE + 1);
         let d = lock(&depot);
-        assert_eq!((d.magazines.len(), d.bytes), (1, MAGAZINE * 256));
+        assert_eq!((d.list.len(), d.bytes), (MAGAZINE, MAGAZINE * 256));
         drop(d);
-        give_n(&mut s, &depot, (DEPOT_MAGAZINES + 3) * MAGAZINE, 256);
+        give_n(&mut s, &depot, DEPOT_BUFFERS + 3 * MAGAZINE, 256);
         let d = lock(&depot);
-        assert_eq!(d.magazines.len(), DEPOT_MAGAZINES);
-        assert!(d.magazines.iter().all(|m| m.list.len() == MAGAZINE && m.bytes == MAGAZINE * 256));
+        assert_eq!((d.list.len(), d.bytes), (DEPOT_BUFFERS, DEPOT_BUFFERS * 256));
+        assert_eq!(d.list.capacity(), DEPOT_BUFFERS, "allocated whole, once");
         assert!(s.list.len() <= SPARE_BUFFERS);
+        assert_eq!(s.list.capacity(), SPARE_BUFFERS);
     }
 
     #[test]
     fn a_list_and_the_depot_are_bounded_in_capacity() {
-        let (mut s, depot) = (Spare::default(), Mutex::new(Depot::default()));
+        let (mut s, depot) = (Spare::thread(), Mutex::new(Spare::depot()));
         give_n(&mut s, &depot, 4 * DEPOT_BYTES / SPARE_BUFFER_BYTES, SPARE_BUFFER_BYTES);
         assert!(s.bytes <= SPARE_BYTES && s.bytes + SPARE_BUFFER_BYTES > SPARE_BYTES, "{}", s.bytes);
         let d = lock(&depot);
-        assert!(d.bytes <= DEPOT_BYTES && d.bytes + MAGAZINE * SPARE_BUFFER_BYTES > DEPOT_BYTES, "{}", d.bytes);
-        assert_eq!(d.bytes, d.magazines.iter().map(|m| m.list.iter().map(Vec::capacity).sum::<usize>()).sum());
+        assert!(d.bytes <= DEPOT_BYTES && d.bytes + SPARE_BUFFER_BYTES > DEPOT_BYTES, "{}", d.bytes);
+        assert_eq!(d.bytes, d.list.iter().map(Vec::capacity).sum::<usize>());
+    }
+
+    #[test]
+    fn an_idle_thread_passes_all_its_buffers_to_the_depot_for_others() {
+        let (mut idle, depot) = (Spare::thread(), Mutex::new(Spare::depot()));
+        give_n(&mut idle, &depot, 10, 300);
+        idle.release(&depot);
+        assert_eq!((idle.list.len(), idle.bytes), (0, 0));
+        assert_eq!(idle.list.capacity(), SPARE_BUFFERS, "the list stays allocated for its next run");
+        let d = lock(&depot);
+        assert_eq!((d.list.len(), d.bytes), (10, 3000));
+        drop(d);
+        // Another thread's empty list takes them instead of allocating.
+        let mut busy = Spare::thread();
+        for _ in 0..10 {
+            assert_eq!(busy.take(&depot).map(|b| b.capacity()), Some(300));
+        }
+        assert!(busy.take(&depot).is_none());
     }
 
     #[test]
     fn buffers_given_on_one_thread_are_taken_on_another() {
-        let depot = Mutex::new(Depot::default());
-        let mut giver = Spare::default();
+        let depot = Mutex::new(Spare::depot());
+        let mut giver = Spare::thread();
         give_n(&mut giver, &depot, SPARE_BUFFERS + 1, 512);
-        let mut taker = Spare::default();
+        let mut taker = Spare::thread();
         for _ in 0..MAGAZINE {
             assert_eq!(taker.take(&depot).map(|b| (b.len(), b.capacity())), Some((0, 512)));
         }

@@ -339,6 +339,8 @@ pub struct ObjectCounts {
 impl SimDevice {
     /// Powers on a device with `cfg`.
     pub fn new(cfg: SimConfig) -> SimDevice {
+        // The creating thread is usually the application's, which rings the doorbells.
+        crate::buffers::prepare_thread();
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
         let inner = Arc::new(Inner {
             hca: Mutex::new(Hca::new(cfg)),
@@ -572,6 +574,7 @@ fn run_timers(h: &mut Hca, now: Instant) {
 /// to find no frame and no posted write waiting, and the timers left due later by a thread
 /// that ran the device meanwhile, it does not take the device at all.
 fn engine(weak: Weak<Inner>) {
+    crate::buffers::prepare_thread();
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }
@@ -602,6 +605,9 @@ fn engine(weak: Weak<Inner>) {
                     h.timers_due = now;
                 }
                 inner.run_to_completion(&mut h);
+                // The buffers the run was given back serve the threads that run the data path
+                // (`buffers`: an engine's list would keep them from those threads).
+                crate::buffers::release();
                 let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
                 inner.clock.engine_plans(wake);
                 wake
