@@ -123,7 +123,20 @@ impl Spare {
 
     /// Keeps `buf` (whose capacity is worth keeping): in this list, after passing a magazine
     /// to `depot` if the list is full.
+    #[inline]
     fn give(&mut self, buf: Vec<u8>, depot: &Mutex<Spare>) {
+        // The usual case, a list with room in its allocation, in a few instructions.
+        if self.has_room(&buf) && self.list.len() < self.list.capacity() {
+            self.bytes += buf.capacity();
+            self.list.push(buf);
+        } else {
+            self.give_past_room(buf, depot);
+        }
+    }
+
+    /// [`Spare::give`] to a list that is full or not yet allocated.
+    #[cold]
+    fn give_past_room(&mut self, buf: Vec<u8>, depot: &Mutex<Spare>) {
         if !self.has_room(&buf) {
             self.pass(MAGAZINE, &mut lock(depot));
         }
