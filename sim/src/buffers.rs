@@ -51,6 +51,11 @@ pub const MAGAZINE: usize = 64;
 pub const DEPOT_BUFFERS: usize = 64 * MAGAZINE;
 /// The most capacity the depot's buffers hold together.
 pub const DEPOT_BYTES: usize = 8 * 1024 * 1024;
+/// Buffers of [`NEW_BUFFER_BYTES`] the depot is stocked with when it is made (128 KiB), as a
+/// NIC driver fills its buffer pool before it starts: the frames a stream has in flight at
+/// once (a window of requests, their ACKs, the frames queued at a receiver) then come from
+/// the pool, not the allocator, even the first time the stream gets that deep.
+pub const DEPOT_STOCK: usize = 512;
 
 /// Spare buffers and their total capacity, at most `limit` of them and `limit_bytes`
 /// together: a thread's list, or the depot.
@@ -177,8 +182,9 @@ pub(crate) fn give(buf: Vec<u8>) {
     }
 }
 
-/// Allocates this thread's list and the depot, if not yet: for a thread about to run a
-/// device, so that its first frames on the data path allocate no list.
+/// Allocates this thread's list and the depot (stocked with [`DEPOT_STOCK`] buffers), if not
+/// yet: for a thread about to run a device, so that its first frames on the data path
+/// allocate nothing.
 pub(crate) fn prepare_thread() {
     SPARE.with_borrow_mut(|s| {
         if s.list.capacity() == 0 {
@@ -188,6 +194,9 @@ pub(crate) fn prepare_thread() {
     let mut d = lock(&DEPOT);
     if d.list.capacity() == 0 {
         d.allocate();
+        for _ in 0..DEPOT_STOCK {
+            d.keep(Vec::with_capacity(NEW_BUFFER_BYTES));
+        }
     }
 }
 

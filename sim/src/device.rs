@@ -340,7 +340,7 @@ impl SimDevice {
     /// Powers on a device with `cfg`.
     pub fn new(cfg: SimConfig) -> SimDevice {
         // The creating thread is usually the application's, which rings the doorbells.
-        crate::buffers::prepare_thread();
+        prepare_thread();
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
         let inner = Arc::new(Inner {
             hca: Mutex::new(Hca::new(cfg)),
@@ -564,6 +564,15 @@ fn run_timers(h: &mut Hca, now: Instant) {
     h.timers_due = now + wait;
 }
 
+/// Readies a thread of the device's own (an engine, a UDP wire's receive thread) for the data
+/// path: its buffer and transmit lists allocated. Otherwise a thread that runs a device only
+/// now and then would still be allocating millions of messages into a run, the first time a
+/// larger batch came its way.
+pub(crate) fn prepare_thread() {
+    crate::buffers::prepare_thread();
+    crate::port::prepare_thread();
+}
+
 /// The engine: time-driven device work, and frames no other thread handled, until the device
 /// is dropped. The port wakes it when a frame waits for it.
 ///
@@ -574,7 +583,7 @@ fn run_timers(h: &mut Hca, now: Instant) {
 /// to find no frame and no posted write waiting, and the timers left due later by a thread
 /// that ran the device meanwhile, it does not take the device at all.
 fn engine(weak: Weak<Inner>) {
-    crate::buffers::prepare_thread();
+    prepare_thread();
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }

@@ -1169,6 +1169,18 @@ fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
 /// A UDP batch of [`Port::transmit_from`]: its frames, and (frame, destination) pairs.
 type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>);
 
+/// Frames [`Port::transmit_from`]'s lists hold before they grow: a window of requests.
+const TRANSMIT_LISTS: usize = 256;
+
+/// Allocates this thread's [`Port::transmit_from`] lists, if not yet: for a thread about to
+/// run devices, so that its first batches allocate nothing.
+pub(crate) fn prepare_thread() {
+    let (mut datagrams, mut dests) = UDP_BATCH.take();
+    datagrams.reserve(TRANSMIT_LISTS);
+    dests.reserve(TRANSMIT_LISTS);
+    UDP_BATCH.set((datagrams, dests));
+}
+
 thread_local! {
     /// The lists of [`Port::transmit_from`]'s UDP batches in each thread that sends.
     static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
@@ -1292,7 +1304,7 @@ fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pau
 /// delays those applications by a scheduler time slice. While an application polls the wire
 /// itself ([`Port::poll_wire`]), the thread leaves the socket to it ([`pause_for_poller`]).
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
-    crate::buffers::prepare_thread();
+    crate::device::prepare_thread();
     let mut slots = RecvSlots::new();
     let mut last_frame: Option<Instant> = None;
     let mut last_look: Option<Instant> = None;
