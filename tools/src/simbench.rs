@@ -177,7 +177,7 @@ fn pattern(size: usize, seed: u64) -> Vec<u8> {
 /// sink must hold exactly that (RC delivers in order). Every completion must be a successful
 /// RDMA WRITE. Chains of up to `signal` WRs are posted with one `post_send` (one doorbell),
 /// each chain ending on a signaled WR.
-fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
+fn write_stream(a: &mut Node, b: &Node, s: Stream, mut memory: Option<&mut Resident>) -> Result<Duration, String> {
     let what = |done: u64| format!("{}-byte RDMA WRITE, after {done} of {} messages", s.size, s.msgs);
     b.mr.fill(BUF, s.size, 0).map_err(|e| format!("clearing the sink: {e}"))?;
     a.mr.write(0, &pattern(s.size, u64::MAX)).map_err(|e| format!("filling the source: {e}"))?;
@@ -190,6 +190,9 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
     let (mut posted, mut done) = (0u64, 0u64);
     let mut idle = 0u32;
     let mut progress = Instant::now();
+    if let Some(m) = memory.as_deref_mut() {
+        m.before = rss_kib()?;
+    }
     let t = Instant::now();
     while done < s.msgs {
         while posted < s.msgs && posted - done < s.window {
@@ -221,6 +224,9 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream) -> Result<Duration, String> {
         }
     }
     let e = t.elapsed();
+    if let Some(m) = memory {
+        m.after = rss_kib()?;
+    }
     let got = b.mr.to_vec(BUF, s.size).map_err(|e| format!("reading the sink: {e}"))?;
     if got != last {
         let at = got.iter().zip(&last).position(|(x, y)| x != y).unwrap_or(0);
@@ -297,13 +303,26 @@ fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
     Ok(())
 }
 
-/// The resident memory of this process (VmRSS, KiB).
-fn rss_kib() -> Result<u64, String> {
+/// The resident memory of this process (KiB): all of it (VmRSS), and its anonymous part
+/// (RssAnon: heaps, stacks, the sims' queues and buffers; not the pages of the program's and
+/// libraries' files, which come in as code is first run).
+fn rss_kib() -> Result<(u64, u64), String> {
     let s = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| "/proc/self/status has no VmRSS line".to_string())
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| format!("/proc/self/status has no {name} line"))
+    };
+    Ok((field("VmRSS:")?, field("RssAnon:")?))
+}
+
+/// The resident memory ([`rss_kib`]) when a stream's first WRITE is posted and after its last
+/// completes: the stream's own, not the memory of setting it up or checking it.
+#[derive(Default)]
+struct Resident {
+    before: (u64, u64),
+    after: (u64, u64),
 }
 
 /// What the in-process part measured.
@@ -314,6 +333,8 @@ struct InProcess {
     write64k_gb_per_s: f64,
     rss_kib_after_warmup: u64,
     rss_kib_after_run: u64,
+    rss_anon_kib_after_warmup: u64,
+    rss_anon_kib_after_run: u64,
 }
 
 fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProcess, String> {
@@ -322,15 +343,16 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     let small = Stream { size: 64, msgs, window: 256, signal: 32 };
     let warm = WARMUP.min(msgs);
     say(&format!("in process: {warm} 64-byte RDMA WRITEs (warm-up)"));
-    write_stream(&mut a, &b, Stream { msgs: warm, ..small })?;
+    write_stream(&mut a, &b, Stream { msgs: warm, ..small }, None)?;
     fill_window(&mut a, &b, small)?;
-    let rss_kib_after_warmup = rss_kib()?;
     say(&format!("in process: {msgs} 64-byte RDMA WRITEs"));
-    let t = write_stream(&mut a, &b, small)?;
-    let rss_kib_after_run = rss_kib()?;
+    let mut memory = Resident::default();
+    let t = write_stream(&mut a, &b, small, Some(&mut memory))?;
+    let ((rss_kib_after_warmup, rss_anon_kib_after_warmup), (rss_kib_after_run, rss_anon_kib_after_run)) =
+        (memory.before, memory.after);
     let big = Stream { size: BUF, msgs: bulk_bytes.div_ceil(BUF as u64), window: 16, signal: 4 };
     say(&format!("in process: {} 64 KiB RDMA WRITEs", big.msgs));
-    let tb = write_stream(&mut a, &b, big)?;
+    let tb = write_stream(&mut a, &b, big, None)?;
     Ok(InProcess {
         write64_msgs: msgs,
         write64_msgs_per_s: msgs as f64 / t.as_secs_f64(),
@@ -338,6 +360,8 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
         write64k_gb_per_s: (big.msgs * BUF as u64) as f64 / tb.as_secs_f64() / 1e9,
         rss_kib_after_warmup,
         rss_kib_after_run,
+        rss_anon_kib_after_warmup,
+        rss_anon_kib_after_run,
     })
 }
 
@@ -798,6 +822,7 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
 
     let half = rtt / 2.0;
     let growth = ip.rss_kib_after_run as f64 - ip.rss_kib_after_warmup as f64;
+    let anon_growth = ip.rss_anon_kib_after_run as f64 - ip.rss_anon_kib_after_warmup as f64;
     let rows = [
         Row {
             key: "raw_udp_rtt_p50_us",
@@ -853,6 +878,27 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             label: "resident memory growth".into(),
             unit: "KiB",
             value: growth,
+            goal: Goal::Info,
+        },
+        Row {
+            key: "rss_anon_kib_after_warmup",
+            label: "  anonymous (heaps, stacks), before".into(),
+            unit: "KiB",
+            value: ip.rss_anon_kib_after_warmup as f64,
+            goal: Goal::Info,
+        },
+        Row {
+            key: "rss_anon_kib_after_run",
+            label: "  anonymous, after".into(),
+            unit: "KiB",
+            value: ip.rss_anon_kib_after_run as f64,
+            goal: Goal::Info,
+        },
+        Row {
+            key: "rss_anon_kib_growth",
+            label: "  anonymous memory growth".into(),
+            unit: "KiB",
+            value: anon_growth,
             goal: Goal::AtMost(0.0),
         },
         Row {

@@ -135,7 +135,7 @@ def num(k):
     if type(v) not in (int, float): sys.exit('%s: %r' % (k, v))
     return v
 keys = ['inprocess_write64_msgs_per_s', 'inprocess_write64k_gb_per_s', 'rss_kib_after_warmup',
-        'rss_kib_after_run', 'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
+        'rss_kib_after_run', 'rss_anon_kib_after_warmup', 'rss_anon_kib_after_run', 'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
         'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us',
         'target_inprocess_write64_msgs_per_s', 'target_inprocess_write64k_gb_per_s',
         'target_send_lat_p50_us', 'target_write_lat_p50_us', 'target_rc_pingpong_4k_us']
@@ -146,7 +146,10 @@ checks = [
     (num('inprocess_write64k_bytes') == 8 << 20, 'inprocess_write64k_bytes'),
     (num('rss_kib_growth') == num('rss_kib_after_run') - num('rss_kib_after_warmup'), 'rss_kib_growth'),
     (abs(num('raw_udp_half_rtt_us') - num('raw_udp_rtt_p50_us') / 2) < 1e-3, 'raw_udp_half_rtt_us'),
-    (num('target_rss_kib_growth') == 0, 'target_rss_kib_growth'),
+    (num('rss_anon_kib_growth') == num('rss_anon_kib_after_run') - num('rss_anon_kib_after_warmup'),
+     'rss_anon_kib_growth'),
+    (num('rss_anon_kib_after_run') <= num('rss_kib_after_run'), 'rss_anon_kib_after_run'),
+    (num('target_rss_anon_kib_growth') == 0, 'target_rss_anon_kib_growth'),
     (all(isinstance(d.get(k), dict) and d[k] for k in ('ratio_to_target', 'pass')), 'ratio_to_target, pass'),
     (isinstance(d.get('all_pass'), bool), 'all_pass'),
 ]
