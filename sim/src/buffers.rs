@@ -101,6 +101,16 @@ impl Spare {
         self.list.clear();
     }
 
+    /// Allocates the depot and stocks it with [`DEPOT_STOCK`] new buffers, if not yet.
+    fn make_depot(&mut self) {
+        if self.list.capacity() == 0 {
+            self.allocate();
+            for _ in 0..DEPOT_STOCK {
+                self.keep(Vec::with_capacity(NEW_BUFFER_BYTES));
+            }
+        }
+    }
+
     /// Moves the last `n` buffers (at most) to `to`: those that do not fit there are freed.
     fn pass(&mut self, n: usize, to: &mut Spare) {
         for buf in self.list.drain(self.list.len() - n.min(self.list.len())..) {
@@ -191,13 +201,7 @@ pub(crate) fn prepare_thread() {
             s.allocate();
         }
     });
-    let mut d = lock(&DEPOT);
-    if d.list.capacity() == 0 {
-        d.allocate();
-        for _ in 0..DEPOT_STOCK {
-            d.keep(Vec::with_capacity(NEW_BUFFER_BYTES));
-        }
-    }
+    lock(&DEPOT).make_depot();
 }
 
 /// Passes this thread's spare buffers to the depot (a thread going idle: the module doc).
@@ -291,6 +295,23 @@ mod tests {
             assert_eq!(busy.take(&depot).map(|b| b.capacity()), Some(300));
         }
         assert!(busy.take(&depot).is_none());
+    }
+
+    #[test]
+    fn the_depot_is_made_once_stocked_and_serves_a_new_thread_without_allocating() {
+        let depot = Mutex::new(Spare::depot());
+        lock(&depot).make_depot();
+        let d = lock(&depot);
+        assert_eq!((d.list.len(), d.bytes), (DEPOT_STOCK, DEPOT_STOCK * NEW_BUFFER_BYTES));
+        assert_eq!(d.list.capacity(), DEPOT_BUFFERS);
+        let stocked: Vec<*const u8> = d.list.iter().map(|b| b.as_ptr()).collect();
+        drop(d);
+        let mut fresh = Spare::thread();
+        let b = fresh.take(&depot).expect("a stocked buffer");
+        assert!(stocked.contains(&b.as_ptr()), "taken from the stock, not allocated");
+        assert_eq!(fresh.list.len(), MAGAZINE - 1, "a whole magazine moved to the thread");
+        lock(&depot).make_depot();
+        assert_eq!(lock(&depot).list.len(), DEPOT_STOCK - MAGAZINE, "made once: not stocked again");
     }
 
     #[test]
