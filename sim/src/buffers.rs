@@ -85,26 +85,28 @@ impl Spare {
     /// Keeps `buf` if it fits (else frees it); the list is allocated whole first.
     fn keep(&mut self, buf: Vec<u8>) {
         if self.has_room(&buf) {
-            if self.list.capacity() == 0 {
-                self.allocate();
-            }
+            self.allocate();
             self.bytes += buf.capacity();
             self.list.push(buf);
         }
     }
 
-    /// Allocates the list whole, its memory written once (empty entries, then dropped): a
-    /// list that gets deeper later than it ever was before touches no new page then.
-    fn allocate(&mut self) {
+    /// Allocates the list whole, if not yet, its memory written once (empty entries, then
+    /// dropped): a list that gets deeper later than it ever was before touches no new page
+    /// then. Whether it allocated it now.
+    fn allocate(&mut self) -> bool {
+        if self.list.capacity() != 0 {
+            return false;
+        }
         self.list.reserve_exact(self.limit);
         self.list.resize_with(self.limit, Vec::new);
         self.list.clear();
+        true
     }
 
     /// Allocates the depot and stocks it with [`DEPOT_STOCK`] new buffers, if not yet.
     fn make_depot(&mut self) {
-        if self.list.capacity() == 0 {
-            self.allocate();
+        if self.allocate() {
             for _ in 0..DEPOT_STOCK {
                 self.keep(Vec::with_capacity(NEW_BUFFER_BYTES));
             }
@@ -196,11 +198,7 @@ pub(crate) fn give(buf: Vec<u8>) {
 /// yet: for a thread about to run a device, so that its first frames on the data path
 /// allocate nothing.
 pub(crate) fn prepare_thread() {
-    SPARE.with_borrow_mut(|s| {
-        if s.list.capacity() == 0 {
-            s.allocate();
-        }
-    });
+    SPARE.with_borrow_mut(Spare::allocate);
     lock(&DEPOT).make_depot();
 }
 

@@ -836,11 +836,12 @@ impl RecvSlots {
     }
 }
 
-/// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`]; one after a call that found none, `RecvSlots::ask`; one `recvmmsg` with
-/// `MSG_DONTWAIT`: the socket stays blocking for the other users of its descriptor) and calls
-/// `each(frame, sender, truncated)` for each frame; returns how many datagrams it took. A
-/// datagram the kernel coalesced from a segmented send (`UDP_GRO`, see [`enable_gro`]) is
-/// split back into its frames at the segment size it reports.
+/// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], or one after a call that found
+/// none: `RecvSlots::ask`; one `recvmmsg` with `MSG_DONTWAIT`: the socket stays blocking for
+/// the other users of its descriptor) and calls `each(frame, sender, truncated)` for each
+/// frame; returns how many datagrams it took. A datagram the kernel coalesced from a segmented
+/// send (`UDP_GRO`, see [`enable_gro`]) is split back into its frames at the segment size it
+/// reports.
 fn recv_batch(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], Option<SocketAddr>, bool)) -> usize {
     use std::os::fd::AsRawFd;
     let h = &mut *slots.headers;

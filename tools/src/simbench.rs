@@ -306,7 +306,7 @@ fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
 /// The resident memory of this process (KiB): all of it (VmRSS), and its anonymous part
 /// (RssAnon: heaps, stacks, the sims' queues and buffers; not the pages of the program's and
 /// libraries' files, which come in as code is first run).
-fn rss_kib() -> Result<(u64, u64), String> {
+fn rss_kib() -> Result<Rss, String> {
     let s = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
     let field = |name: &str| {
         s.lines()
@@ -314,15 +314,22 @@ fn rss_kib() -> Result<(u64, u64), String> {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .ok_or_else(|| format!("/proc/self/status has no {name} line"))
     };
-    Ok((field("VmRSS:")?, field("RssAnon:")?))
+    Ok(Rss { all: field("VmRSS:")?, anon: field("RssAnon:")? })
+}
+
+/// A reading of [`rss_kib`].
+#[derive(Default, Clone, Copy)]
+struct Rss {
+    all: u64,
+    anon: u64,
 }
 
 /// The resident memory ([`rss_kib`]) when a stream's first WRITE is posted and after its last
 /// completes: the stream's own, not the memory of setting it up or checking it.
 #[derive(Default)]
 struct Resident {
-    before: (u64, u64),
-    after: (u64, u64),
+    before: Rss,
+    after: Rss,
 }
 
 /// What the in-process part measured.
@@ -331,10 +338,8 @@ struct InProcess {
     write64_msgs_per_s: f64,
     write64k_bytes: u64,
     write64k_gb_per_s: f64,
-    rss_kib_after_warmup: u64,
-    rss_kib_after_run: u64,
-    rss_anon_kib_after_warmup: u64,
-    rss_anon_kib_after_run: u64,
+    /// The resident memory around the measured 64-byte stream.
+    memory: Resident,
 }
 
 fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProcess, String> {
@@ -348,8 +353,6 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     say(&format!("in process: {msgs} 64-byte RDMA WRITEs"));
     let mut memory = Resident::default();
     let t = write_stream(&mut a, &b, small, Some(&mut memory))?;
-    let ((rss_kib_after_warmup, rss_anon_kib_after_warmup), (rss_kib_after_run, rss_anon_kib_after_run)) =
-        (memory.before, memory.after);
     let big = Stream { size: BUF, msgs: bulk_bytes.div_ceil(BUF as u64), window: 16, signal: 4 };
     say(&format!("in process: {} 64 KiB RDMA WRITEs", big.msgs));
     let tb = write_stream(&mut a, &b, big, None)?;
@@ -358,10 +361,7 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
         write64_msgs_per_s: msgs as f64 / t.as_secs_f64(),
         write64k_bytes: big.msgs * BUF as u64,
         write64k_gb_per_s: (big.msgs * BUF as u64) as f64 / tb.as_secs_f64() / 1e9,
-        rss_kib_after_warmup,
-        rss_kib_after_run,
-        rss_anon_kib_after_warmup,
-        rss_anon_kib_after_run,
+        memory,
     })
 }
 
@@ -821,8 +821,9 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let pingpong = rc_pingpong(a.iters)?;
 
     let half = rtt / 2.0;
-    let growth = ip.rss_kib_after_run as f64 - ip.rss_kib_after_warmup as f64;
-    let anon_growth = ip.rss_anon_kib_after_run as f64 - ip.rss_anon_kib_after_warmup as f64;
+    let (before, after) = (ip.memory.before, ip.memory.after);
+    let growth = after.all as f64 - before.all as f64;
+    let anon_growth = after.anon as f64 - before.anon as f64;
     let rows = [
         Row {
             key: "raw_udp_rtt_p50_us",
@@ -863,14 +864,14 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             key: "rss_kib_after_warmup",
             label: "resident memory after the warm-up".into(),
             unit: "KiB",
-            value: ip.rss_kib_after_warmup as f64,
+            value: before.all as f64,
             goal: Goal::Info,
         },
         Row {
             key: "rss_kib_after_run",
             label: format!("resident memory after {} WRITEs", ip.write64_msgs),
             unit: "KiB",
-            value: ip.rss_kib_after_run as f64,
+            value: after.all as f64,
             goal: Goal::Info,
         },
         Row {
@@ -884,14 +885,14 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             key: "rss_anon_kib_after_warmup",
             label: "  anonymous (heaps, stacks), before".into(),
             unit: "KiB",
-            value: ip.rss_anon_kib_after_warmup as f64,
+            value: before.anon as f64,
             goal: Goal::Info,
         },
         Row {
             key: "rss_anon_kib_after_run",
             label: "  anonymous, after".into(),
             unit: "KiB",
-            value: ip.rss_anon_kib_after_run as f64,
+            value: after.anon as f64,
             goal: Goal::Info,
         },
         Row {

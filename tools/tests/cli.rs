@@ -135,7 +135,8 @@ def num(k):
     if type(v) not in (int, float): sys.exit('%s: %r' % (k, v))
     return v
 keys = ['inprocess_write64_msgs_per_s', 'inprocess_write64k_gb_per_s', 'rss_kib_after_warmup',
-        'rss_kib_after_run', 'rss_anon_kib_after_warmup', 'rss_anon_kib_after_run', 'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
+        'rss_kib_after_run', 'rss_anon_kib_after_warmup', 'rss_anon_kib_after_run',
+        'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
         'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us',
         'target_inprocess_write64_msgs_per_s', 'target_inprocess_write64k_gb_per_s',
         'target_send_lat_p50_us', 'target_write_lat_p50_us', 'target_rc_pingpong_4k_us']
