@@ -244,11 +244,17 @@ pub(crate) struct InlineList<T: Copy + Default, const N: usize> {
 
 impl<T: Copy + Default, const N: usize> Default for InlineList<T, N> {
     fn default() -> Self {
-        InlineList { inline: [T::default(); N], n: 0, spilled: Vec::new() }
+        Self::filled_with(T::default())
     }
 }
 
 impl<T: Copy + Default, const N: usize> InlineList<T, N> {
+    /// An empty list whose unused inline slots hold `fill`: a constant, so that a descriptor
+    /// holding one is written in place instead of being assembled on the stack and copied.
+    pub(crate) const fn filled_with(fill: T) -> Self {
+        InlineList { inline: [fill; N], n: 0, spilled: Vec::new() }
+    }
+
     /// Appends `item`.
     pub(crate) fn push(&mut self, item: T) {
         if self.spilled.is_empty() {

@@ -369,6 +369,9 @@ pub(crate) struct Gather {
 }
 
 impl Gather {
+    /// No pieces (what `default` gives, as a constant).
+    pub const EMPTY: Gather = Gather { inline: Vec::new(), first: None, more: Vec::new(), cursor: (0, 0, 0) };
+
     /// Appends inline data.
     pub fn push_inline(&mut self, data: &[u8]) {
         if data.is_empty() {

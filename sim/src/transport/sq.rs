@@ -551,13 +551,17 @@ impl Hca {
             }
             let bytes: &[u8] = read_ahead.unwrap_or(&longer);
             let (opcode, index) = opcode_index(&ctrl);
-            // Built and parsed where it is queued (a descriptor is a few hundred bytes: not
-            // moved; `resize_with` writes the new one in place, where `push_back` copied it).
-            t.sq.resize_with(t.sq.len() + 1, || blank_wqe(opcode, index, &ctrl));
+            // Built and parsed where it is queued. A descriptor is a few hundred bytes: it is
+            // copied in from a constant, then filled in field by field. One assembled on the
+            // stack was copied from there whole, and that copy's wide reads of its narrow,
+            // fresh writes stalled the core (perf, `umlx bench sim`).
+            t.sq.push_back(BLANK_WQE);
             let Some(wq) = t.sq.back_mut() else { return };
+            describe_ctrl(wq, opcode, index, &ctrl);
             if let Err(BadWqe(synd)) = self.parse_wqe(&t.path, bytes, ds, wq) {
                 self.objects.xport.stats.bad_wqes += 1;
-                *wq = blank_wqe(opcode, index, &ctrl);
+                *wq = BLANK_WQE;
+                describe_ctrl(wq, opcode, index, &ctrl);
                 wq.err = Some(synd);
             }
             crate::buffers::give(longer);
@@ -566,7 +570,7 @@ impl Hca {
     }
 
     /// Parses the WQE `b` (its `ds` segments) into `wq`, which holds what its control segment
-    /// says ([`blank_wqe`]); on an error `wq` is left partly filled.
+    /// says ([`describe_ctrl`]); on an error `wq` is left partly filled.
     fn parse_wqe(&mut self, path: &Path, b: &[u8], ds: usize, wq: &mut SendWqe) -> Result<(), BadWqe> {
         let bad = BadWqe(CqeSyndrome::LOCAL_QP_OP_ERR.0);
         let opcode = wq.opcode;
@@ -965,29 +969,39 @@ fn opcode_index(ctrl: &wqe_ctrl_seg) -> (u8, u16) {
     (v as u8, (v >> w::WQE_CTRL_WQE_INDEX_SHIFT) as u16)
 }
 
-fn blank_wqe(opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) -> SendWqe {
+/// Fills in what the control segment says: a [`BLANK_WQE`] becomes the WQE's description
+/// with nothing of its other segments parsed.
+fn describe_ctrl(wq: &mut SendWqe, opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) {
     let flags = FmCeSe::from_bits(ctrl.fm_ce_se);
-    SendWqe {
-        opcode,
-        index,
-        signaled: ctrl.fm_ce_se & w::WQE_CTRL_CQ_UPDATE != 0,
-        solicited: flags.se(),
-        fence: flags.fm() != 0,
-        imm: ctrl.imm.to_bytes(),
-        kind: Kind::Nop,
-        gather: Gather::default(),
-        len: 0,
-        raddr: 0,
-        rkey: 0,
-        swap_add: 0,
-        compare: 0,
-        local: ScatterList::default(),
-        ud: None,
-        first_psn: None,
-        npkts: 0,
-        sent: 0,
-        resp: 0,
-        done: false,
-        err: None,
-    }
+    wq.opcode = opcode;
+    wq.index = index;
+    wq.signaled = ctrl.fm_ce_se & w::WQE_CTRL_CQ_UPDATE != 0;
+    wq.solicited = flags.se();
+    wq.fence = flags.fm() != 0;
+    wq.imm = ctrl.imm.to_bytes();
 }
+
+/// A descriptor with nothing parsed into it, as a constant: every fetched WQE starts from it.
+const BLANK_WQE: SendWqe = SendWqe {
+    opcode: 0,
+    index: 0,
+    signaled: false,
+    solicited: false,
+    fence: false,
+    imm: [0; 4],
+    kind: Kind::Nop,
+    gather: Gather::EMPTY,
+    len: 0,
+    raddr: 0,
+    rkey: 0,
+    swap_add: 0,
+    compare: 0,
+    local: ScatterList::filled_with((0, 0, 0)),
+    ud: None,
+    first_psn: None,
+    npkts: 0,
+    sent: 0,
+    resp: 0,
+    done: false,
+    err: None,
+};
