@@ -64,6 +64,17 @@ pub fn psn_add(a: u32, n: u32) -> u32 {
     a.wrapping_add(n) & 0xff_ffff
 }
 
+/// The packets a message of `len` bytes takes at `mtu` bytes each (from [`mtu_bytes`], so a
+/// power of two): at least one, for a message of no bytes. A shift rather than a division, as
+/// it runs for every WQE.
+pub fn packets_for(len: u64, mtu: u32) -> u32 {
+    debug_assert!(mtu.is_power_of_two());
+    let shift = mtu.trailing_zeros();
+    let whole = len >> shift;
+    let part = u64::from(len & (u64::from(mtu) - 1) != 0);
+    ((whole + part) as u32).max(1)
+}
+
 /// IB MTU enum (1..5) to bytes.
 pub fn mtu_bytes(code: u8) -> u32 {
     match code {
@@ -596,6 +607,22 @@ mod tests {
             tclass: 0,
             checksums: Checksums::Compute,
         }
+    }
+
+    /// A message's packet count is its length divided by the MTU, rounded up, and one for a
+    /// message of no bytes, at every IB MTU.
+    #[test]
+    fn packets_for_counts_mtu_sized_packets_rounding_up() {
+        for code in 1..=5u8 {
+            let mtu = mtu_bytes(code);
+            let m = u64::from(mtu);
+            for len in [0, 1, m - 1, m, m + 1, 3 * m, 3 * m + 7, (1 << 31) + 1] {
+                let expected = len.div_ceil(m).max(1) as u32;
+                assert_eq!(packets_for(len, mtu), expected, "{len} bytes at MTU {mtu}");
+            }
+        }
+        assert_eq!(packets_for(0, 1024), 1);
+        assert_eq!(packets_for(2049, 1024), 3);
     }
 
     /// The frame a template gives for a SEND of QP `qpn`: its destination IP and UDP source port.

@@ -423,7 +423,7 @@ impl Hca {
                 let Some(mut data) = self.read_source(t.path.pd, reth.rkey, reth.va, reth.dma_len) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
                 };
-                let npkts = reth.dma_len.div_ceil(mtu as u32).max(1);
+                let npkts = super::packets_for(reth.dma_len.into(), mtu as u32);
                 t.msn = psn_add(t.msn, 1);
                 self.push_resource(t, Resource::Read { psn, npkts, va: reth.va, rkey: reth.rkey, len: reth.dma_len });
                 self.read_responses(t, psn, 0, &mut data, reth.dma_len);
@@ -511,7 +511,7 @@ impl Hca {
     fn read_responses(&mut self, t: &QpTransport, req_psn: u32, from: u32, data: &mut Gather, len: u32) {
         let mtu = u64::from(t.path.mtu);
         let len = u64::from(len);
-        let npkts = len.div_ceil(mtu).max(1) as u32;
+        let npkts = super::packets_for(len, t.path.mtu);
         let egress = self.egress(&t.path, None);
         for k in from..npkts {
             let off = u64::from(k) * mtu;

@@ -684,7 +684,7 @@ impl Hca {
             Kind::Nop => 0,
             Kind::Atomic => 1,
             _ if path.ud => 1,
-            _ => wq.len.div_ceil(mtu).max(1),
+            _ => super::packets_for(wq.len.into(), mtu),
         };
         Ok(())
     }
