@@ -340,12 +340,7 @@ fn parse_located(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError
     if transport.len() < hdr_len + ICRC_LEN {
         return Err(WireError::HeaderTooShort { opcode, need: hdr_len + ICRC_LEN, have: transport.len() });
     }
-    let mut ext = ExtHeaders::default();
-    let mut at = Bth::LEN;
-    for kind in info.headers.iter() {
-        ext.read(kind, transport.get(at..at + kind.size()).unwrap_or(&[]));
-        at += kind.size();
-    }
+    let ext = ExtHeaders::decode(info.headers, transport.get(Bth::LEN..).unwrap_or(&[]));
     let body = transport.get(hdr_len..transport.len() - ICRC_LEN).unwrap_or(&[]);
     let pad_len = usize::from(bth.pad_cnt);
     if pad_len > body.len() {
