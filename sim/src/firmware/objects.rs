@@ -268,6 +268,12 @@ impl<T: Copy + Default, const N: usize> InlineList<T, N> {
         self.spilled.push(item);
     }
 
+    /// Empties the list, keeping any spilled vector's allocation.
+    pub(crate) fn clear(&mut self) {
+        self.n = 0;
+        self.spilled.clear();
+    }
+
     /// The last item.
     fn last_mut(&mut self) -> Option<&mut T> {
         if self.spilled.is_empty() { self.inline.get_mut(..self.n)?.last_mut() } else { self.spilled.last_mut() }

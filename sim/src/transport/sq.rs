@@ -2,12 +2,10 @@
 //! the QP error state with its flush, and the memory helpers shared with the receive side.
 
 use super::{
-    Egress, Gather, Kind, Path, PathKey, Piece, QpTransport, ScatterList, SendWqe, UdDest, ack_timeout, psn_add,
-    psn_cmp,
+    Egress, Gather, Kind, Path, PathKey, Piece, QpTransport, SendQueue, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp,
 };
 use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
-use std::collections::VecDeque;
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
 use umlx_hwdesc::ifc::qpc;
@@ -471,7 +469,7 @@ impl Hca {
                 break;
             }
             t.pump_from = 0;
-            while let Some(wq) = t.sq.pop_front() {
+            while let Some(wq) = t.sq.retire_front() {
                 self.error_cqe(&path, false, wq.opcode, wq.index, CqeSyndrome::WR_FLUSH_ERR.0);
             }
         }
@@ -555,12 +553,11 @@ impl Hca {
             // copied in from a constant, then filled in field by field. One assembled on the
             // stack was copied from there whole, and that copy's wide reads of its narrow,
             // fresh writes stalled the core (perf, `umlx bench sim`).
-            t.sq.push_back(BLANK_WQE);
-            let Some(wq) = t.sq.back_mut() else { return };
+            let wq = t.sq.push_blank();
             describe_ctrl(wq, opcode, index, &ctrl);
             if let Err(BadWqe(synd)) = self.parse_wqe(&t.path, bytes, ds, wq) {
                 self.objects.xport.stats.bad_wqes += 1;
-                *wq = BLANK_WQE;
+                wq.reset();
                 describe_ctrl(wq, opcode, index, &ctrl);
                 wq.err = Some(synd);
             }
@@ -735,14 +732,15 @@ impl Hca {
             n += 1;
         }
         if n > 0 {
-            t.sq.drain(..n);
+            t.sq.retire(n);
             t.pump_from = t.pump_from.saturating_sub(n);
         }
         if let Some(synd) = t.sq.front().and_then(|w| w.err) {
-            let wq = t.sq.pop_front().expect("front exists");
+            let Some(wq) = t.sq.retire_front() else { return };
+            let (opcode, index) = (wq.opcode, wq.index);
             t.pump_from = t.pump_from.saturating_sub(1);
             let path = t.path.clone();
-            self.error_cqe(&path, false, wq.opcode, wq.index, synd);
+            self.error_cqe(&path, false, opcode, index, synd);
             self.qp_to_error(t);
         }
     }
@@ -797,12 +795,12 @@ impl Hca {
         // READs and atomics in flight, and whether one is before WQE i: counted only when a
         // WQE needs them (a READ/atomic to start, a fenced WQE), rare in a stream of SENDs and
         // WRITEs.
-        let rd_in_flight = |sq: &VecDeque<SendWqe>| {
+        let rd_in_flight = |sq: &SendQueue| {
             sq.iter()
                 .filter(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && w.first_psn.is_some() && !w.done)
                 .count() as u32
         };
-        let rd_before = |sq: &VecDeque<SendWqe>, i: usize| {
+        let rd_before = |sq: &SendQueue, i: usize| {
             sq.iter().take(i).any(|w| matches!(w.kind, Kind::Read | Kind::Atomic) && !w.done)
         };
         let mut rd_outstanding = None;
@@ -969,8 +967,8 @@ fn opcode_index(ctrl: &wqe_ctrl_seg) -> (u8, u16) {
     (v as u8, (v >> w::WQE_CTRL_WQE_INDEX_SHIFT) as u16)
 }
 
-/// Fills in what the control segment says: a [`BLANK_WQE`] becomes the WQE's description
-/// with nothing of its other segments parsed.
+/// Fills in what the control segment says: a blank descriptor ([`super::BLANK_WQE`]) becomes
+/// the WQE's description with nothing of its other segments parsed.
 fn describe_ctrl(wq: &mut SendWqe, opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) {
     let flags = FmCeSe::from_bits(ctrl.fm_ce_se);
     wq.opcode = opcode;
@@ -980,28 +978,3 @@ fn describe_ctrl(wq: &mut SendWqe, opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) 
     wq.fence = flags.fm() != 0;
     wq.imm = ctrl.imm.to_bytes();
 }
-
-/// A descriptor with nothing parsed into it, as a constant: every fetched WQE starts from it.
-const BLANK_WQE: SendWqe = SendWqe {
-    opcode: 0,
-    index: 0,
-    signaled: false,
-    solicited: false,
-    fence: false,
-    imm: [0; 4],
-    kind: Kind::Nop,
-    gather: Gather::EMPTY,
-    len: 0,
-    raddr: 0,
-    rkey: 0,
-    swap_add: 0,
-    compare: 0,
-    local: ScatterList::filled_with((0, 0, 0)),
-    ud: None,
-    first_psn: None,
-    npkts: 0,
-    sent: 0,
-    resp: 0,
-    done: false,
-    err: None,
-};
