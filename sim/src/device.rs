@@ -564,13 +564,34 @@ fn run_timers(h: &mut Hca, now: Instant) {
     h.timers_due = now + wait;
 }
 
-/// Readies a thread of the device's own (an engine, a UDP wire's receive thread) for the data
-/// path: its buffer and transmit lists allocated. Otherwise a thread that runs a device only
-/// now and then would still be allocating millions of messages into a run, the first time a
-/// larger batch came its way.
+/// Readies a thread for the data path: its buffer and transmit lists allocated. Otherwise a
+/// thread that runs a device only now and then would still be allocating millions of messages
+/// into a run, the first time a larger batch came its way.
 pub(crate) fn prepare_thread() {
     crate::buffers::prepare_thread();
     crate::port::prepare_thread();
+}
+
+/// How much of a device thread's stack [`prepare_own_thread`] touches: four times the deepest a
+/// device run was seen to go (16 KiB: a run, the run of the peer it sets off on the in-process
+/// fabric, and the frame parser in it).
+const STACK_PREPARED: usize = 64 * 1024;
+
+/// [`prepare_thread`] for a thread of the device's own (its engine, a UDP wire's receive
+/// thread), whose stack is the sim's memory too: its top [`STACK_PREPARED`] bytes are touched
+/// now. An engine otherwise first ran a device as deep as that millions of messages into a
+/// stream (pagemap around `umlx bench sim`'s 10 M WRITEs: two new pages of an engine's stack,
+/// 8 - 16 KiB below its top), and took the page faults, and the memory, then.
+pub(crate) fn prepare_own_thread() {
+    prepare_thread();
+    touch_stack();
+}
+
+/// Writes [`STACK_PREPARED`] bytes of stack below the caller's frame.
+#[inline(never)]
+fn touch_stack() {
+    let mut below = [0u8; STACK_PREPARED];
+    std::hint::black_box(&mut below);
 }
 
 /// The engine: time-driven device work, and frames no other thread handled, until the device
@@ -583,7 +604,7 @@ pub(crate) fn prepare_thread() {
 /// to find no frame and no posted write waiting, and the timers left due later by a thread
 /// that ran the device meanwhile, it does not take the device at all.
 fn engine(weak: Weak<Inner>) {
-    prepare_thread();
+    prepare_own_thread();
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }

@@ -1305,7 +1305,7 @@ fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pau
 /// delays those applications by a scheduler time slice. While an application polls the wire
 /// itself ([`Port::poll_wire`]), the thread leaves the socket to it ([`pause_for_poller`]).
 fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
-    crate::device::prepare_thread();
+    crate::device::prepare_own_thread();
     let mut slots = RecvSlots::new();
     let mut last_frame: Option<Instant> = None;
     let mut last_look: Option<Instant> = None;
