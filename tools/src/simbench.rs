@@ -305,9 +305,24 @@ fn fill_window(a: &mut Node, b: &Node, s: Stream) -> Result<(), String> {
 
 /// The resident memory of this process (KiB): all of it (VmRSS), and its anonymous part
 /// (RssAnon: heaps, stacks, the sims' queues and buffers; not the pages of the program's and
-/// libraries' files, which come in as code is first run).
+/// libraries' files, which come in as code is first run). Read into a buffer on the stack: a
+/// reading taken around the stream must not allocate, or it would measure its own allocation.
 fn rss_kib() -> Result<Rss, String> {
-    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
+    let mut buf = [0u8; 16 * 1024];
+    let mut n = 0;
+    let mut f = std::fs::File::open("/proc/self/status").map_err(|e| format!("/proc/self/status: {e}"))?;
+    loop {
+        let Some(rest) = buf.get_mut(n..).filter(|r| !r.is_empty()) else {
+            return Err(format!("/proc/self/status is longer than {} bytes", buf.len()));
+        };
+        match f.read(rest) {
+            Ok(0) => break,
+            Ok(got) => n += got,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("/proc/self/status: {e}")),
+        }
+    }
+    let s = std::str::from_utf8(&buf[..n]).map_err(|e| format!("/proc/self/status: {e}"))?;
     let field = |name: &str| {
         s.lines()
             .find_map(|l| l.strip_prefix(name))
