@@ -577,8 +577,9 @@ pub(crate) fn prepare_thread() {
 /// fabric, and the frame parser in it).
 const STACK_PREPARED: usize = 64 * 1024;
 
-/// [`prepare_thread`] for a thread of the device's own (its engine, a UDP wire's receive
-/// thread), whose stack is the sim's memory too: its top [`STACK_PREPARED`] bytes are touched
+/// [`prepare_thread`] for a thread of the sim's own (a device's engine, a UDP wire's receive
+/// thread, a fabric's timer thread, each of which runs devices), whose stack is the sim's
+/// memory too: its top [`STACK_PREPARED`] bytes are touched
 /// now. An engine otherwise first ran a device as deep as that millions of messages into a
 /// stream (pagemap around `umlx bench sim`'s 10 M WRITEs: two new pages of an engine's stack,
 /// 8 - 16 KiB below its top), and took the page faults, and the memory, then.

@@ -341,18 +341,22 @@ impl Reached {
 }
 
 fn timer(weak: Weak<FabricShared>) {
+    // It delivers held frames, and so runs the devices they reach, as a device's own threads do.
+    crate::device::prepare_own_thread();
+    // The frames due at one look; kept, with its allocation, from look to look.
+    let mut due = Vec::new();
     loop {
         let Some(f) = weak.upgrade() else { return };
         let now = Instant::now();
-        let (due, next) = {
+        let next = {
             let mut s = lock(&f.state);
             s.held.sort_by_key(|h| (h.0, h.1));
             let n = s.held.partition_point(|h| h.0 <= now);
-            let due: Vec<_> = s.held.drain(..n).collect();
-            (due, s.held.first().map(|h| h.0))
+            due.extend(s.held.drain(..n));
+            s.held.first().map(|h| h.0)
         };
         let mut reached = Reached::default();
-        for (_, _, from, frame) in due {
+        for (_, _, from, frame) in due.drain(..) {
             f.deliver(from, frame, &mut reached);
         }
         reached.notify();
