@@ -783,6 +783,10 @@ impl ExtHeaders {
     /// every packet received (perf, `umlx bench sim`).
     #[inline(always)]
     pub(crate) fn decode(kinds: HeaderSet, b: &[u8]) -> ExtHeaders {
+        if kinds.is_empty() {
+            // The middle packets of a message (and the last of a SEND or WRITE) carry none.
+            return ExtHeaders::default();
+        }
         let mut at = 0;
         let mut next = |kind: ExtKind| {
             if !kinds.contains(kind) {
