@@ -17,12 +17,83 @@
 //! conflict between a driver store and a sim load is only ordered by the driver's barriers and
 //! doorbells, as on hardware.
 //!
+//! A copy of [`BULK_COPY_MIN`] bytes or more (a packet's payload) is made instead by an `asm!`
+//! loop of 16-byte SSE2 loads and stores, 64 bytes at a time ([`copy_bulk`]), as a DMA engine
+//! moves a burst: the word loop cannot be vectorised (the compiler may not merge atomic
+//! accesses), and on a 1 KiB payload it took three times as long (95 against 31 ns here). An
+//! `asm!` block is opaque to the compiler, which can neither tear, merge, repeat nor drop its
+//! accesses; and what it does is what a loop of `Relaxed` single-byte atomic accesses does
+//! (every byte of an x86 access is single-copy atomic; the loop loads each byte of the source
+//! and stores it to the destination, the bytes of the last block twice when the length is not a
+//! multiple of 64), so it is no data race either. ThreadSanitizer does not see inside it.
+//!
 //! This is one of the sim's `unsafe` modules: each function takes a raw host address whose
 //! validity its caller vouches for (see each function's `# Safety`).
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 const WORD: usize = size_of::<u64>();
+
+/// The shortest copy made by [`copy_bulk`] rather than by words (one block of its loop): a
+/// 64-byte payload and up.
+pub const BULK_COPY_MIN: usize = 64;
+
+/// Copies `n` bytes from `src` to `dst` in 64-byte blocks of SSE2 loads and stores (the module
+/// doc says why this is no data race): the whole blocks from the start, then, when `n` is not
+/// a multiple of 64, the last 64 bytes (overlapping the last whole block). Only on x86-64, whose
+/// every processor has SSE2; elsewhere every copy goes by words.
+///
+/// # Safety
+/// `n` must be at least [`BULK_COPY_MIN`]. `src..src + n` must be valid for reads and `dst..dst + n` for writes (allocated, not freed
+/// meanwhile), and the two must not overlap. Either may be accessed concurrently by another
+/// thread, through any access but a Rust reference.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: the ranges are valid and disjoint and `n >= 64` (caller's contract): the loop
+    // runs `n / 64 >= 1` times over the whole blocks from the start, and the last block starts
+    // `n - 64` bytes in, so every access lies inside the ranges. It uses no stack and
+    // clobbers only the registers declared.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "movdqu xmm0, [{s}]",
+            "movdqu xmm1, [{s} + 16]",
+            "movdqu xmm2, [{s} + 32]",
+            "movdqu xmm3, [{s} + 48]",
+            "movdqu [{d}], xmm0",
+            "movdqu [{d} + 16], xmm1",
+            "movdqu [{d} + 32], xmm2",
+            "movdqu [{d} + 48], xmm3",
+            "add {s}, 64",
+            "add {d}, 64",
+            "dec {blocks}",
+            "jnz 2b",
+            "test {n}, 63",
+            "jz 3f",
+            "movdqu xmm0, [{s_last}]",
+            "movdqu xmm1, [{s_last} + 16]",
+            "movdqu xmm2, [{s_last} + 32]",
+            "movdqu xmm3, [{s_last} + 48]",
+            "movdqu [{d_last}], xmm0",
+            "movdqu [{d_last} + 16], xmm1",
+            "movdqu [{d_last} + 32], xmm2",
+            "movdqu [{d_last} + 48], xmm3",
+            "3:",
+            n = in(reg) n,
+            s = inout(reg) src => _,
+            d = inout(reg) dst => _,
+            blocks = inout(reg) n / 64 => _,
+            s_last = in(reg) src.wrapping_add(n - 64),
+            d_last = in(reg) dst.wrapping_add(n - 64),
+            out("xmm0") _,
+            out("xmm1") _,
+            out("xmm2") _,
+            out("xmm3") _,
+            options(nostack),
+        );
+    }
+}
 
 /// Splits `len` bytes starting at address `addr` into a head of single bytes, whole aligned
 /// 8-byte words, and a tail of single bytes: `(head, words)`; the tail is what is left.
@@ -41,6 +112,13 @@ fn split(addr: usize, len: usize) -> (usize, usize) {
 /// overlap `out`. It may be written concurrently by the host, through any access but a Rust
 /// reference.
 pub unsafe fn read(src: *const u8, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if out.len() >= BULK_COPY_MIN {
+        // SAFETY: `src..src + out.len()` is valid for reads (caller's contract) and `out`, a
+        // slice of the caller's, is valid for writes and does not overlap it.
+        unsafe { copy_bulk(out.as_mut_ptr(), src, out.len()) };
+        return;
+    }
     let (head, words) = split(src.addr(), out.len());
     let mut i = 0;
     while i < head {
@@ -71,6 +149,13 @@ pub unsafe fn read(src: *const u8, out: &mut [u8]) {
 /// not overlap `data`. It may be read or written concurrently by the host, through any access
 /// but a Rust reference.
 pub unsafe fn write(dst: *mut u8, data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= BULK_COPY_MIN {
+        // SAFETY: `dst..dst + data.len()` is valid for writes (caller's contract) and `data`,
+        // a slice of the caller's, is valid for reads and does not overlap it.
+        unsafe { copy_bulk(dst, data.as_ptr(), data.len()) };
+        return;
+    }
     let (head, words) = split(dst.addr(), data.len());
     let mut i = 0;
     while i < head {
@@ -150,19 +235,21 @@ mod tests {
 
     #[test]
     fn copies_and_fills_at_every_alignment_touch_only_their_range() {
-        let mut mem = vec![0u64; 8]; // 64 bytes, 8-aligned
+        const MEM: usize = 256;
+        let mut mem = vec![0u64; MEM / WORD]; // 8-aligned
         let base = mem.as_mut_ptr().cast::<u8>();
-        let pattern: Vec<u8> = (1..=40).collect();
+        let pattern: Vec<u8> = (1..=200).collect();
+        // Lengths below BULK_COPY_MIN go by words, the others by the bulk copy (on x86-64).
         for off in 0..16 {
-            for len in [0, 1, 7, 8, 9, 23, 40] {
+            for len in [0, 1, 7, 8, 9, 23, 40, BULK_COPY_MIN - 1, BULK_COPY_MIN, BULK_COPY_MIN + 1, 100, 128, 200] {
                 let data = &pattern[..len];
-                // SAFETY: `off + len` <= 56 < 64 bytes of `mem`, which no reference covers
+                // SAFETY: `off + len` <= 215 < 256 bytes of `mem`, which no reference covers
                 // while the raw accesses run.
                 unsafe {
-                    fill(base, 0xee, 64);
+                    fill(base, 0xee, MEM);
                     write(base.add(off), data);
                 }
-                let mut all = [0u8; 64];
+                let mut all = [0u8; MEM];
                 let mut back = vec![0u8; len];
                 // SAFETY: as above.
                 unsafe {
