@@ -59,11 +59,18 @@ struct EngineClock {
     engine_wake: AtomicU64,
     /// When the timers are due, as the last run of the device left them.
     timers_due: AtomicU64,
+    /// When a thread last let go of the device (0: none has yet).
+    left: AtomicU64,
 }
 
 impl EngineClock {
     fn new() -> EngineClock {
-        EngineClock { epoch: Instant::now(), engine_wake: AtomicU64::new(0), timers_due: AtomicU64::new(u64::MAX) }
+        EngineClock {
+            epoch: Instant::now(),
+            engine_wake: AtomicU64::new(0),
+            timers_due: AtomicU64::new(u64::MAX),
+            left: AtomicU64::new(0),
+        }
     }
 
     /// `t` in nanoseconds since the epoch.
@@ -106,18 +113,41 @@ impl EngineClock {
         }
     }
 
-    /// The engine woke at `now`, having planned (and noted) to look next at `planned`, and
-    /// found nothing waiting for it (`nothing_waits`: no frame, no posted write, no ACK left
-    /// unsent): when a thread that ran the device left the timers due later than now, the
-    /// engine need not take the device. Then it looks again at that time (or at `planned`, if sooner), noted as its
-    /// plan: `Some(wake)`. `None` when it must take the device: something waits, the timers are
-    /// due, or no thread has left them yet.
+    /// The engine woke at `now`, having planned (and noted) to look next at `planned`: whether
+    /// it may leave the device alone, and until when (`Some(wake)`, noted as its plan), or must
+    /// take it (`None`).
+    ///
+    /// It leaves it alone while a thread let go of it less than [`ENGINE_GRACE`] ago (an
+    /// application that rings doorbells runs it every few microseconds): that thread runs the
+    /// timers when they fall due, and takes the frames and posted writes left waiting when it
+    /// lets go (the module doc), so what waits now is on its way to it. The engine looks again
+    /// when the grace ends if something waits, else when the timers are due or the grace ends,
+    /// whichever is later. Otherwise it leaves it alone when nothing
+    /// waits (`nothing_waits`: no frame, no posted write, no ACK left unsent) and a thread that
+    /// ran the device left the timers due later than now, until then. It takes it when
+    /// something waits, when the timers are due, or when no thread has left them yet. Every
+    /// wake is no later than `planned`.
     ///
     /// (Taking the device for nothing, the engine made an application that rang a doorbell
     /// meanwhile post it for the engine, and the engine then ran the device for that
-    /// application, doorbell after doorbell, while the application waited for completions.)
+    /// application, doorbell after doorbell, while the application waited for completions.
+    /// Taking it when the timers fell due or a frame was on its way to an application's run
+    /// had the same effect: in an in-process stream of 64-byte WRITEs, the responder's engine
+    /// took a full window of WRITEs from the application a thousand times a second, each a
+    /// 16 - 64 microsecond stall of the application, which yielded 64 - 255 times per stall.)
     fn engine_idle_until(&self, now: Instant, planned: Instant, nothing_waits: bool) -> Option<Instant> {
         let due = self.published_due()?;
+        let left = match self.left.load(Ordering::Relaxed) {
+            0 => None,
+            at => self.epoch.checked_add(Duration::from_nanos(at)),
+        };
+        if let Some(grace_ends) = left.map(|t| t + ENGINE_GRACE)
+            && grace_ends > now
+        {
+            let wake = if nothing_waits { due.max(grace_ends) } else { grace_ends }.min(planned);
+            self.engine_plans(wake);
+            return Some(wake);
+        }
         if !nothing_waits || due <= now {
             return None;
         }
@@ -126,9 +156,10 @@ impl EngineClock {
         Some(wake)
     }
 
-    /// A thread lets go of the device with its timers due at `due`: whether the engine must be
-    /// woken for them (it plans to look later, and is not running the device).
-    fn leaving(&self, due: Instant) -> bool {
+    /// A thread lets go of the device at `now` with its timers due at `due`: whether the engine
+    /// must be woken for them (it plans to look later, and is not running the device).
+    fn leaving(&self, now: Instant, due: Instant) -> bool {
+        self.left.store(self.nanos(now).max(1), Ordering::Relaxed);
         let due = self.nanos(due);
         self.timers_due.store(due, Ordering::Relaxed);
         fence(Ordering::SeqCst);
@@ -264,7 +295,7 @@ impl Inner {
                 }
                 let now = Instant::now();
                 if now < h.timers_due {
-                    if self.clock.leaving(h.timers_due) {
+                    if self.clock.leaving(now, h.timers_due) {
                         self.port.wake_engine(); // a timer due before the engine looks
                     }
                     return;
@@ -553,6 +584,11 @@ const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
 /// The shortest time between two runs of the timers; a QP that needs service whatever the
 /// time is served this often.
 const ENGINE_MIN_PARK: Duration = Duration::from_micros(100);
+/// How long after a thread let go of the device the engine leaves it to that thread's next run
+/// ([`EngineClock::engine_idle_until`]). Shorter than [`ENGINE_MIN_PARK`], the soonest the
+/// timers are due after a run: the grace then ends before them, and a thread letting go with
+/// them due no sooner need not wake the engine.
+const ENGINE_GRACE: Duration = Duration::from_micros(50);
 
 /// Runs the device's timers at `now` and notes when they are next due.
 fn run_timers(h: &mut Hca, now: Instant) {
@@ -664,15 +700,15 @@ mod tests {
         let now = Instant::now();
         c.engine_plans(now + Duration::from_micros(200)); // the engine's old plan
         let due = now + Duration::from_micros(400);
-        assert!(!c.leaving(due), "the old plan looks before the timer: no wake");
+        assert!(!c.leaving(now, due), "the old plan looks before the timer: no wake");
         // The engine plans its idle look and finds the device held (the holder has not let go).
         let planned = now + ENGINE_IDLE_PARK;
         c.engine_plans(planned);
         assert_eq!(c.engine_wake_when_held(now, planned), due);
         // That look is now its plan: a holder letting go with the same timers need not wake it,
         // one with a timer due sooner must.
-        assert!(!c.leaving(due), "the engine already looks when the timers are due");
-        assert!(c.leaving(due - Duration::from_micros(50)));
+        assert!(!c.leaving(now, due), "the engine already looks when the timers are due");
+        assert!(c.leaving(now, due - Duration::from_micros(50)));
     }
 
     /// The other order: the engine planned first, so the thread letting go sees the plan and
@@ -682,11 +718,11 @@ mod tests {
         let c = EngineClock::new();
         let now = Instant::now();
         c.engine_plans(now + ENGINE_IDLE_PARK);
-        assert!(c.leaving(now + Duration::from_micros(300)));
-        assert!(!c.leaving(now + 2 * ENGINE_IDLE_PARK));
+        assert!(c.leaving(now, now + Duration::from_micros(300)));
+        assert!(!c.leaving(now, now + 2 * ENGINE_IDLE_PARK));
         // While the engine runs the device, nothing wakes it: it looks at the timers after.
         c.engine_runs();
-        assert!(!c.leaving(now + Duration::from_micros(300)));
+        assert!(!c.leaving(now, now + Duration::from_micros(300)));
     }
 
     /// An engine that wakes to nothing while a thread that ran the device left the timers due
@@ -700,19 +736,50 @@ mod tests {
         c.engine_plans(planned);
         assert_eq!(c.engine_idle_until(now, planned, true), None, "no thread has run the timers yet");
         let due = now + Duration::from_micros(300);
-        assert!(c.leaving(due), "due before the engine's plan: it is woken");
-        assert_eq!(c.engine_idle_until(now, planned, true), Some(due));
-        assert_eq!(c.engine_idle_until(now, planned, false), None, "a frame or a posted write waits");
+        assert!(c.leaving(now, due), "due before the engine's plan: it is woken");
+        // Once the grace of that thread's run has ended:
+        let t = now + ENGINE_GRACE;
+        assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
+        assert_eq!(c.engine_idle_until(t, planned, false), None, "a frame or a posted write waits");
         assert_eq!(c.engine_idle_until(due, planned, true), None, "the timers are due");
         // Its look at `due` is its plan: a thread leaving with the timers due then does not
         // wake it, one leaving them due sooner does.
         c.engine_plans(planned);
-        assert_eq!(c.engine_idle_until(now, planned, true), Some(due));
-        assert!(!c.leaving(due));
-        assert!(c.leaving(due - Duration::from_micros(100)));
+        assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
+        assert!(!c.leaving(now, due));
+        assert!(c.leaving(now, due - Duration::from_micros(100)));
         // Timers left later than the engine's idle period: it looks at its plan.
-        c.leaving(now + 3 * ENGINE_IDLE_PARK);
-        assert_eq!(c.engine_idle_until(now, planned, true), Some(planned));
+        c.leaving(now, now + 3 * ENGINE_IDLE_PARK);
+        assert_eq!(c.engine_idle_until(t, planned, true), Some(planned));
+    }
+
+    /// Within the grace of a thread's run, the engine leaves the device to that thread even
+    /// when a frame waits or the timers are due (the thread takes them), and looks again when
+    /// the grace ends if something waits, else when the timers are due or the grace ends,
+    /// whichever is later; never later than its plan.
+    #[test]
+    fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
+        let c = EngineClock::new();
+        let now = Instant::now();
+        let planned = now + ENGINE_IDLE_PARK;
+        let grace_ends = now + ENGINE_GRACE;
+        let due = now + Duration::from_micros(300);
+        c.engine_plans(planned);
+        c.leaving(now, due);
+        let soon = now + Duration::from_micros(10);
+        assert_eq!(c.engine_idle_until(soon, planned, true), Some(due), "nothing waits: until the timers");
+        assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends), "a frame on its way to that thread");
+        // Timers due within the grace, and already due when the engine looks.
+        c.leaving(now, now + Duration::from_micros(5));
+        assert_eq!(c.engine_idle_until(soon, planned, true), Some(grace_ends));
+        assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends));
+        assert_eq!(
+            c.engine_idle_until(soon, soon + Duration::from_micros(20), false),
+            Some(soon + Duration::from_micros(20))
+        );
+        // The grace over, the engine takes the device for what waits, or for the timers.
+        assert_eq!(c.engine_idle_until(grace_ends, planned, false), None);
+        assert_eq!(c.engine_idle_until(grace_ends, planned, true), None);
     }
 
     /// A held device with timers long past due (the holder runs them) or not armed: the engine
@@ -723,7 +790,7 @@ mod tests {
         let now = Instant::now();
         let planned = now + ENGINE_IDLE_PARK;
         assert_eq!(c.engine_wake_when_held(now, planned), planned, "no timer published yet");
-        c.leaving(now);
+        c.leaving(now, now);
         let later = now + Duration::from_millis(5);
         assert_eq!(c.engine_wake_when_held(later, later + ENGINE_IDLE_PARK), later + ENGINE_MIN_PARK);
     }
