@@ -424,8 +424,100 @@ pub struct QCounter {
     pub resp_local_length_error: u32,
 }
 
+/// A table of objects indexed by their number, as the adapter keeps its QP, CQ and MKey
+/// contexts: object `n` is in slot `n - first`, so a lookup on the data path is an index, not a
+/// search, and the lowest free number is the first empty slot. Numbers below `first` (never
+/// allocated: CQ and MKey numbers start at 1, QPNs at 0x100, past the special QPs) are never
+/// held. Iterates in ascending number, as the ordered map it replaced did.
+#[derive(Debug)]
+pub struct ObjectTable<T> {
+    first: u32,
+    slots: Vec<Option<T>>,
+    live: usize,
+}
+
+impl<T> ObjectTable<T> {
+    /// An empty table whose lowest number is `first`.
+    pub const fn starting_at(first: u32) -> ObjectTable<T> {
+        ObjectTable { first, slots: Vec::new(), live: 0 }
+    }
+
+    fn slot(&self, n: u32) -> Option<usize> {
+        n.checked_sub(self.first).map(|i| i as usize)
+    }
+
+    /// Object `n`.
+    #[inline]
+    pub fn get(&self, n: &u32) -> Option<&T> {
+        self.slots.get(self.slot(*n)?)?.as_ref()
+    }
+
+    /// Object `n`, to change.
+    #[inline]
+    pub fn get_mut(&mut self, n: &u32) -> Option<&mut T> {
+        let i = self.slot(*n)?;
+        self.slots.get_mut(i)?.as_mut()
+    }
+
+    /// Whether object `n` exists.
+    pub fn contains_key(&self, n: &u32) -> bool {
+        self.get(n).is_some()
+    }
+
+    /// Puts `obj` in as object `n`; the object it replaces, if any. `None` (and the object
+    /// dropped) for a number below the table's first, which it never holds.
+    pub fn insert(&mut self, n: u32, obj: T) -> Option<T> {
+        let i = self.slot(n)?;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
+        let old = self.slots[i].replace(obj);
+        if old.is_none() {
+            self.live += 1;
+        }
+        old
+    }
+
+    /// Takes object `n` out.
+    pub fn remove(&mut self, n: &u32) -> Option<T> {
+        let i = self.slot(*n)?;
+        let old = self.slots.get_mut(i)?.take();
+        if old.is_some() {
+            self.live -= 1;
+            // Empty slots at the end are let go of, so that the table is no longer than its
+            // highest object needs.
+            while self.slots.last().is_some_and(Option::is_none) {
+                self.slots.pop();
+            }
+        }
+        old
+    }
+
+    /// How many objects the table holds.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The objects, in ascending number.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().flatten()
+    }
+
+    /// The lowest number without an object, if it is below `limit`.
+    pub fn first_free(&self, limit: u64) -> Option<u32> {
+        let i = self.slots.iter().position(Option::is_none).unwrap_or(self.slots.len());
+        let n = u64::from(self.first) + i as u64;
+        if n < limit { u32::try_from(n).ok() } else { None }
+    }
+}
+
 /// Every object table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Objects {
     /// Allocated UAR indices.
     pub uars: BTreeSet<u32>,
@@ -438,13 +530,13 @@ pub struct Objects {
     /// EQs.
     pub eqs: BTreeMap<u32, Eq>,
     /// CQs.
-    pub cqs: BTreeMap<u32, Cq>,
+    pub cqs: ObjectTable<Cq>,
     /// MKeys by index.
-    pub mkeys: BTreeMap<u32, Mkey>,
+    pub mkeys: ObjectTable<Mkey>,
     /// SRQs.
     pub srqs: BTreeMap<u32, Srq>,
     /// QPs.
-    pub qps: BTreeMap<u32, Qp>,
+    pub qps: ObjectTable<Qp>,
     /// Next variant byte seed for MKeys (the driver chooses the variant; kept for stats).
     pub mkeys_created: u64,
     /// MKeys destroyed so far: a translation made earlier holds while this is unchanged (a
@@ -453,6 +545,32 @@ pub struct Objects {
     /// Device-wide transport state (outbound frames, timers, counters).
     pub xport: crate::transport::HcaTransport,
 }
+
+impl Default for Objects {
+    fn default() -> Objects {
+        Objects {
+            uars: BTreeSet::new(),
+            pds: BTreeSet::new(),
+            tds: BTreeSet::new(),
+            qcounters: BTreeMap::new(),
+            eqs: BTreeMap::new(),
+            cqs: ObjectTable::starting_at(FIRST_CQN),
+            mkeys: ObjectTable::starting_at(FIRST_MKEY_INDEX),
+            srqs: BTreeMap::new(),
+            qps: ObjectTable::starting_at(FIRST_QPN),
+            mkeys_created: 0,
+            mkeys_destroyed: 0,
+            xport: crate::transport::HcaTransport::default(),
+        }
+    }
+}
+
+/// The first CQ number the firmware gives.
+const FIRST_CQN: u32 = 1;
+/// The first MKey index the firmware gives.
+const FIRST_MKEY_INDEX: u32 = 1;
+/// The first QPN the firmware gives (those below are the special QPs').
+const FIRST_QPN: u32 = 0x100;
 
 /// Picks the lowest free number in `first..limit`.
 fn alloc_num(used: impl Fn(u32) -> bool, first: u32, limit: u64) -> Option<u32> {
@@ -983,8 +1101,7 @@ impl Hca {
         let offset = page::page_offset_bytes(g(cqc::page_offset), page_shift);
         let npages = pages_for((plain::cqe64::SIZE as u64) << log_size, page_shift, offset);
         let pas = read_pas(op, input, create_cq_in::SIZE_BYTES, npages)?;
-        let cqs = &self.objects.cqs;
-        let cqn = alloc_num(|n| cqs.contains_key(&n), 1, 1 << limits::LOG_MAX_CQ).ok_or_else(|| no_res(op))?;
+        let cqn = self.objects.cqs.first_free(1 << limits::LOG_MAX_CQ).ok_or_else(|| no_res(op))?;
         self.objects.cqs.insert(
             cqn,
             Cq {
@@ -1241,8 +1358,7 @@ impl Hca {
         if mtt[..needed].iter().any(|e| e & ((1u64 << page_shift) - 1) & plain::mkey::MTT_PTAG_MASK != 0) {
             return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
         }
-        let mkeys = &self.objects.mkeys;
-        let index = alloc_num(|n| mkeys.contains_key(&n), 1, 1 << limits::LOG_MAX_MKEY).ok_or_else(|| no_res(op))?;
+        let index = self.objects.mkeys.first_free(1 << limits::LOG_MAX_MKEY).ok_or_else(|| no_res(op))?;
         let mkey = Mkey {
             index,
             variant: g(mkc::mkey_7_0) as u8,
@@ -1453,8 +1569,7 @@ impl Hca {
         let offset = page::page_offset_bytes(g(qpc::page_offset), page_shift);
         let npages = pages_for(rq_bytes + sq_bytes, page_shift, offset);
         let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
-        let qps = &self.objects.qps;
-        let qpn = alloc_num(|n| qps.contains_key(&n), 0x100, 1 << limits::LOG_MAX_QP).ok_or_else(|| no_res(op))?;
+        let qpn = self.objects.qps.first_free(1 << limits::LOG_MAX_QP).ok_or_else(|| no_res(op))?;
         let mut ctx = base.bytes(input).map(|b| b.to_vec()).unwrap_or_else(|| vec![0; qpc::SIZE_BYTES]);
         qpc::state.set(&mut ctx, QpState::RST.0 as u64);
         self.objects.qps.insert(
@@ -1513,7 +1628,7 @@ impl Hca {
         q.inner(qpc::sw_sq_wqebb_counter).set(&mut o, qp.sq_doorbell as u64);
         q.inner(qpc::hw_rq_counter).set(&mut o, qp.rq_consumed as u64);
         self.qp_query_transport(qpn, &mut o);
-        let qp = &self.objects.qps[&qpn];
+        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(op)) };
         for (i, p) in qp.buf.pas.iter().enumerate() {
             let off = query_qp_out::SIZE_BYTES + 8 * i;
             o[off..off + 8].copy_from_slice(&p.to_be_bytes());
@@ -1613,4 +1728,42 @@ pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutab
     let b = payload.as_bytes();
     data[..b.len()].copy_from_slice(b);
     data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ObjectTable;
+
+    /// Objects are found by number, the lowest free number is the first hole, numbers below
+    /// the table's first are never held, and iteration is in ascending number.
+    #[test]
+    fn an_object_table_is_indexed_by_number_and_reuses_the_lowest_free_one() {
+        let mut t: ObjectTable<&str> = ObjectTable::starting_at(256);
+        assert!(t.is_empty());
+        assert_eq!(t.first_free(1 << 18), Some(256));
+        for (n, name) in [(256, "a"), (257, "b"), (258, "c")] {
+            assert_eq!(t.first_free(1 << 18), Some(n));
+            assert_eq!(t.insert(n, name), None);
+        }
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.get(&257), Some(&"b"));
+        assert_eq!(t.get(&259), None);
+        assert_eq!(t.get(&1), None, "below the first number");
+        assert_eq!(t.insert(1, "x"), None);
+        assert!(!t.contains_key(&1), "a number below the first is not held");
+        assert_eq!(t.remove(&257), Some("b"));
+        assert_eq!(t.remove(&257), None);
+        assert_eq!(t.first_free(1 << 18), Some(257), "the hole is reused first");
+        assert_eq!(t.values().copied().collect::<Vec<_>>(), ["a", "c"]);
+        if let Some(c) = t.get_mut(&258) {
+            *c = "C";
+        }
+        assert_eq!(t.insert(258, "D"), Some("C"), "a replaced object is returned");
+        assert_eq!(t.len(), 2);
+        // The last object gone, the table is no longer than the one before it needs.
+        assert_eq!(t.remove(&258), Some("D"));
+        assert_eq!(t.first_free(1 << 18), Some(257));
+        assert_eq!(t.first_free(257), None, "no number below the limit is free");
+        assert_eq!(t.len(), 1);
+    }
 }
