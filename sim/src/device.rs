@@ -59,7 +59,7 @@ struct EngineClock {
     engine_wake: AtomicU64,
     /// When the timers are due, as the last run of the device left them.
     timers_due: AtomicU64,
-    /// When a thread last let go of the device (0: none has yet).
+    /// When a thread last let go of the device.
     left: AtomicU64,
 }
 
@@ -69,7 +69,7 @@ impl EngineClock {
             epoch: Instant::now(),
             engine_wake: AtomicU64::new(0),
             timers_due: AtomicU64::new(u64::MAX),
-            left: AtomicU64::new(0),
+            left: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -107,9 +107,15 @@ impl EngineClock {
     /// When the timers are due as the last thread to let go of the device left them; `None`
     /// before any thread has.
     fn published_due(&self) -> Option<Instant> {
-        match self.timers_due.load(Ordering::Relaxed) {
+        self.published(&self.timers_due)
+    }
+
+    /// The instant a time stored in nanoseconds since the epoch stands for; `None` while it
+    /// holds `u64::MAX` (nothing published yet).
+    fn published(&self, at: &AtomicU64) -> Option<Instant> {
+        match at.load(Ordering::Relaxed) {
             u64::MAX => None,
-            due => self.epoch.checked_add(Duration::from_nanos(due)),
+            nanos => self.epoch.checked_add(Duration::from_nanos(nanos)),
         }
     }
 
@@ -122,9 +128,9 @@ impl EngineClock {
     /// timers when they fall due, and takes the frames and posted writes left waiting when it
     /// lets go (the module doc), so what waits now is on its way to it. The engine looks again
     /// when the grace ends if something waits, else when the timers are due or the grace ends,
-    /// whichever is later. Otherwise it leaves it alone when nothing
-    /// waits (`nothing_waits`: no frame, no posted write, no ACK left unsent) and a thread that
-    /// ran the device left the timers due later than now, until then. It takes it when
+    /// whichever is later. Otherwise it leaves it alone when nothing waits (`nothing_waits`: no
+    /// frame, no posted write, no ACK left unsent) and a thread that ran the device left the
+    /// timers due later than now, until then. It takes it when
     /// something waits, when the timers are due, or when no thread has left them yet. Every
     /// wake is no later than `planned`.
     ///
@@ -137,11 +143,7 @@ impl EngineClock {
     /// 16 - 64 microsecond stall of the application, which yielded 64 - 255 times per stall.)
     fn engine_idle_until(&self, now: Instant, planned: Instant, nothing_waits: bool) -> Option<Instant> {
         let due = self.published_due()?;
-        let left = match self.left.load(Ordering::Relaxed) {
-            0 => None,
-            at => self.epoch.checked_add(Duration::from_nanos(at)),
-        };
-        if let Some(grace_ends) = left.map(|t| t + ENGINE_GRACE)
+        if let Some(grace_ends) = self.published(&self.left).map(|t| t + ENGINE_GRACE)
             && grace_ends > now
         {
             let wake = if nothing_waits { due.max(grace_ends) } else { grace_ends }.min(planned);
@@ -159,7 +161,7 @@ impl EngineClock {
     /// A thread lets go of the device at `now` with its timers due at `due`: whether the engine
     /// must be woken for them (it plans to look later, and is not running the device).
     fn leaving(&self, now: Instant, due: Instant) -> bool {
-        self.left.store(self.nanos(now).max(1), Ordering::Relaxed);
+        self.left.store(self.nanos(now), Ordering::Relaxed);
         let due = self.nanos(due);
         self.timers_due.store(due, Ordering::Relaxed);
         fence(Ordering::SeqCst);

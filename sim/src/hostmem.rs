@@ -44,8 +44,8 @@ pub const BULK_COPY_MIN: usize = 64;
 /// every processor has SSE2; elsewhere every copy goes by words.
 ///
 /// # Safety
-/// `n` must be at least [`BULK_COPY_MIN`]. `src..src + n` must be valid for reads and `dst..dst + n` for writes (allocated, not freed
-/// meanwhile), and the two must not overlap. Either may be accessed concurrently by another
+/// `n` must be at least [`BULK_COPY_MIN`]. `src..src + n` must be valid for reads and
+/// `dst..dst + n` for writes (allocated, not freed meanwhile), and the two must not overlap. Either may be accessed concurrently by another
 /// thread, through any access but a Rust reference.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
