@@ -19,9 +19,9 @@
 //! from a wire, a test or a fabric that can corrupt is verified.
 //!
 //! Wires: an in-process [`crate::fabric::Fabric`]; a UDP socket carrying one Ethernet frame
-//! per datagram to one peer (QEMU's `-netdev socket,udp=...,localaddr=...` encapsulation), so
-//! that another process or a VM can be the peer; or a [`LoopbackLan`], the same encapsulation
-//! between any number of processes on one machine. The UDP sockets ask for large buffers
+//! per datagram to and from one peer (QEMU's `-netdev socket,udp=...,localaddr=...`
+//! encapsulation), so that another process or a VM can be the peer; or a [`LoopbackLan`], the
+//! same encapsulation between any number of processes on one machine. The UDP sockets ask for large buffers
 //! (`setsockopt`), so that a burst of a long message survives while the receiving sim's thread
 //! waits for a core, and move datagrams in batches (`sendmmsg`, `recvmmsg`, `poll`): these
 //! calls are the `unsafe` of this module.
@@ -367,10 +367,18 @@ impl Port {
         Ok(())
     }
 
-    /// Connects the port to a UDP wire: frames are sent as datagrams from `local` to `peer`
-    /// and every datagram arriving at `local` is a received frame. Returns the bound address.
+    /// Connects the port to a UDP wire: frames are sent as datagrams from `local` to `peer`,
+    /// and every datagram from `peer` arriving at `local` is a received frame (QEMU's socket
+    /// netdev sends from its `localaddr`, the peer given here). Returns the bound address.
+    ///
+    /// The socket is connected to `peer` (`connect`): the kernel then keeps the route in the
+    /// socket and finds the socket of an arriving datagram before routing it (its early
+    /// demultiplexing of connected sockets), where an unconnected socket costs a route lookup
+    /// per datagram each way; and it drops datagrams from any other sender, which are not this
+    /// wire's. Fails when `peer` cannot be connected to from `local` (another address family).
     pub fn connect_udp(&self, local: SocketAddr, peer: SocketAddr) -> std::io::Result<SocketAddr> {
         let sock = Arc::new(UdpSocket::bind(local)?);
+        sock.connect(peer)?;
         let bound = sock.local_addr()?;
         self.connect_socket(sock.clone(), Link::Udp { sock, peer })?;
         Ok(bound)
@@ -497,7 +505,7 @@ impl Port {
             }
         }
         if let Some(sock) = link.socket() {
-            send_datagrams(sock, &datagrams, &dests);
+            send_datagrams(sock, &datagrams, &dests, matches!(link, Link::Udp { .. }));
         }
         if let Link::Fabric(fabric) = &link {
             fabric.send_batch(&self.inner, &mut datagrams, checksums, &mut reached);
@@ -1014,23 +1022,27 @@ thread_local! {
 /// asked for `UDP_GRO`, see [`recv_batch`]); a receiver sees the same frames either way. A
 /// datagram the kernel refuses is skipped, as a wire loses a frame (the RC transport
 /// retransmits); a refused segmented send is sent again one frame per datagram (and
-/// [`GSO_SEGMENT_LIMIT`] learns from the refusal).
-fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
+/// [`GSO_SEGMENT_LIMIT`] learns from the refusal). On a `connected` socket every address of
+/// `dests` is its peer, and the datagrams go without one, so that the kernel uses the route the
+/// socket keeps.
+fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], connected: bool) {
     let limit = GSO_SEGMENT_LIMIT.load(Ordering::Relaxed);
     SEND_HEADERS.with(|h| match h.try_borrow_mut() {
-        Ok(mut h) => send_datagrams_with(sock, frames, dests, limit, h.get_or_insert_with(SendHeaders::new)),
+        Ok(mut h) => send_datagrams_with(sock, frames, dests, connected, limit, h.get_or_insert_with(SendHeaders::new)),
         // A send from within a send of this thread (none today): without the batch headers.
-        Err(_) => send_one_by_one(sock, frames, dests),
+        Err(_) => send_one_by_one(sock, frames, dests, connected),
     });
 }
 
-/// Sends each frame of `dests` as a datagram of its own, one `sendto` each: the way a
-/// segmented datagram the kernel refused goes again.
-fn send_one_by_one(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)]) {
+/// Sends each frame of `dests` as a datagram of its own, one `send` (`sendto`) each: the way
+/// a segmented datagram the kernel refused goes again.
+fn send_one_by_one(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], connected: bool) {
     for &(i, addr) in dests {
         if let Some(frame) = frames.get(i) {
-            // A refused datagram is lost, as on a wire (the RC transport retransmits).
-            let _ = sock.send_to(frame, addr);
+            // A refused datagram is lost, as on a wire (the RC transport retransmits); so is
+            // one a connected socket refuses for an ICMP error that reached it (a peer not
+            // listening yet).
+            let _ = if connected { sock.send(frame) } else { sock.send_to(frame, addr) };
         }
     }
 }
@@ -1041,6 +1053,7 @@ fn send_datagrams_with(
     sock: &UdpSocket,
     frames: &[Vec<u8>],
     dests: &[(usize, SocketAddr)],
+    connected: bool,
     limit: usize,
     h: &mut SendHeaders,
 ) {
@@ -1060,7 +1073,7 @@ fn send_datagrams_with(
                 g.frames += 1;
                 g.bytes += frame.len();
             } else {
-                h.msgs[n].msg_hdr.msg_namelen = put_sockaddr(&mut h.names[n], addr);
+                h.msgs[n].msg_hdr.msg_namelen = if connected { 0 } else { put_sockaddr(&mut h.names[n], addr) };
                 let len = frame.len();
                 h.grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
                 last_addr = Some(addr);
@@ -1071,7 +1084,7 @@ fn send_datagrams_with(
         for m in 0..n {
             let g = h.grams[m];
             let hdr = &mut h.msgs[m].msg_hdr;
-            hdr.msg_name = (&raw mut h.names[m]).cast();
+            hdr.msg_name = if connected { std::ptr::null_mut() } else { (&raw mut h.names[m]).cast() };
             hdr.msg_iov = &raw mut h.iovs[g.iov];
             hdr.msg_iovlen = g.frames;
             hdr.msg_flags = 0;
@@ -1098,8 +1111,9 @@ fn send_datagrams_with(
         let mut sent = 0;
         while sent < n {
             // SAFETY: `h.msgs[sent..n]` are headers whose every field was written above, whose
-            // name, iovec and control pointers point into `h.names`, `h.iovs` and `h.control`
-            // (borrowed for the call, within their lengths) and whose buffers are the borrowed
+            // name (null with length 0 on a connected socket), iovec and control pointers point
+            // into `h.names`, `h.iovs` and `h.control` (borrowed for the call, within their
+            // lengths) and whose buffers are the borrowed
             // `frames`, which the kernel only reads; the descriptor is the socket's own, open
             // while `sock` is borrowed.
             let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), h.msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
@@ -1118,7 +1132,7 @@ fn send_datagrams_with(
                     _ => 0,
                 };
                 let end = if sent + 1 < n { h.grams[sent + 1].first } else { next };
-                send_one_by_one(sock, frames, &dests[g.first..end]);
+                send_one_by_one(sock, frames, &dests[g.first..end], connected);
             }
             sent += 1;
         }

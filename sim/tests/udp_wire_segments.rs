@@ -3,7 +3,7 @@
 //! did not ask for coalescing (QEMU's socket netdev, rxe's guest), and split again by a sim
 //! whose socket receives them coalesced (`UDP_GRO`).
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_wire::pcap::PcapReader;
@@ -43,12 +43,14 @@ fn frames_sent_together_reach_a_plain_socket_one_per_datagram_in_order() {
 
 #[test]
 fn frames_sent_together_reach_another_sim_as_the_same_frames_in_order() {
+    // Each wire's peer is the other's socket (a wire takes frames from its peer only).
+    let (raddr, saddr) = two_free_udp_addresses();
     let receiver = SimDevice::new(SimConfig::numbered(1));
     let rport = receiver.port();
-    let raddr = rport.connect_udp("127.0.0.1:0".parse().unwrap(), "127.0.0.1:9".parse().unwrap()).expect("a wire");
+    rport.connect_udp(raddr, saddr).expect("a wire to the sender");
     let sender = SimDevice::new(SimConfig::numbered(0));
     let sport = sender.port();
-    sport.connect_udp("127.0.0.1:0".parse().unwrap(), raddr).expect("a wire to the receiver");
+    sport.connect_udp(saddr, raddr).expect("a wire to the receiver");
     let pcap = std::env::temp_dir().join(format!("umlx-udp-segments-{}.pcap", std::process::id()));
     rport.set_pcap(&pcap).expect("recording the receiver's frames");
 
@@ -71,6 +73,40 @@ fn frames_sent_together_reach_another_sim_as_the_same_frames_in_order() {
         assert_eq!(g, s, "frame {n} (length {}, sent {})", g.len(), s.len());
     }
     assert_eq!(rport.stats().rx_not_roce, sent.len() as u64);
+}
+
+/// Two loopback UDP addresses that were free a moment ago (bound, then let go).
+fn two_free_udp_addresses() -> (SocketAddr, SocketAddr) {
+    let a = UdpSocket::bind("127.0.0.1:0").expect("a free port");
+    let b = UdpSocket::bind("127.0.0.1:0").expect("another free port");
+    (a.local_addr().unwrap(), b.local_addr().unwrap())
+}
+
+#[test]
+fn a_wire_takes_frames_from_its_peer_only() {
+    let peer = UdpSocket::bind("127.0.0.1:0").expect("the peer's socket");
+    let stranger = UdpSocket::bind("127.0.0.1:0").expect("another socket");
+    let dev = SimDevice::new(SimConfig::numbered(0));
+    let port = dev.port();
+    let wire = port.connect_udp("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).expect("a UDP wire");
+    let sent = frames(&[60, 61], port.mac(), [0x02, 0, 0, 0, 0, 0x77]);
+    // The stranger's frame first: had the wire taken it, it would be counted before the peer's.
+    stranger.connect(wire).expect("the stranger connects to the wire's address");
+    stranger.send(&sent[0]).expect("a datagram from another sender");
+    peer.send_to(&sent[1], wire).expect("a datagram from the peer");
+    let end = Instant::now() + Duration::from_secs(5);
+    while port.stats().rx_frames == 0 {
+        assert!(Instant::now() < end, "the peer's frame did not arrive");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    let stats = port.stats();
+    assert_eq!((stats.rx_frames, stats.rx_bytes), (1, 61), "only the peer's frame (61 bytes) is the wire's");
+    // The kernel found no socket for the stranger's datagram and told it so (ICMP port
+    // unreachable, which a connected socket reports).
+    stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let refused = stranger.recv(&mut [0u8; 64]).expect_err("no reply to the stranger");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{refused}");
 }
 
 /// Frames longer than the route's MTU: the kernel refuses them as segments (a segment is never

@@ -3,7 +3,8 @@
 //! table programmed) and attached to a UDP wire that carries one Ethernet frame per datagram.
 //!
 //! It is a peer for a VM's NIC (QEMU `-netdev socket,id=n0,udp=LOCAL,localaddr=PEER`: QEMU sends
-//! to our LOCAL from its PEER) or for another process. It prints its identity (MAC, GIDs, UDP
+//! to our LOCAL from its PEER) or for another process. Datagrams from any other address are not
+//! the wire's (its socket is connected to PEER). It prints its identity (MAC, GIDs, UDP
 //! endpoints), answers ARP and IPv6 neighbour solicitation for its addresses, and prints its
 //! port's counters every second (frames and bytes each way, RoCEv2 frames accepted, frames that
 //! are not RoCE, drops by reason, and the transport's counters) until SIGINT/SIGTERM or until
@@ -28,7 +29,7 @@ extern "C" fn on_signal(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c
 /// The options of `umlx sim`.
 #[derive(clap::Args, Debug)]
 pub struct SimArgs {
-    /// The UDP wire: frames arrive at LOCAL and go to PEER (QEMU's `-netdev socket,udp=`)
+    /// The UDP wire: frames go to PEER and arrive at LOCAL from PEER (QEMU's `-netdev socket,udp=`)
     #[arg(long, value_name = "udp:LOCAL,PEER", value_parser = parse_wire)]
     pub wire: WireArg,
     /// Record every frame in a pcap file
