@@ -464,18 +464,19 @@ impl<T> ObjectTable<T> {
         self.get(n).is_some()
     }
 
-    /// Puts `obj` in as object `n`; the object it replaces, if any. `None` (and the object
-    /// dropped) for a number below the table's first, which it never holds.
-    pub fn insert(&mut self, n: u32, obj: T) -> Option<T> {
-        let i = self.slot(n)?;
-        if i >= self.slots.len() {
-            self.slots.resize_with(i + 1, || None);
+    /// Puts in `make(n)` as object `n`, the lowest number without an object, and returns `n`;
+    /// `None` (and `make` not called) when that number is not below `limit`. The table hands
+    /// out every number it holds, as the adapter allocates its QPNs, CQNs and MKey indices.
+    pub fn add(&mut self, limit: u64, make: impl FnOnce(u32) -> T) -> Option<u32> {
+        let i = self.slots.iter().position(Option::is_none).unwrap_or(self.slots.len());
+        let n = u64::from(self.first) + i as u64;
+        let n = if n < limit { u32::try_from(n).ok()? } else { return None };
+        match self.slots.get_mut(i) {
+            Some(slot) => *slot = Some(make(n)),
+            None => self.slots.push(Some(make(n))),
         }
-        let old = self.slots[i].replace(obj);
-        if old.is_none() {
-            self.live += 1;
-        }
-        old
+        self.live += 1;
+        Some(n)
     }
 
     /// Takes object `n` out.
@@ -506,13 +507,6 @@ impl<T> ObjectTable<T> {
     /// The objects, in ascending number.
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().flatten()
-    }
-
-    /// The lowest number without an object, if it is below `limit`.
-    pub fn first_free(&self, limit: u64) -> Option<u32> {
-        let i = self.slots.iter().position(Option::is_none).unwrap_or(self.slots.len());
-        let n = u64::from(self.first) + i as u64;
-        if n < limit { u32::try_from(n).ok() } else { None }
     }
 }
 
@@ -1101,23 +1095,25 @@ impl Hca {
         let offset = page::page_offset_bytes(g(cqc::page_offset), page_shift);
         let npages = pages_for((plain::cqe64::SIZE as u64) << log_size, page_shift, offset);
         let pas = read_pas(op, input, create_cq_in::SIZE_BYTES, npages)?;
-        let cqn = self.objects.cqs.first_free(1 << limits::LOG_MAX_CQ).ok_or_else(|| no_res(op))?;
-        self.objects.cqs.insert(
-            cqn,
-            Cq {
+        let moderation = (g(cqc::cq_period) as u16, g(cqc::cq_max_count) as u16);
+        let oi = g(cqc::oi) != 0;
+        let cqn = self
+            .objects
+            .cqs
+            .add(1 << limits::LOG_MAX_CQ, |cqn| Cq {
                 cqn,
                 log_size,
                 uar,
                 eqn,
                 buf: QueueBuf { pas, page_shift, offset },
                 dbr,
-                oi: g(cqc::oi) != 0,
+                oi,
                 producer: 0,
                 arm: None,
                 error: false,
-                moderation: (g(cqc::cq_period) as u16, g(cqc::cq_max_count) as u16),
-            },
-        );
+                moderation,
+            })
+            .ok_or_else(|| no_res(op))?;
         let mut o = out(create_cq_out::SIZE_BYTES);
         create_cq_out::cqn.set(&mut o, cqn as u64);
         Ok(o)
@@ -1358,8 +1354,7 @@ impl Hca {
         if mtt[..needed].iter().any(|e| e & ((1u64 << page_shift) - 1) & plain::mkey::MTT_PTAG_MASK != 0) {
             return Err(bad_param(op, sy::BAD_PAGE_ADDRESS));
         }
-        let index = self.objects.mkeys.first_free(1 << limits::LOG_MAX_MKEY).ok_or_else(|| no_res(op))?;
-        let mkey = Mkey {
+        let mkey = |index| Mkey {
             index,
             variant: g(mkc::mkey_7_0) as u8,
             pd,
@@ -1374,7 +1369,7 @@ impl Hca {
             mtt,
             mkc: ctx.bytes(input).map(|b| b.to_vec()).unwrap_or_default(),
         };
-        self.objects.mkeys.insert(index, mkey);
+        let index = self.objects.mkeys.add(1 << limits::LOG_MAX_MKEY, mkey).ok_or_else(|| no_res(op))?;
         self.objects.mkeys_created += 1;
         let mut o = out(create_mkey_out::SIZE_BYTES);
         create_mkey_out::mkey_index.set(&mut o, index as u64);
@@ -1569,12 +1564,12 @@ impl Hca {
         let offset = page::page_offset_bytes(g(qpc::page_offset), page_shift);
         let npages = pages_for(rq_bytes + sq_bytes, page_shift, offset);
         let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
-        let qpn = self.objects.qps.first_free(1 << limits::LOG_MAX_QP).ok_or_else(|| no_res(op))?;
         let mut ctx = base.bytes(input).map(|b| b.to_vec()).unwrap_or_else(|| vec![0; qpc::SIZE_BYTES]);
         qpc::state.set(&mut ctx, QpState::RST.0 as u64);
-        self.objects.qps.insert(
-            qpn,
-            Qp {
+        let qpn = self
+            .objects
+            .qps
+            .add(1 << limits::LOG_MAX_QP, |qpn| Qp {
                 qpn,
                 st,
                 state: QpState::RST,
@@ -1595,8 +1590,8 @@ impl Hca {
                 sq_doorbell: 0,
                 transport: Some(Box::default()),
                 timed: false,
-            },
-        );
+            })
+            .ok_or_else(|| no_res(op))?;
         let mut o = out(create_qp_out::SIZE_BYTES);
         create_qp_out::qpn.set(&mut o, qpn as u64);
         Ok(o)
@@ -1734,36 +1729,35 @@ pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutab
 mod tests {
     use super::ObjectTable;
 
-    /// Objects are found by number, the lowest free number is the first hole, numbers below
-    /// the table's first are never held, and iteration is in ascending number.
+    /// Objects are found by number, the number added is the lowest free one (the first hole),
+    /// numbers below the table's first are never held, iteration is in ascending number, and
+    /// nothing is added when the lowest free number is not below the limit.
     #[test]
     fn an_object_table_is_indexed_by_number_and_reuses_the_lowest_free_one() {
-        let mut t: ObjectTable<&str> = ObjectTable::starting_at(256);
+        const LIMIT: u64 = 1 << 18;
+        let mut t: ObjectTable<String> = ObjectTable::starting_at(256);
         assert!(t.is_empty());
-        assert_eq!(t.first_free(1 << 18), Some(256));
         for (n, name) in [(256, "a"), (257, "b"), (258, "c")] {
-            assert_eq!(t.first_free(1 << 18), Some(n));
-            assert_eq!(t.insert(n, name), None);
+            assert_eq!(t.add(LIMIT, |k| format!("{name}{k}")), Some(n));
         }
         assert_eq!(t.len(), 3);
-        assert_eq!(t.get(&257), Some(&"b"));
+        assert_eq!(t.get(&257).map(String::as_str), Some("b257"), "made with its number");
         assert_eq!(t.get(&259), None);
         assert_eq!(t.get(&1), None, "below the first number");
-        assert_eq!(t.insert(1, "x"), None);
-        assert!(!t.contains_key(&1), "a number below the first is not held");
-        assert_eq!(t.remove(&257), Some("b"));
+        assert!(!t.contains_key(&1));
+        assert_eq!(t.remove(&257).as_deref(), Some("b257"));
         assert_eq!(t.remove(&257), None);
-        assert_eq!(t.first_free(1 << 18), Some(257), "the hole is reused first");
-        assert_eq!(t.values().copied().collect::<Vec<_>>(), ["a", "c"]);
+        assert_eq!(t.values().map(String::as_str).collect::<Vec<_>>(), ["a256", "c258"]);
         if let Some(c) = t.get_mut(&258) {
-            *c = "C";
+            c.push('!');
         }
-        assert_eq!(t.insert(258, "D"), Some("C"), "a replaced object is returned");
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.add(LIMIT, |k| format!("d{k}")), Some(257), "the hole is reused first");
+        assert_eq!(t.values().map(String::as_str).collect::<Vec<_>>(), ["a256", "d257", "c258!"]);
+        assert_eq!(t.len(), 3);
         // The last object gone, the table is no longer than the one before it needs.
-        assert_eq!(t.remove(&258), Some("D"));
-        assert_eq!(t.first_free(1 << 18), Some(257));
-        assert_eq!(t.first_free(257), None, "no number below the limit is free");
-        assert_eq!(t.len(), 1);
+        assert_eq!(t.remove(&258).as_deref(), Some("c258!"));
+        assert_eq!(t.add(258, |_| unreachable!("no number below the limit is free")), None);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.add(LIMIT, |k| format!("e{k}")), Some(258));
     }
 }
