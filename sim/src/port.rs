@@ -21,10 +21,10 @@
 //! Wires: an in-process [`crate::fabric::Fabric`]; a UDP socket carrying one Ethernet frame
 //! per datagram to and from one peer (QEMU's `-netdev socket,udp=...,localaddr=...`
 //! encapsulation), so that another process or a VM can be the peer; or a [`LoopbackLan`], the
-//! same encapsulation between any number of processes on one machine. The UDP sockets ask for large buffers
-//! (`setsockopt`), so that a burst of a long message survives while the receiving sim's thread
-//! waits for a core, and move datagrams in batches (`sendmmsg`, `recvmmsg`, `poll`): these
-//! calls are the `unsafe` of this module.
+//! same encapsulation between any number of processes on one machine. The UDP sockets ask for
+//! large buffers (`setsockopt`), so that a burst of a long message survives while the
+//! receiving sim's thread waits for a core, and move datagrams in batches (`sendmmsg`,
+//! `recvmmsg`, `poll`): these calls are the `unsafe` of this module.
 
 use crate::fabric::{FabricShared, Reached};
 use crate::firmware::Hca;
