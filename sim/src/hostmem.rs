@@ -51,9 +51,10 @@ pub const BULK_COPY_MIN: usize = 64;
 #[inline(always)]
 unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: the ranges are valid and disjoint and `n >= 64` (caller's contract): the loop
-    // runs `n / 64 >= 1` times over the whole blocks from the start, and the last block starts
-    // `n - 64` bytes in, so every access lies inside the ranges. It uses no stack and
-    // clobbers only the registers declared.
+    // runs `n / 64 >= 1` times over the whole blocks from the start, and once more, when `n`
+    // is not a multiple of 64, over the last block, which starts `n - 64` bytes in; so every
+    // access lies inside the ranges. It uses no stack and clobbers only the registers
+    // declared.
     unsafe {
         std::arch::asm!(
             "2:",
@@ -69,18 +70,17 @@ unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
             "add {d}, 64",
             "dec {blocks}",
             "jnz 2b",
+            // A length that is not a multiple of 64: its last 64 bytes, once more through the
+            // loop (with `n` rounded down, so that this test then ends the copy).
             "test {n}, 63",
             "jz 3f",
-            "movdqu xmm0, [{s_last}]",
-            "movdqu xmm1, [{s_last} + 16]",
-            "movdqu xmm2, [{s_last} + 32]",
-            "movdqu xmm3, [{s_last} + 48]",
-            "movdqu [{d_last}], xmm0",
-            "movdqu [{d_last} + 16], xmm1",
-            "movdqu [{d_last} + 32], xmm2",
-            "movdqu [{d_last} + 48], xmm3",
+            "and {n}, -64",
+            "mov {s}, {s_last}",
+            "mov {d}, {d_last}",
+            "inc {blocks}",
+            "jmp 2b",
             "3:",
-            n = in(reg) n,
+            n = inout(reg) n => _,
             s = inout(reg) src => _,
             d = inout(reg) dst => _,
             blocks = inout(reg) n / 64 => _,
