@@ -260,29 +260,69 @@ impl<'a> RocePacket<'a> {
     /// Checks the integrity fields: IPv4 header checksum, a non-zero UDP checksum, ICRC
     /// (in that order, as a receiving host would).
     pub fn check(&self) -> Result<(), WireError> {
-        if !self.ip_checksum_ok {
-            let (found, expected) = match self.ip {
-                IpHeader::Ipv4(h) => (h.checksum, ipv4_expected_checksum(self)),
-                _ => (0, 0),
-            };
-            return Err(WireError::BadIpChecksum { found, expected });
+        let verdict = Verdict {
+            ip_checksum_ok: self.ip_checksum_ok,
+            udp_checksum_ok: self.udp_checksum_ok,
+            icrc_ok: self.icrc_ok,
+            icrc: self.icrc,
+            icrc_expected: self.icrc_expected,
+        };
+        if verdict.intact() {
+            return Ok(());
         }
-        if self.udp_checksum_ok == Some(false) {
-            let found = self.udp.map_or(0, |u| u.checksum);
-            let expected =
-                self.frame.get(self.bth_offset - 8..self.packet_end).map_or(0, |seg| udp_checksum(&self.ip, seg));
-            return Err(WireError::BadUdpChecksum { found, expected });
-        }
-        if !self.icrc_ok {
-            return Err(WireError::BadIcrc { found: self.icrc, expected: self.icrc_expected });
-        }
-        Ok(())
+        Err(integrity_error(
+            self.frame,
+            &self.ip,
+            self.udp,
+            (self.l3_offset, self.bth_offset, self.packet_end),
+            verdict,
+        ))
     }
 }
 
-fn ipv4_expected_checksum(p: &RocePacket<'_>) -> u16 {
-    let hl = p.bth_offset - 8 - p.l3_offset;
-    p.frame.get(p.l3_offset..p.l3_offset + hl).map_or(0, inet::ipv4_header_checksum)
+/// The integrity checks of a packet, as made (or trusted).
+#[derive(Clone, Copy)]
+struct Verdict {
+    ip_checksum_ok: bool,
+    udp_checksum_ok: Option<bool>,
+    icrc_ok: bool,
+    icrc: u32,
+    icrc_expected: u32,
+}
+
+impl Verdict {
+    fn intact(&self) -> bool {
+        self.ip_checksum_ok && self.udp_checksum_ok != Some(false) && self.icrc_ok
+    }
+}
+
+/// The first check `verdict` failed, in a receiving host's order (IPv4 header checksum, a
+/// non-zero UDP checksum, ICRC), with the values found and expected, for the packet of `frame`
+/// whose IP header, BTH and end lie at `at`.
+#[cold]
+fn integrity_error(
+    frame: &[u8],
+    ip: &IpHeader,
+    udp: Option<UdpHeader>,
+    at: (usize, usize, usize),
+    verdict: Verdict,
+) -> WireError {
+    let (l3, bth, end) = at;
+    if !verdict.ip_checksum_ok {
+        let (found, expected) = match ip {
+            IpHeader::Ipv4(h) => {
+                (h.checksum, frame.get(l3..bth.saturating_sub(8)).map_or(0, inet::ipv4_header_checksum))
+            }
+            _ => (0, 0),
+        };
+        return WireError::BadIpChecksum { found, expected };
+    }
+    if verdict.udp_checksum_ok == Some(false) {
+        let found = udp.map_or(0, |u| u.checksum);
+        let expected = frame.get(bth.saturating_sub(8)..end).map_or(0, |seg| udp_checksum(ip, seg));
+        return WireError::BadUdpChecksum { found, expected };
+    }
+    WireError::BadIcrc { found: verdict.icrc, expected: verdict.icrc_expected }
 }
 
 /// The UDP checksum a segment (UDP header + data, its checksum field ignored) should carry
@@ -311,7 +351,7 @@ pub(crate) fn udp_checksum(ip: &IpHeader, segment: &[u8]) -> u16 {
 /// into errors. Never panics and never allocates. Bytes after the IP packet (Ethernet
 /// padding) are ignored.
 pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
-    parse_located(frame, true)
+    parse_located(frame, Integrity::Report)
 }
 
 /// [`parse_frame`] of a frame whose integrity fields were never computed because it never
@@ -321,12 +361,27 @@ pub fn parse_frame(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
 /// `icrc_expected` is what the frame carries. Every structural check of [`parse_frame`] is
 /// made.
 pub fn parse_frame_trusted(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
-    parse_located(frame, false)
+    parse_located(frame, Integrity::Trust)
 }
 
-/// [`parse_frame`], computing the integrity checks when `verify`.
+/// What [`parse_located`] does with a frame's integrity fields.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Integrity {
+    /// Not computed: the packet says they passed ([`parse_frame_trusted`]).
+    Trust,
+    /// Computed and reported in the packet ([`parse_frame`]).
+    Report,
+    /// Computed; a failed one is the error ([`parse_frame_verified`]).
+    Require,
+}
+
+/// [`parse_frame`], with the integrity fields handled as `integrity` says.
+///
+/// The packet is built once, where the caller keeps it: a 350-byte result moved out of
+/// [`parse_frame`] by a checking wrapper cost a copy of every byte per frame received.
 #[inline(always)]
-fn parse_located(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError> {
+fn parse_located(frame: &[u8], integrity: Integrity) -> Result<RocePacket<'_>, WireError> {
+    let verify = integrity != Integrity::Trust;
     let loc = locate(frame)?;
     let span = loc.span;
     let transport = frame.get(span.bth..span.end).unwrap_or(&[]);
@@ -364,6 +419,10 @@ fn parse_located(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError
         }
         _ => None,
     };
+    let verdict = Verdict { ip_checksum_ok, udp_checksum_ok, icrc_ok: icrc == icrc_expected, icrc, icrc_expected };
+    if integrity == Integrity::Require && !verdict.intact() {
+        return Err(integrity_error(frame, &loc.ip, loc.udp, (span.l3, span.bth, span.end), verdict));
+    }
     Ok(RocePacket {
         frame,
         eth: loc.eth,
@@ -376,7 +435,7 @@ fn parse_located(frame: &[u8], verify: bool) -> Result<RocePacket<'_>, WireError
         pad,
         icrc,
         icrc_expected,
-        icrc_ok: icrc == icrc_expected,
+        icrc_ok: verdict.icrc_ok,
         ip_checksum_ok,
         udp_checksum_ok,
         l3_offset: span.l3,
@@ -407,9 +466,5 @@ pub fn fill_checksums(frame: &mut [u8]) -> Result<(), WireError> {
 /// [`parse_frame`] plus [`RocePacket::check`]: what a receiving port accepts. A bad IPv4
 /// header checksum, a bad non-zero UDP checksum or a bad ICRC is an error.
 pub fn parse_frame_verified(frame: &[u8]) -> Result<RocePacket<'_>, WireError> {
-    let verdict = parse_frame(frame);
-    if let Ok(p) = &verdict {
-        p.check()?;
-    }
-    verdict
+    parse_located(frame, Integrity::Require)
 }
