@@ -161,6 +161,9 @@ pub struct HcaTransport {
     pub stats: TransportStats,
     /// The frame templates of the paths sent on lately, by QPN ([`HcaTransport::template`]).
     templates: [Option<(PathKey, FrameTemplate)>; TEMPLATE_SLOTS],
+    /// The send queue fetch's read-ahead block, kept between doorbells: made for each, its
+    /// 2 KiB were zeroed every time, though only the WQEBBs read into it are ever looked at.
+    pub(crate) fetch_block: Box<[u8]>,
 }
 
 /// Slots of [`HcaTransport`]'s frame templates (direct-mapped by QPN).

@@ -19,6 +19,8 @@ use zerocopy::FromBytes;
 
 /// Most WQEBBs a fetch reads ahead at once (one DMA read, within one page of the SQ).
 const FETCH_WQEBBS: usize = 32;
+/// The bytes of [`FETCH_WQEBBS`].
+const FETCH_BLOCK_BYTES: usize = FETCH_WQEBBS * w::SEND_WQE_BB;
 
 /// The structure `T` at byte `at` of a WQE, if the WQE holds it.
 fn seg<T: FromBytes>(b: &[u8], at: usize) -> Option<T> {
@@ -492,12 +494,23 @@ impl Hca {
 
     /// Fetches every new WQE the doorbell record announces.
     pub(crate) fn sq_fetch(&mut self, t: &mut QpTransport) {
+        let mut block = std::mem::take(&mut self.objects.xport.fetch_block);
+        if block.len() != FETCH_BLOCK_BYTES {
+            // Made at the device's first fetch: its first QP's move to RTS, not a doorbell.
+            block = vec![0; FETCH_BLOCK_BYTES].into_boxed_slice();
+        }
+        self.sq_fetch_through(t, &mut block);
+        self.objects.xport.fetch_block = block;
+    }
+
+    /// [`Hca::sq_fetch`] with its read-ahead block.
+    fn sq_fetch_through(&mut self, t: &mut QpTransport, block: &mut [u8]) {
         let Some(log_sq) = t.path.log_sq_size else { return };
         let size = 1u32 << log_sq;
         let Ok(counter) = self.iommu.read_u32_be(t.path.dbr + qp_dbr::send_counter as u64) else { return };
         let counter = counter as u16;
-        // Posted WQEBBs read ahead in one DMA read: `block` holds `n` of them from index `from`.
-        let mut block = [0u8; FETCH_WQEBBS * w::SEND_WQE_BB];
+        // Posted WQEBBs read ahead in one DMA read: `block` holds `n` of them from index `from`
+        // (what else it holds is stale, and never read).
         let (mut from, mut n) = (0u32, 0u32);
         loop {
             let pending = counter.wrapping_sub(t.sq_head) as u32;
