@@ -378,8 +378,21 @@ mod tests {
         assert_eq!(&mem[64..128], &entry[..]);
         assert_eq!(&mem[128..192], &entry[..]);
         assert!(mem[192..].iter().all(|&b| b == 0), "nothing past the entries");
-        // An entry that does not fit its mapping faults.
+        // An entry that does not fit its mapping faults, and writes nothing.
         assert!(io.write_owner_last(0x10000 + 4064, &entry, 63).is_err());
+        assert!(mem[4064..].iter().all(|&b| b == 0), "nothing of a faulting entry");
+        // An entry across two mappings of different host buffers, its owner byte before, at
+        // and after the seam.
+        let mut second = vec![0u8; 4096];
+        // SAFETY: `second` outlives `io` within this test.
+        unsafe { io.map(0x11000, second.as_mut_ptr(), 4096, true, true).unwrap() };
+        for owner_at in [5usize, 31, 32, 60] {
+            mem[4064..].fill(0);
+            second[..32].fill(0);
+            io.write_owner_last(0x10000 + 4064, &entry, owner_at).unwrap();
+            assert_eq!(&mem[4064..], &entry[..32], "owner byte at {owner_at}");
+            assert_eq!(&second[..32], &entry[32..], "owner byte at {owner_at}");
+        }
     }
 
     #[test]
