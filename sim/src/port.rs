@@ -92,7 +92,9 @@ impl Link {
 /// learning switch does: a frame to a learnt MAC goes to that member only; broadcast,
 /// multicast and frames to a MAC not learnt yet go to every other member (ARP requests find
 /// their target that way, and its reply teaches the asker). A member drops frames for unicast
-/// MACs other than its own.
+/// MACs other than its own. A member's RoCE frames to a learnt member leave on a lane, a
+/// socket of its own connected to that member (not on a member port, so nothing is learnt
+/// from it); ARP and flooded frames leave from the member port, where all frames arrive.
 #[derive(Debug)]
 pub struct LoopbackLan {
     sock: UdpSocket,
@@ -148,10 +150,17 @@ struct Lan {
     member: u16,
     /// MACs learnt from received frames and the member port they came from.
     learnt: Mutex<Vec<(MacAddr, u16)>>,
+    /// The lanes to learnt members, by member port: a socket connected to that member (`None`
+    /// when one could not be opened), see [`Lan::lane`].
+    lanes: Mutex<Vec<(u16, Option<Arc<UdpSocket>>)>>,
 }
 
 /// Most MACs a LAN member remembers (the oldest is forgotten first).
 const LAN_LEARNT_LIMIT: usize = 256;
+
+/// Most members a LAN member opens a lane to (the frames to others leave from its member
+/// socket).
+const LAN_LANES: usize = 8;
 
 impl Lan {
     /// Where `frame` goes: to the member that has its destination MAC, or to every other
@@ -171,12 +180,75 @@ impl Lan {
         }
     }
 
+    /// The member port of a learnt member that `frame` goes to alone, if it is a RoCE frame
+    /// (not ARP: what teaches a member where this one is must leave from its member port).
+    fn lane_peer(&self, frame: &[u8]) -> Option<u16> {
+        let dst = frame.get(0..6)?;
+        if dst[0] & 1 != 0 || frame.get(12..14) == Some(&ETHERTYPE_ARP.to_be_bytes()[..]) {
+            return None;
+        }
+        lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
+    }
+
+    /// Whether `port` is one of the LAN's member ports.
+    fn is_member_port(&self, port: u16) -> bool {
+        port >= self.base && u32::from(port) < u32::from(self.base) + u32::from(self.members)
+    }
+
+    /// The lane to the member at `port`: a UDP socket of its own, bound to a port of 127.0.0.1
+    /// outside the LAN's and connected to that member. A connected socket sends without an
+    /// address (the kernel keeps the route), as a point-to-point wire does
+    /// ([`Port::connect_udp`]); the member socket has many peers and cannot be connected. The
+    /// member learns nothing from a lane's port (it is not a member's), so its frames for
+    /// this one still come to the member socket. Opened at the first RoCE frame to that
+    /// member, for at most [`LAN_LANES`] members; `None` (the member socket sends) past them or
+    /// when it cannot be opened.
+    fn lane(&self, port: u16) -> Option<Arc<UdpSocket>> {
+        let mut lanes = lock(&self.lanes);
+        if let Some((_, lane)) = lanes.iter().find(|(p, _)| *p == port) {
+            return lane.clone();
+        }
+        if lanes.len() >= LAN_LANES {
+            return None;
+        }
+        let lane = self.open_lane(port).map(Arc::new);
+        lanes.push((port, lane.clone()));
+        lane
+    }
+
+    fn open_lane(&self, port: u16) -> Option<UdpSocket> {
+        // The kernel's ephemeral ports include the LAN's: a lane must not hold a member's.
+        for _ in 0..8 {
+            let sock = UdpSocket::bind(loopback(0)).ok()?;
+            if self.is_member_port(sock.local_addr().ok()?.port()) {
+                continue;
+            }
+            sock.connect(loopback(port)).ok()?;
+            return Some(sock);
+        }
+        None
+    }
+
+    /// Sends the frames of `lanes` ((frame, member port) pairs) on the lanes to those members,
+    /// each member's in order; `scratch` is a list to reuse.
+    fn send_on_lanes(&self, frames: &[Vec<u8>], lanes: &mut [(usize, u16)], scratch: &mut Vec<(usize, SocketAddr)>) {
+        lanes.sort_unstable_by_key(|&(i, port)| (port, i));
+        for run in lanes.chunk_by(|a, b| a.1 == b.1) {
+            let port = run[0].1;
+            scratch.clear();
+            scratch.extend(run.iter().map(|&(i, p)| (i, loopback(p))));
+            match self.lane(port) {
+                Some(lane) => send_datagrams(&lane, frames, scratch, true),
+                None => send_datagrams(&self.sock, frames, scratch, false),
+            }
+        }
+        scratch.clear();
+    }
+
     /// Whether a frame from `from` belongs to this member (learning its source MAC on the way).
     fn accept(&self, frame: &[u8], from: SocketAddr, mine: &MacAddr) -> bool {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else { return false };
-        let member_port = from.ip().is_loopback()
-            && from.port() >= self.base
-            && u32::from(from.port()) < u32::from(self.base) + u32::from(self.members);
+        let member_port = from.ip().is_loopback() && self.is_member_port(from.port());
         if member_port && src[0] & 1 == 0 {
             let mut src_mac = [0u8; 6];
             src_mac.copy_from_slice(src);
@@ -393,6 +465,7 @@ impl Port {
             members: lan.members,
             member: lan.member,
             learnt: Mutex::new(Vec::new()),
+            lanes: Mutex::new(Vec::new()),
         }));
         self.connect_socket(sock, link)
     }
@@ -481,7 +554,7 @@ impl Port {
         // below, in lists
         // this thread keeps for its next batch (a batch sent while another is being sent, from
         // a device run inside that one, gets lists of its own).
-        let (mut datagrams, mut dests) = UDP_BATCH.take();
+        let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
         for f in frames.drain(..) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
@@ -499,7 +572,10 @@ impl Port {
                 }
                 Link::Lan(lan) => {
                     let i = datagrams.len();
-                    lan.destinations(&f, |a| dests.push((i, a)));
+                    match lan.lane_peer(&f) {
+                        Some(port) => lanes.push((i, port)),
+                        None => lan.destinations(&f, |a| dests.push((i, a))),
+                    }
                     datagrams.push(f);
                 }
             }
@@ -507,12 +583,18 @@ impl Port {
         if let Some(sock) = link.socket() {
             send_datagrams(sock, &datagrams, &dests, matches!(link, Link::Udp { .. }));
         }
+        if let Link::Lan(lan) = &link
+            && !lanes.is_empty()
+        {
+            lan.send_on_lanes(&datagrams, &mut lanes, &mut dests);
+            lanes.clear();
+        }
         if let Link::Fabric(fabric) = &link {
             fabric.send_batch(&self.inner, &mut datagrams, checksums, &mut reached);
         }
         datagrams.drain(..).for_each(crate::buffers::give);
         dests.clear();
-        UDP_BATCH.set((datagrams, dests));
+        UDP_BATCH.set((datagrams, dests, lanes));
         if looped {
             self.inner.notify();
         }
@@ -1182,7 +1264,9 @@ fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
 }
 
 /// A UDP batch of [`Port::transmit_from`]: its frames, and (frame, destination) pairs.
-type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>);
+/// A batch's frames, their (frame, address) pairs for the link's socket, and (frame, member
+/// port) pairs for a LAN's lanes.
+type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>, Vec<(usize, u16)>);
 
 /// Frames [`Port::transmit_from`]'s lists hold before they grow: a window of requests.
 const TRANSMIT_LISTS: usize = 256;
@@ -1190,15 +1274,16 @@ const TRANSMIT_LISTS: usize = 256;
 /// Allocates this thread's [`Port::transmit_from`] lists, if not yet: for a thread about to
 /// run devices, so that its first batches allocate nothing.
 pub(crate) fn prepare_thread() {
-    let (mut datagrams, mut dests) = UDP_BATCH.take();
+    let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
     datagrams.reserve(TRANSMIT_LISTS);
     dests.reserve(TRANSMIT_LISTS);
-    UDP_BATCH.set((datagrams, dests));
+    lanes.reserve(TRANSMIT_LISTS);
+    UDP_BATCH.set((datagrams, dests, lanes));
 }
 
 thread_local! {
     /// The lists of [`Port::transmit_from`]'s UDP batches in each thread that sends.
-    static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+    static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }

@@ -1,10 +1,12 @@
 //! The loopback LAN: several ports join one LAN of UDP ports, find each other with ARP, and a
 //! frame to a learnt MAC reaches that member only.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 use umlx_sim::port::{LoopbackLan, Port};
 use umlx_sim::{SimConfig, SimDevice};
+use umlx_wire::arp;
+use umlx_wire::packet::ETHERTYPE_ARP;
 mod wire_common;
 use wire_common::frame;
 
@@ -66,6 +68,61 @@ fn members_resolve_each_other_and_unicast_reaches_only_its_target() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(ports[1].stats().rx_frames, before1, "a frame to a learnt MAC reached another member");
     assert_eq!(ports[2].stats().rx_not_roce, 1, "member 2 counted the non-RoCE frame");
+
+    // That frame came on member 0's lane, not from its member port: member 2 learnt nothing
+    // from it, and its answer still reaches member 0 (alone).
+    let before0 = ports[0].stats().rx_frames;
+    ports[2].transmit(vec![frame(ports[0].mac(), mac2)]);
+    wait_for("member 0 to receive member 2's unicast frame", || ports[0].stats().rx_frames > before0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(ports[1].stats().rx_frames, before1, "member 2's answer reached another member");
+}
+
+#[test]
+fn frames_to_a_learnt_member_leave_on_a_connected_lane_and_arp_from_the_member_port() {
+    let mut lans = three_members(2);
+    let base = lans[0].base();
+    // Member 1 is a plain socket here, to see where the sim's datagrams come from.
+    drop(lans.drain(1..));
+    let peer = UdpSocket::bind(("127.0.0.1", base + 1)).expect("member 1's port");
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let cfg = SimConfig::numbered(0);
+    let ip0 = match cfg.ips[0] {
+        IpAddr::V4(ip) => ip,
+        other => panic!("an IPv4 address for the sim, not {other}"),
+    };
+    let dev = SimDevice::new(cfg);
+    let port = dev.port();
+    port.connect_lan(lans.remove(0)).expect("connecting to the LAN");
+    let peer_mac = [2, 0, 0, 0, 0, 0x77];
+    let member = |from: SocketAddr| from.port() >= base && from.port() < base + MEMBERS;
+
+    // The peer asks for the sim's address: the answer (ARP) comes from member 0's port, and
+    // the sim has learnt where the peer is.
+    let ask = arp::arp_request(peer_mac, Ipv4Addr::new(10, 77, 0, 99), ip0);
+    peer.send_to(&ask, ("127.0.0.1", base)).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = peer.recv_from(&mut buf).expect("the ARP reply");
+    assert_eq!(buf.get(12..14), Some(&ETHERTYPE_ARP.to_be_bytes()[..]), "an ARP frame ({n} bytes)");
+    assert_eq!(from, SocketAddr::from(([127, 0, 0, 1], base)), "ARP leaves from the member port");
+
+    // A frame to the peer goes on a lane: a socket of its own, connected, on no member's port;
+    // the bytes are the frame's.
+    let sent = frame(peer_mac, port.mac());
+    port.transmit(vec![sent.clone()]);
+    let (n, from) = peer.recv_from(&mut buf).expect("the frame");
+    assert_eq!(&buf[..n], &sent[..]);
+    assert!(from.ip().is_loopback() && !member(from), "a frame came from {from}, a member's port");
+    // The next frames take the same lane.
+    port.transmit(vec![sent.clone(), sent.clone()]);
+    for _ in 0..2 {
+        let (n, again) = peer.recv_from(&mut buf).expect("the next frames");
+        assert_eq!((&buf[..n], again), (&sent[..], from), "the same lane");
+    }
+    // ARP to the peer still leaves from the member port.
+    port.transmit(vec![arp::arp_request(port.mac(), ip0, Ipv4Addr::new(10, 77, 0, 99))]);
+    let (_, from) = peer.recv_from(&mut buf).expect("the ARP request");
+    assert_eq!(from, SocketAddr::from(([127, 0, 0, 1], base)));
 }
 
 #[test]
