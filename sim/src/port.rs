@@ -164,30 +164,27 @@ const LAN_LANES: usize = 8;
 
 impl Lan {
     /// Where `frame` goes: to the member that has its destination MAC, or to every other
-    /// member.
-    fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) {
-        let Some(dst) = frame.get(0..6) else { return };
+    /// member. A RoCE frame to a learnt member goes on that member's lane: its member port is
+    /// returned. Every other destination, a member socket's, is given to `to` (ARP goes there
+    /// even to a learnt member: what teaches a member where this one is must leave from its
+    /// member port).
+    fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) -> Option<u16> {
+        let dst = frame.get(0..6)?;
         if dst[0] & 1 == 0
             && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
         {
+            if frame.get(12..14) != Some(&ETHERTYPE_ARP.to_be_bytes()[..]) {
+                return Some(port);
+            }
             to(loopback(port));
-            return;
+            return None;
         }
         for m in (0..self.members).filter(|&m| m != self.member) {
             if let Some(port) = self.base.checked_add(m) {
                 to(loopback(port));
             }
         }
-    }
-
-    /// The member port of a learnt member that `frame` goes to alone, if it is a RoCE frame
-    /// (not ARP: what teaches a member where this one is must leave from its member port).
-    fn lane_peer(&self, frame: &[u8]) -> Option<u16> {
-        let dst = frame.get(0..6)?;
-        if dst[0] & 1 != 0 || frame.get(12..14) == Some(&ETHERTYPE_ARP.to_be_bytes()[..]) {
-            return None;
-        }
-        lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
+        None
     }
 
     /// Whether `port` is one of the LAN's member ports.
@@ -572,9 +569,8 @@ impl Port {
                 }
                 Link::Lan(lan) => {
                     let i = datagrams.len();
-                    match lan.lane_peer(&f) {
-                        Some(port) => lanes.push((i, port)),
-                        None => lan.destinations(&f, |a| dests.push((i, a))),
+                    if let Some(port) = lan.destinations(&f, |a| dests.push((i, a))) {
+                        lanes.push((i, port));
                     }
                     datagrams.push(f);
                 }
@@ -1263,9 +1259,8 @@ fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
     ready > 0 && pfd.revents & libc::POLLIN != 0
 }
 
-/// A UDP batch of [`Port::transmit_from`]: its frames, and (frame, destination) pairs.
-/// A batch's frames, their (frame, address) pairs for the link's socket, and (frame, member
-/// port) pairs for a LAN's lanes.
+/// A UDP batch of [`Port::transmit_from`]: its frames, their (frame, address) pairs for the
+/// link's socket, and (frame, member port) pairs for a LAN's lanes.
 type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>, Vec<(usize, u16)>);
 
 /// Frames [`Port::transmit_from`]'s lists hold before they grow: a window of requests.

@@ -377,7 +377,7 @@ enum Integrity {
 
 /// [`parse_frame`], with the integrity fields handled as `integrity` says.
 ///
-/// The packet is built once, where the caller keeps it: a 350-byte result moved out of
+/// The packet is built once, where the caller keeps it: a 352-byte result moved out of
 /// [`parse_frame`] by a checking wrapper cost a copy of every byte per frame received.
 #[inline(always)]
 fn parse_located(frame: &[u8], integrity: Integrity) -> Result<RocePacket<'_>, WireError> {
