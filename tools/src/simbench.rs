@@ -3,7 +3,8 @@
 //!
 //! This module owns the whole benchmark: the in-process figures (64-byte and 64 KiB RDMA WRITE
 //! throughput between two `SimDevice`s on a perfect in-process fabric, with the data checked,
-//! and the process's resident memory before and after the 64-byte run), the two-process figures
+//! and the process's resident memory before and after the 64-byte run; and, as a reference,
+//! the 64-byte rate of several such pairs at once, one thread each), the two-process figures
 //! (`umlx perf send-lat`, `umlx perf write-lat` and `umlx rc-pingpong` run as a server and a
 //! client process of this same binary on loopback UDP wires), the raw reference (a 64-byte UDP
 //! ping-pong between two busy-polling processes, the hidden `umlx bench udp-echo`), the child
@@ -355,6 +356,12 @@ struct InProcess {
     write64k_gb_per_s: f64,
     /// The resident memory around the measured 64-byte stream.
     memory: Resident,
+    /// Pairs that ran 64-byte streams at once, one thread each ([`in_parallel`]).
+    parallel_pairs: usize,
+    /// Their 64-byte WRITEs, together.
+    parallel_msgs: u64,
+    /// Their rate, together.
+    parallel_msgs_per_s: f64,
 }
 
 fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProcess, String> {
@@ -371,13 +378,63 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     let big = Stream { size: BUF, msgs: bulk_bytes.div_ceil(BUF as u64), window: 16, signal: 4 };
     say(&format!("in process: {} 64 KiB RDMA WRITEs", big.msgs));
     let tb = write_stream(&mut a, &b, big, None)?;
+    drop((a, b, fabric));
+    let pairs = parallel_pairs();
+    let each = msgs.div_ceil(pairs as u64);
+    say(&format!("in process: {pairs} pairs of adapters at once, {each} 64-byte RDMA WRITEs each"));
+    let tp = in_parallel(pairs, Stream { msgs: each, ..small })?;
     Ok(InProcess {
         write64_msgs: msgs,
         write64_msgs_per_s: msgs as f64 / t.as_secs_f64(),
         write64k_bytes: big.msgs * BUF as u64,
         write64k_gb_per_s: (big.msgs * BUF as u64) as f64 / tb.as_secs_f64() / 1e9,
         memory,
+        parallel_pairs: pairs,
+        parallel_msgs: each * pairs as u64,
+        parallel_msgs_per_s: (each * pairs as u64) as f64 / tp.as_secs_f64(),
     })
+}
+
+/// How many pairs [`in_parallel`] runs: one per core, two to four.
+fn parallel_pairs() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4)
+}
+
+/// Runs `s` on `pairs` pairs of adapters at once, each pair on a fabric of its own and driven
+/// by a thread of its own, as an application spreads its flows over devices: the time from
+/// when all of them are warmed up and start together until the last completes. Each pair's
+/// last message is verified at its remote end ([`write_stream`]).
+///
+/// A reference, not a target: a device runs one thread at a time (its lock), so one pair's
+/// rate is one core's work, and this shows what the other cores add when the work is spread
+/// over devices.
+fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
+    let start = std::sync::Arc::new(std::sync::Barrier::new(pairs + 1));
+    let streams: Vec<JoinHandle<Result<(), String>>> = (0..pairs)
+        .map(|i| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                let ready = Fabric::perfect();
+                let set_up = pair(&ready).and_then(|(mut a, b)| {
+                    write_stream(&mut a, &b, Stream { msgs: WARMUP.min(s.msgs), ..s }, None)?;
+                    Ok((a, b))
+                });
+                // Every thread reaches the start, a failed one too (the others wait for it).
+                start.wait();
+                let (mut a, b) = set_up.map_err(|e| format!("pair {i}: {e}"))?;
+                write_stream(&mut a, &b, s, None).map(|_| ()).map_err(|e| format!("pair {i}: {e}"))
+            })
+        })
+        .collect();
+    start.wait();
+    let t = Instant::now();
+    let mut failed = None;
+    for h in streams {
+        let r = h.join().unwrap_or_else(|_| Err("a stream's thread panicked".into()));
+        failed = failed.or(r.err());
+    }
+    let e = t.elapsed();
+    failed.map_or(Ok(e), Err)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,6 +933,13 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             goal: Goal::AtLeast(TARGET_WRITE64K_GBS),
         },
         Row {
+            key: "inprocess_write64_parallel_msgs_per_s",
+            label: format!("  {} pairs at once, one thread each", ip.parallel_pairs),
+            unit: "M msg/s",
+            value: ip.parallel_msgs_per_s / 1e6,
+            goal: Goal::Info,
+        },
+        Row {
             key: "rss_kib_after_warmup",
             label: "resident memory after the warm-up".into(),
             unit: "KiB",
@@ -952,7 +1016,7 @@ fn print_json(rows: &[Row], ip: &InProcess) {
     for r in rows {
         // The message rate in messages per second, as its key says; the table shows millions.
         let v = match r.key {
-            "inprocess_write64_msgs_per_s" => js(r.value * 1e6),
+            "inprocess_write64_msgs_per_s" | "inprocess_write64_parallel_msgs_per_s" => js(r.value * 1e6),
             _ if r.unit == "KiB" => format!("{:.0}", r.value),
             _ => js(r.value),
         };
@@ -960,6 +1024,8 @@ fn print_json(rows: &[Row], ip: &InProcess) {
     }
     kv.push(format!("\"inprocess_write64_messages\": {}", ip.write64_msgs));
     kv.push(format!("\"inprocess_write64k_bytes\": {}", ip.write64k_bytes));
+    kv.push(format!("\"inprocess_write64_parallel_pairs\": {}", ip.parallel_pairs));
+    kv.push(format!("\"inprocess_write64_parallel_messages\": {}", ip.parallel_msgs));
     // A run whose data check failed is an error (no JSON): reaching here means both held.
     kv.push("\"inprocess_write_data_verified\": true".into());
     for r in rows {
@@ -1008,10 +1074,13 @@ fn print_table(rows: &[Row], ip: &InProcess) {
     println!(
         "\n64 B: {} messages (after {} warm-up and one full window held at the responder), window 256, every 32nd \
          signaled; 64 KiB: {} bytes, window 16, every 4th signaled; the last message's bytes verified at the \
-         remote end of both.",
+         remote end of both. {} pairs at once: {} messages together, each pair on a fabric and a thread of its own, \
+         after its own warm-up; a reference (one pair runs on one core at a time).",
         ip.write64_msgs,
         WARMUP.min(ip.write64_msgs),
-        ip.write64k_bytes
+        ip.write64k_bytes,
+        ip.parallel_pairs,
+        ip.parallel_msgs
     );
     println!(
         "Targets: 64 B >= {TARGET_WRITE64_MMSGS} M msg/s (stretch {STRETCH_WRITE64_MMSGS}); latency p50 <= \

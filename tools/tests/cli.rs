@@ -135,6 +135,7 @@ def num(k):
     if type(v) not in (int, float): sys.exit('%s: %r' % (k, v))
     return v
 keys = ['inprocess_write64_msgs_per_s', 'inprocess_write64k_gb_per_s', 'rss_kib_after_warmup',
+        'inprocess_write64_parallel_msgs_per_s',
         'rss_kib_after_run', 'rss_anon_kib_after_warmup', 'rss_anon_kib_after_run',
         'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
         'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us',
@@ -145,6 +146,11 @@ checks = [
     (d.get('inprocess_write_data_verified') is True, 'inprocess_write_data_verified'),
     (num('inprocess_write64_messages') == 20000, 'inprocess_write64_messages'),
     (num('inprocess_write64k_bytes') == 8 << 20, 'inprocess_write64k_bytes'),
+    (2 <= num('inprocess_write64_parallel_pairs') <= 4, 'inprocess_write64_parallel_pairs'),
+    (num('inprocess_write64_parallel_messages')
+     == num('inprocess_write64_parallel_pairs') * -(-20000 // num('inprocess_write64_parallel_pairs')),
+     'inprocess_write64_parallel_messages'),
+    ('inprocess_write64_parallel_msgs_per_s' not in d['ratio_to_target'], 'the parallel figure has no target'),
     (num('rss_kib_growth') == num('rss_kib_after_run') - num('rss_kib_after_warmup'), 'rss_kib_growth'),
     (abs(num('raw_udp_half_rtt_us') - num('raw_udp_rtt_p50_us') / 2) < 1e-3, 'raw_udp_half_rtt_us'),
     (num('rss_anon_kib_growth') == num('rss_anon_kib_after_run') - num('rss_anon_kib_after_warmup'),
