@@ -409,26 +409,46 @@ fn parallel_pairs() -> usize {
 /// rate is one core's work, and this shows what the other cores add when the work is spread
 /// over devices.
 fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
-    let start = std::sync::Arc::new(std::sync::Barrier::new(pairs + 1));
-    let streams: Vec<JoinHandle<Result<(), String>>> = (0..pairs)
-        .map(|i| {
-            let start = start.clone();
-            std::thread::spawn(move || {
-                let ready = Fabric::perfect();
-                let set_up = pair(&ready).and_then(|(mut a, b)| {
-                    write_stream(&mut a, &b, Stream { msgs: WARMUP.min(s.msgs), ..s }, None)?;
-                    Ok((a, b))
-                });
-                // Every thread reaches the start, a failed one too (the others wait for it).
-                start.wait();
-                let (mut a, b) = set_up.map_err(|e| format!("pair {i}: {e}"))?;
-                write_stream(&mut a, &b, s, None).map(|_| ()).map_err(|e| format!("pair {i}: {e}"))
-            })
-        })
-        .collect();
-    start.wait();
-    let t = Instant::now();
+    // Each thread says when it is ready (set up and warmed up, or failed) and then waits for
+    // the go: every `go` sender dropped. A thread that could not be started, or that died
+    // before it said so, holds none of the others back.
+    let (ready_tx, ready) = mpsc::channel::<()>();
+    let mut go = Vec::with_capacity(pairs);
+    let mut streams: Vec<JoinHandle<Result<(), String>>> = Vec::with_capacity(pairs);
     let mut failed = None;
+    for i in 0..pairs {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let ready_tx = ready_tx.clone();
+        let stream = move || {
+            let fabric = Fabric::perfect();
+            let set_up = pair(&fabric).and_then(|(mut a, b)| {
+                write_stream(&mut a, &b, Stream { msgs: WARMUP.min(s.msgs), ..s }, None)?;
+                Ok((a, b))
+            });
+            let _ = ready_tx.send(());
+            drop(ready_tx);
+            let _ = go_rx.recv();
+            let (mut a, b) = set_up.map_err(|e| format!("pair {i}: {e}"))?;
+            write_stream(&mut a, &b, s, None).map(|_| ()).map_err(|e| format!("pair {i}: {e}"))
+        };
+        match std::thread::Builder::new().name(format!("umlx-bench-pair{i}")).spawn(stream) {
+            Ok(h) => {
+                go.push(go_tx);
+                streams.push(h);
+            }
+            Err(e) => {
+                failed = Some(format!("starting the thread of pair {i}: {e}"));
+                break;
+            }
+        }
+    }
+    drop(ready_tx);
+    if failed.is_none() {
+        // Until every thread said it is ready, or the last sender is gone (a thread died).
+        while ready.recv().is_ok() {}
+    }
+    let t = Instant::now();
+    drop(go);
     for h in streams {
         let r = h.join().unwrap_or_else(|_| Err("a stream's thread panicked".into()));
         failed = failed.or(r.err());
