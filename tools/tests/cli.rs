@@ -151,6 +151,9 @@ checks = [
      == num('inprocess_write64_parallel_pairs') * -(-20000 // num('inprocess_write64_parallel_pairs')),
      'inprocess_write64_parallel_messages'),
     ('inprocess_write64_parallel_msgs_per_s' not in d['ratio_to_target'], 'the parallel figure has no target'),
+    (isinstance(d.get('rc_pingpong_4k_us_runs'), list) and len(d['rc_pingpong_4k_us_runs']) == 3
+     and all(type(x) in (int, float) and x > 0 for x in d['rc_pingpong_4k_us_runs'])
+     and sorted(d['rc_pingpong_4k_us_runs'])[1] == num('rc_pingpong_4k_us'), 'rc_pingpong_4k_us_runs, its median'),
     (num('rss_kib_growth') == num('rss_kib_after_run') - num('rss_kib_after_warmup'), 'rss_kib_growth'),
     (abs(num('raw_udp_half_rtt_us') - num('raw_udp_rtt_p50_us') / 2) < 1e-3, 'raw_udp_half_rtt_us'),
     (num('rss_anon_kib_growth') == num('rss_anon_kib_after_run') - num('rss_anon_kib_after_warmup'),
