@@ -395,7 +395,8 @@ fn check(ok: usize, want: usize, k: Kernel) -> Result<(), String> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (the upper of the two middle values when `v` has an even length).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }

@@ -383,6 +383,7 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     let each = msgs.div_ceil(pairs as u64);
     say(&format!("in process: {pairs} pairs of adapters at once, {each} 64-byte RDMA WRITEs each"));
     let tp = in_parallel(pairs, Stream { msgs: each, ..small })?;
+    let parallel_msgs = each * pairs as u64;
     Ok(InProcess {
         write64_msgs: msgs,
         write64_msgs_per_s: msgs as f64 / t.as_secs_f64(),
@@ -390,8 +391,8 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
         write64k_gb_per_s: (big.msgs * BUF as u64) as f64 / tb.as_secs_f64() / 1e9,
         memory,
         parallel_pairs: pairs,
-        parallel_msgs: each * pairs as u64,
-        parallel_msgs_per_s: (each * pairs as u64) as f64 / tp.as_secs_f64(),
+        parallel_msgs,
+        parallel_msgs_per_s: parallel_msgs as f64 / tp.as_secs_f64(),
     })
 }
 
@@ -838,9 +839,7 @@ fn rc_pingpong(iters: Option<u64>) -> Result<(f64, Vec<f64>), String> {
     for _ in 0..PINGPONG_RUNS {
         runs.push(rc_pingpong_once(iters)?);
     }
-    let mut sorted = runs.clone();
-    sorted.sort_by(f64::total_cmp);
-    Ok((sorted[sorted.len() / 2], runs))
+    Ok((crate::bench::median(runs.clone()), runs))
 }
 
 /// One run of `umlx rc-pingpong -s 4096` as two processes: its time per iteration (µs).
