@@ -15,8 +15,10 @@
 //! [`crate::hostmem`], which makes every access an atomic load or store (host memory is
 //! shared with the host's threads, so a plain copy would be a data race).
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// One IOMMU mapping.
 #[derive(Clone, Copy, Debug)]
@@ -82,13 +84,16 @@ impl std::error::Error for MapError {}
 /// The IOVA page size the model's IOMMU uses (4 KiB; map requests must be aligned to it).
 pub const IOMMU_PAGE: u64 = 4096;
 
-/// How many recently used pages the IOMMU remembers (a power of two).
-const RECENT: usize = 16;
+/// How many recently used pages each thread remembers, over all the tables it uses (a power
+/// of two).
+const RECENT: usize = 32;
 
-/// A page of IOVA space an access began in, and the mapping that holds it: an entry of
-/// [`Iommu::recent`].
+/// A page of IOVA space an access began in, and the mapping that holds it: an entry of a
+/// thread's [`RECENT_PAGES`].
 #[derive(Clone, Copy, Debug)]
 struct RecentPage {
+    /// The [`Iommu::id`] of the table the page was found in.
+    table: u64,
     /// The page's number (IOVA / [`IOMMU_PAGE`]).
     page: u64,
     /// The start IOVA of the mapping, and the mapping.
@@ -96,24 +101,50 @@ struct RecentPage {
     map: Mapping,
 }
 
+thread_local! {
+    /// The pages this thread's last accesses began in, each at the entry its table and page
+    /// number pick, as a CPU's direct-mapped TLB: an access is most often in one of the few
+    /// pages a message touches (its send queue, its doorbell record, its buffer, the peer's
+    /// buffer, a CQ), and a hit costs one comparison. Kept per thread, so that threads that
+    /// run the data path at once share no line of it; an entry holds for its table's
+    /// [`Iommu::id`], which every unmap changes.
+    static RECENT_PAGES: [Cell<Option<RecentPage>>; RECENT] = const { [const { Cell::new(None) }; RECENT] };
+}
+
+/// Where the recent-page caches find `page` of table `table`.
+fn recent_slot(table: u64, page: u64) -> usize {
+    (page.wrapping_add(table.wrapping_mul(RECENT as u64 / 2 + 1)) as usize) % RECENT
+}
+
+/// The source of [`Iommu::id`]s: never one twice in a process.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
 /// The IOMMU table and its fault counter.
-#[derive(Debug, Default)]
+///
+/// A DMA read or write takes the table shared (`&self`): threads that run the data path at
+/// once translate through it together; mapping and unmapping take it exclusively.
+#[derive(Debug)]
 pub struct Iommu {
     maps: BTreeMap<u64, Mapping>,
-    /// The pages the last accesses began in, each at the entry its page number picks (the
-    /// number modulo [`RECENT`]), as a CPU's direct-mapped TLB: an access is most often in one
-    /// of the few pages a message touches (its send queue, its doorbell record, its buffer,
-    /// the peer's buffer, a CQ), and a hit costs one comparison. Emptied by every unmap.
-    recent: [std::cell::Cell<Option<RecentPage>>; RECENT],
-    faults: u64,
-    last_fault: Option<IommuFault>,
+    /// What the threads' recent-page caches know this table by: a new one at every unmap, so
+    /// that no thread's cache keeps a page that is no longer mapped.
+    id: u64,
+    faults: AtomicU64,
+    last_fault: Mutex<Option<IommuFault>>,
     mapped_bytes: u64,
 }
 
-// SAFETY: the table holds host addresses as integers; every dereference happens in `read`/
-// `write`, whose validity the mapper guaranteed in `map`. Its one cell (`recent`) makes it
-// `!Sync`, and it is always used behind the device lock.
-unsafe impl Send for Iommu {}
+impl Default for Iommu {
+    fn default() -> Iommu {
+        Iommu {
+            maps: BTreeMap::new(),
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            faults: AtomicU64::new(0),
+            last_fault: Mutex::new(None),
+            mapped_bytes: 0,
+        }
+    }
+}
 
 impl Iommu {
     /// An empty table.
@@ -160,10 +191,9 @@ impl Iommu {
         }
     }
 
-    fn forget_recent(&self) {
-        for r in &self.recent {
-            r.set(None);
-        }
+    /// Makes every thread's cached pages of this table stale.
+    fn forget_recent(&mut self) {
+        self.id = NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Removes every mapping (device reset does not do this; closing the container does).
@@ -185,12 +215,12 @@ impl Iommu {
 
     /// Number of faults so far.
     pub fn faults(&self) -> u64 {
-        self.faults
+        self.faults.load(Ordering::Relaxed)
     }
 
     /// The most recent fault.
     pub fn last_fault(&self) -> Option<IommuFault> {
-        self.last_fault
+        *self.last_fault.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `iova..iova+len` is fully mapped with the given permission.
@@ -208,9 +238,11 @@ impl Iommu {
         let allowed = |m: &Mapping| if write { m.write } else { m.read };
         // The common case: from a page used recently, inside its mapping.
         let page = iova / IOMMU_PAGE;
-        let slot = &self.recent[page as usize % RECENT];
-        if let Some(r) = slot.get()
+        let slot = recent_slot(self.id, page);
+        let recent = RECENT_PAGES.with(|r| r[slot].get());
+        if let Some(r) = recent
             && r.page == page
+            && r.table == self.id
             && end <= r.start + r.map.len
             && allowed(&r.map)
         {
@@ -225,7 +257,8 @@ impl Iommu {
                 return Err(());
             }
             if cur == iova {
-                slot.set(Some(RecentPage { page, start: s, map: *m }));
+                let entry = RecentPage { table: self.id, page, start: s, map: *m };
+                RECENT_PAGES.with(|r| r[slot].set(Some(entry)));
                 if end <= s + m.len {
                     // Inside this one mapping: no second pass.
                     f(m.host + (iova - s) as usize, 0, len);
@@ -245,15 +278,16 @@ impl Iommu {
         Ok(())
     }
 
-    fn fault(&mut self, iova: u64, len: usize, write: bool) -> IommuFault {
+    #[cold]
+    fn fault(&self, iova: u64, len: usize, write: bool) -> IommuFault {
         let fault = IommuFault { iova, len, write };
-        self.faults += 1;
-        self.last_fault = Some(fault);
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        *self.last_fault.lock().unwrap_or_else(|e| e.into_inner()) = Some(fault);
         fault
     }
 
     /// DMA read: copies device-visible host memory at `iova` into `out`.
-    pub fn read(&mut self, iova: u64, out: &mut [u8]) -> Result<(), IommuFault> {
+    pub fn read(&self, iova: u64, out: &mut [u8]) -> Result<(), IommuFault> {
         let len = out.len();
         let res = self.resolve(iova, len, false, |host, off, n| {
             // SAFETY: `host..host+n` lies inside a mapping whose validity for reads the mapper
@@ -268,13 +302,13 @@ impl Iommu {
     /// Whether a DMA read of `len` bytes at `iova` would succeed, without reading: what a
     /// device checks before it answers with data it reads later, packet by packet. A range
     /// that would fault is recorded as a fault.
-    pub fn check_read(&mut self, iova: u64, len: usize) -> Result<(), IommuFault> {
+    pub fn check_read(&self, iova: u64, len: usize) -> Result<(), IommuFault> {
         let res = self.resolve(iova, len, false, |_, _, _| {});
         res.map_err(|_| self.fault(iova, len, false))
     }
 
     /// DMA write: copies `data` into device-visible host memory at `iova`.
-    pub fn write(&mut self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
+    pub fn write(&self, iova: u64, data: &[u8]) -> Result<(), IommuFault> {
         let len = data.len();
         fence(Ordering::Release);
         let res = self.resolve(iova, len, true, |host, off, n| {
@@ -287,7 +321,7 @@ impl Iommu {
 
     /// Writes one byte with release ordering after everything written before: how the device
     /// publishes an ownership bit (CQE `op_own`, EQE `owner`) after the entry's body.
-    pub fn write_u8_release(&mut self, iova: u64, value: u8) -> Result<(), IommuFault> {
+    pub fn write_u8_release(&self, iova: u64, value: u8) -> Result<(), IommuFault> {
         let res = self.resolve(iova, 1, true, |host, _, _| {
             // SAFETY: one byte inside a mapping valid for writes (see `map`).
             unsafe { crate::hostmem::store_u8_release(std::ptr::with_exposed_provenance_mut(host), value) }
@@ -299,7 +333,7 @@ impl Iommu {
     /// byte first, then that byte with release ordering, so that a driver that sees the owner
     /// byte sees the whole entry (how the device publishes a CQE's `op_own` and an EQE's
     /// `owner`). An `owner_at` outside `entry` makes it a plain [`Iommu::write`].
-    pub fn write_owner_last(&mut self, iova: u64, entry: &[u8], owner_at: usize) -> Result<(), IommuFault> {
+    pub fn write_owner_last(&self, iova: u64, entry: &[u8], owner_at: usize) -> Result<(), IommuFault> {
         let (Some(head), Some(&owner), Some(tail)) =
             (entry.get(..owner_at), entry.get(owner_at), entry.get(owner_at + 1..))
         else {
@@ -313,21 +347,21 @@ impl Iommu {
     }
 
     /// Reads a big-endian u32 (doorbell records).
-    pub fn read_u32_be(&mut self, iova: u64) -> Result<u32, IommuFault> {
+    pub fn read_u32_be(&self, iova: u64) -> Result<u32, IommuFault> {
         let mut b = [0u8; 4];
         self.read(iova, &mut b)?;
         Ok(u32::from_be_bytes(b))
     }
 
     /// Reads a big-endian u64.
-    pub fn read_u64_be(&mut self, iova: u64) -> Result<u64, IommuFault> {
+    pub fn read_u64_be(&self, iova: u64) -> Result<u64, IommuFault> {
         let mut b = [0u8; 8];
         self.read(iova, &mut b)?;
         Ok(u64::from_be_bytes(b))
     }
 
     /// Writes a big-endian u64 (atomic results, READ responses of 8 bytes).
-    pub fn write_u64_be(&mut self, iova: u64, v: u64) -> Result<(), IommuFault> {
+    pub fn write_u64_be(&self, iova: u64, v: u64) -> Result<(), IommuFault> {
         self.write(iova, &v.to_be_bytes())
     }
 }
