@@ -21,7 +21,7 @@ impl Hca {
         let (Ok(idx_opcode), Ok(qpn_ds)) = (bytes[..4].try_into(), bytes[4..].try_into()) else { return };
         let (idx_opcode, qpn_ds) = (u32::from_be_bytes(idx_opcode), u32::from_be_bytes(qpn_ds));
         let qpn = qpn_ds >> wqe::WQE_CTRL_QPN_SHIFT;
-        match self.objects.qps.get_mut(&qpn) {
+        match self.objects.qps.object_mut(&qpn) {
             Some(qp) if qp.uar == uar => {
                 qp.sq_doorbell = ((idx_opcode >> wqe::WQE_CTRL_WQE_INDEX_SHIFT) & wqe::WQE_CTRL_WQE_INDEX_MASK) as u16;
                 self.sq_service(qpn, Instant::now());
@@ -43,7 +43,7 @@ impl Hca {
     /// Fills the transport fields of a QUERY_QP output.
     pub(crate) fn qp_query_transport(&self, qpn: u32, out: &mut [u8]) {
         use umlx_hwdesc::ifc::{qpc, query_qp_out};
-        let Some(qp) = self.objects.qps.get(&qpn) else { return };
+        let Some(qp) = self.objects.qps.lock(&qpn) else { return };
         let Some(t) = qp.transport.as_deref() else { return };
         let q = query_qp_out::qpc;
         if qp.state != QpState::RST && qp.state != QpState::INIT {

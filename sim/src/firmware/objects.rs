@@ -424,6 +424,36 @@ pub struct QCounter {
     pub resp_local_length_error: u32,
 }
 
+/// An object the data path changes (a QP, a CQ, an EQ, an SRQ), under a lock of its own: what
+/// lets threads that run the data path at once work on different queues. A command, which has
+/// the device to itself, reaches it without taking the lock ([`Locked::get_mut`]).
+#[derive(Debug, Default)]
+pub struct Locked<T>(std::sync::Mutex<T>);
+
+impl<T> Locked<T> {
+    /// `value` under its own lock.
+    pub fn new(value: T) -> Locked<T> {
+        Locked(std::sync::Mutex::new(value))
+    }
+
+    /// The object, to a holder of the whole device: no lock is taken.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The object, locked. A thread that panicked while holding it left it as it was; the
+    /// model goes on with that rather than refusing every later access.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl<T: Clone> Clone for Locked<T> {
+    fn clone(&self) -> Locked<T> {
+        Locked::new(self.lock().clone())
+    }
+}
+
 /// A table of objects indexed by their number, as the adapter keeps its QP, CQ and MKey
 /// contexts: object `n` is in slot `n - first`, so a lookup on the data path is an index, not a
 /// search, and the lowest free number is the first empty slot. Numbers below `first` (never
@@ -510,6 +540,25 @@ impl<T> ObjectTable<T> {
     }
 }
 
+impl<T> ObjectTable<Locked<T>> {
+    /// Object `n`, to a holder of the whole device (no lock taken).
+    #[inline]
+    pub fn object_mut(&mut self, n: &u32) -> Option<&mut T> {
+        self.get_mut(n).map(Locked::get_mut)
+    }
+
+    /// Object `n`, locked.
+    #[inline]
+    pub fn lock(&self, n: &u32) -> Option<std::sync::MutexGuard<'_, T>> {
+        self.get(n).map(Locked::lock)
+    }
+
+    /// The objects in ascending number, to a holder of the whole device.
+    pub fn objects_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().flatten().map(Locked::get_mut)
+    }
+}
+
 /// Every object table.
 #[derive(Debug)]
 pub struct Objects {
@@ -522,15 +571,15 @@ pub struct Objects {
     /// Q counters.
     pub qcounters: BTreeMap<u32, QCounter>,
     /// EQs.
-    pub eqs: BTreeMap<u32, Eq>,
+    pub eqs: BTreeMap<u32, Locked<Eq>>,
     /// CQs.
-    pub cqs: ObjectTable<Cq>,
+    pub cqs: ObjectTable<Locked<Cq>>,
     /// MKeys by index.
     pub mkeys: ObjectTable<Mkey>,
     /// SRQs.
-    pub srqs: BTreeMap<u32, Srq>,
+    pub srqs: BTreeMap<u32, Locked<Srq>>,
     /// QPs.
-    pub qps: ObjectTable<Qp>,
+    pub qps: ObjectTable<Locked<Qp>>,
     /// Next variant byte seed for MKeys (the driver chooses the variant; kept for stats).
     pub mkeys_created: u64,
     /// MKeys destroyed so far: a translation made earlier holds while this is unchanged (a
@@ -800,9 +849,9 @@ impl Hca {
             return Err(bad_res(op));
         }
         let o = &self.objects;
-        if o.eqs.values().any(|e| e.uar == n)
-            || o.cqs.values().any(|c| c.uar == n)
-            || o.qps.values().any(|q| q.uar == n)
+        if o.eqs.values().any(|e| e.lock().uar == n)
+            || o.cqs.values().any(|c| c.lock().uar == n)
+            || o.qps.values().any(|q| q.lock().uar == n)
         {
             return Err(res_state(op, sy::OBJECT_IN_USE));
         }
@@ -828,9 +877,9 @@ impl Hca {
             return Err(bad_res(op));
         }
         let o = &self.objects;
-        if o.qps.values().any(|q| q.pd == n)
+        if o.qps.values().any(|q| q.lock().pd == n)
             || o.mkeys.values().any(|m| m.pd == n)
-            || o.srqs.values().any(|s| s.pd == n)
+            || o.srqs.values().any(|s| s.lock().pd == n)
         {
             return Err(res_state(op, sy::OBJECT_IN_USE));
         }
@@ -933,7 +982,7 @@ impl Hca {
         let oi = ctx.inner(eqc::oi).get(input) != 0;
         self.objects.eqs.insert(
             eqn,
-            Eq {
+            Locked::new(Eq {
                 eqn,
                 log_size,
                 uar,
@@ -945,7 +994,7 @@ impl Hca {
                 armed: false,
                 oi,
                 overrun: false,
-            },
+            }),
         );
         let mut o = out(create_eq_out::SIZE_BYTES);
         create_eq_out::eq_number.set(&mut o, eqn as u64);
@@ -959,7 +1008,7 @@ impl Hca {
         if !self.objects.eqs.contains_key(&eqn) {
             return Err(bad_res(op));
         }
-        if self.objects.cqs.values().any(|c| c.eqn == eqn) {
+        if self.objects.cqs.values().any(|c| c.lock().eqn == eqn) {
             return Err(res_state(op, sy::OBJECT_IN_USE));
         }
         self.objects.eqs.remove(&eqn);
@@ -970,7 +1019,7 @@ impl Hca {
         let op = CmdOpcode::QUERY_EQ.0;
         need_in(op, input, query_eq_in::SIZE_BYTES)?;
         let eqn = query_eq_in::eq_number.get(input) as u32;
-        let Some(eq) = self.objects.eqs.get(&eqn) else { return Err(bad_res(op)) };
+        let Some(eq) = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut) else { return Err(bad_res(op)) };
         let mut o = out(query_eq_out::SIZE_BYTES + 8 * eq.buf.pas.len());
         let ctx = query_eq_out::eq_context_entry;
         ctx.inner(eqc::log_eq_size).set(&mut o, eq.log_size as u64);
@@ -995,8 +1044,13 @@ impl Hca {
     /// took it. `data` is the EQE's payload ([`event_data`] builds it from a payload structure).
     pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &plain::EqeData) -> bool {
         let t = ty.0 as usize;
-        let Some(eqn) =
-            self.objects.eqs.values().find(|e| t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0).map(|e| e.eqn)
+        let Some(eqn) = self
+            .objects
+            .eqs
+            .values_mut()
+            .map(Locked::get_mut)
+            .find(|e| t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0)
+            .map(|e| e.eqn)
         else {
             return false;
         };
@@ -1005,7 +1059,7 @@ impl Hca {
 
     /// Writes one EQE on `eqn` and raises its interrupt if armed.
     pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &plain::EqeData) -> bool {
-        let Some(eq) = self.objects.eqs.get_mut(&eqn) else { return false };
+        let Some(eq) = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut) else { return false };
         if eq.overrun {
             return false;
         }
@@ -1029,7 +1083,7 @@ impl Hca {
         if self.iommu.write_owner_last(iova, &eqe, plain::eqe::owner).is_err() {
             return false;
         }
-        let eq = self.objects.eqs.get_mut(&eqn).expect("EQ looked up above");
+        let eq = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut).expect("EQ looked up above");
         eq.producer = eq.producer.wrapping_add(1);
         self.stats.eqes += 1;
         if eq.armed {
@@ -1042,7 +1096,7 @@ impl Hca {
 
     /// UAR + 0x40 / 0x48: EQ consumer index update, with or without arming.
     pub(crate) fn eq_doorbell(&mut self, uar: u32, eqn: u32, ci: u32, arm: bool) {
-        let Some(eq) = self.objects.eqs.get_mut(&eqn) else {
+        let Some(eq) = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut) else {
             self.stats.bad_doorbells += 1;
             return;
         };
@@ -1100,18 +1154,20 @@ impl Hca {
         let cqn = self
             .objects
             .cqs
-            .add(1 << limits::LOG_MAX_CQ, |cqn| Cq {
-                cqn,
-                log_size,
-                uar,
-                eqn,
-                buf: QueueBuf { pas, page_shift, offset },
-                dbr,
-                oi,
-                producer: 0,
-                arm: None,
-                error: false,
-                moderation,
+            .add(1 << limits::LOG_MAX_CQ, |cqn| {
+                Locked::new(Cq {
+                    cqn,
+                    log_size,
+                    uar,
+                    eqn,
+                    buf: QueueBuf { pas, page_shift, offset },
+                    dbr,
+                    oi,
+                    producer: 0,
+                    arm: None,
+                    error: false,
+                    moderation,
+                })
             })
             .ok_or_else(|| no_res(op))?;
         let mut o = out(create_cq_out::SIZE_BYTES);
@@ -1126,7 +1182,10 @@ impl Hca {
         if !self.objects.cqs.contains_key(&cqn) {
             return Err(bad_res(op));
         }
-        if self.objects.qps.values().any(|q| q.cqn_snd == cqn || q.cqn_rcv == cqn) {
+        if self.objects.qps.values().any(|q| {
+            let q = q.lock();
+            q.cqn_snd == cqn || q.cqn_rcv == cqn
+        }) {
             return Err(res_state(op, sy::OBJECT_IN_USE));
         }
         self.objects.cqs.remove(&cqn);
@@ -1137,7 +1196,7 @@ impl Hca {
         let op = CmdOpcode::QUERY_CQ.0;
         need_in(op, input, query_cq_in::SIZE_BYTES)?;
         let cqn = query_cq_in::cqn.get(input) as u32;
-        let Some(cq) = self.objects.cqs.get(&cqn).cloned() else { return Err(bad_res(op)) };
+        let Some(cq) = self.objects.cqs.object_mut(&cqn).cloned() else { return Err(bad_res(op)) };
         let ci = self.iommu.read_u32_be(cq.dbr).unwrap_or(0);
         let mut o = out(query_cq_out::SIZE_BYTES + 8 * cq.buf.pas.len());
         let ctx = query_cq_out::cq_context;
@@ -1180,7 +1239,7 @@ impl Hca {
         let select = CqModifyFields(modify_cq_in::modify_field_select_resize_field_select.get(input) as u32);
         let ctx = modify_cq_in::cq_context;
         let g = |f: Field| ctx.inner(f).get(input);
-        let Some(cq) = self.objects.cqs.get(&cqn) else { return Err(bad_res(op)) };
+        let Some(cq) = self.objects.cqs.object_mut(&cqn) else { return Err(bad_res(op)) };
         match ModifyCqOpMod(op_mod) {
             // Modify moderation: cq_period and cq_max_count.
             ModifyCqOpMod::MODIFY => {
@@ -1191,7 +1250,7 @@ impl Hca {
                 if select.contains(CqModifyFields::COUNT) {
                     m.1 = g(cqc::cq_max_count) as u16;
                 }
-                self.objects.cqs.get_mut(&cqn).expect("CQ looked up above").moderation = m;
+                self.objects.cqs.object_mut(&cqn).expect("CQ looked up above").moderation = m;
             }
             // Resize: log_cq_size, page_offset and log_page_size.
             ModifyCqOpMod::RESIZE => {
@@ -1211,7 +1270,7 @@ impl Hca {
                 if !self.write_cqe(cqn, &mut marker, false) {
                     return Err(res_state(op, sy::BAD_STATE));
                 }
-                let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
+                let cq = self.objects.cqs.object_mut(&cqn).expect("CQ looked up above");
                 cq.log_size = log_size;
                 cq.buf = QueueBuf { pas, page_shift, offset };
             }
@@ -1222,7 +1281,7 @@ impl Hca {
 
     /// UAR + 0x20: CQ arm doorbell (high dword: sn, command, consumer index).
     pub(crate) fn cq_arm_doorbell(&mut self, uar: u32, cqn: u32, hi: u32) {
-        let Some(cq) = self.objects.cqs.get_mut(&cqn) else {
+        let Some(cq) = self.objects.cqs.object_mut(&cqn) else {
             self.stats.bad_doorbells += 1;
             return;
         };
@@ -1245,7 +1304,7 @@ impl Hca {
 
     /// Posts the completion event of an armed CQ and disarms it.
     pub(crate) fn cq_event(&mut self, cqn: u32) {
-        let Some(cq) = self.objects.cqs.get_mut(&cqn) else { return };
+        let Some(cq) = self.objects.cqs.object_mut(&cqn) else { return };
         if cq.arm.take().is_none() {
             return;
         }
@@ -1257,7 +1316,7 @@ impl Hca {
     /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
     /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
     pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; plain::cqe64::SIZE], solicited: bool) -> bool {
-        let Some(cq) = self.objects.cqs.get(&cqn) else { return false };
+        let Some(cq) = self.objects.cqs.object_mut(&cqn) else { return false };
         if cq.error {
             return false;
         }
@@ -1284,7 +1343,7 @@ impl Hca {
             self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
             return false;
         }
-        let cq = self.objects.cqs.get_mut(&cqn).expect("CQ looked up above");
+        let cq = self.objects.cqs.object_mut(&cqn).expect("CQ looked up above");
         cq.producer = cq.producer.wrapping_add(1);
         let opcode = CqeOpcode(op_own.opcode());
         let is_err = matches!(opcode, CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR);
@@ -1300,7 +1359,7 @@ impl Hca {
 
     /// Moves a CQ to error and posts CQ_ERROR with `syndrome`.
     pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: CqErrorSyndrome) {
-        if let Some(cq) = self.objects.cqs.get_mut(&cqn) {
+        if let Some(cq) = self.objects.cqs.object_mut(&cqn) {
             if cq.error {
                 return;
             }
@@ -1436,7 +1495,7 @@ impl Hca {
         let srqn = alloc_num(|n| srqs.contains_key(&n), 1, 1 << limits::LOG_MAX_SRQ).ok_or_else(|| no_res(op))?;
         self.objects.srqs.insert(
             srqn,
-            Srq {
+            Locked::new(Srq {
                 srqn,
                 pd,
                 cqn: g(srqc::cqn) as u32,
@@ -1448,7 +1507,7 @@ impl Hca {
                 consumed: 0,
                 head: 0,
                 error: false,
-            },
+            }),
         );
         let mut o = out(create_srq_out::SIZE_BYTES);
         create_srq_out::srqn.set(&mut o, srqn as u64);
@@ -1462,7 +1521,7 @@ impl Hca {
         if !self.objects.srqs.contains_key(&srqn) {
             return Err(bad_res(op));
         }
-        if self.objects.qps.values().any(|q| q.srqn == Some(srqn)) {
+        if self.objects.qps.values().any(|q| q.lock().srqn == Some(srqn)) {
             return Err(res_state(op, sy::OBJECT_IN_USE));
         }
         self.objects.srqs.remove(&srqn);
@@ -1473,7 +1532,7 @@ impl Hca {
         let op = CmdOpcode::QUERY_SRQ.0;
         need_in(op, input, query_srq_in::SIZE_BYTES)?;
         let srqn = query_srq_in::srqn.get(input) as u32;
-        let Some(s) = self.objects.srqs.get(&srqn).cloned() else { return Err(bad_res(op)) };
+        let Some(s) = self.objects.srqs.get_mut(&srqn).map(|s| s.get_mut().clone()) else { return Err(bad_res(op)) };
         let counter = self.iommu.read_u32_be(s.dbr).unwrap_or(0) & plain::dbr::WQ_COUNTER_MASK;
         let mut o = out(query_srq_out::SIZE_BYTES);
         let ctx = query_srq_out::srq_context_entry;
@@ -1498,7 +1557,7 @@ impl Hca {
         }
         let srqn = arm_rq_in::srq_number.get(input) as u32;
         let lwm = arm_rq_in::lwm.get(input) as u32;
-        let Some(s) = self.objects.srqs.get_mut(&srqn) else { return Err(bad_res(op)) };
+        let Some(s) = self.objects.srqs.get_mut(&srqn).map(Locked::get_mut) else { return Err(bad_res(op)) };
         if lwm >= (1 << s.log_size) {
             return Err(bad_param(op, sy::EXCEEDS_LIMIT));
         }
@@ -1569,27 +1628,29 @@ impl Hca {
         let qpn = self
             .objects
             .qps
-            .add(1 << limits::LOG_MAX_QP, |qpn| Qp {
-                qpn,
-                st,
-                state: QpState::RST,
-                ctx,
-                pd,
-                cqn_snd,
-                cqn_rcv,
-                srqn,
-                uar,
-                buf: QueueBuf { pas, page_shift, offset },
-                log_rq_size,
-                rq_stride_shift,
-                log_sq_size: (!no_sq).then_some(log_sq),
-                no_rq,
-                dbr,
-                sq_fetched: 0,
-                rq_consumed: 0,
-                sq_doorbell: 0,
-                transport: Some(Box::default()),
-                timed: false,
+            .add(1 << limits::LOG_MAX_QP, |qpn| {
+                Locked::new(Qp {
+                    qpn,
+                    st,
+                    state: QpState::RST,
+                    ctx,
+                    pd,
+                    cqn_snd,
+                    cqn_rcv,
+                    srqn,
+                    uar,
+                    buf: QueueBuf { pas, page_shift, offset },
+                    log_rq_size,
+                    rq_stride_shift,
+                    log_sq_size: (!no_sq).then_some(log_sq),
+                    no_rq,
+                    dbr,
+                    sq_fetched: 0,
+                    rq_consumed: 0,
+                    sq_doorbell: 0,
+                    transport: Some(Box::default()),
+                    timed: false,
+                })
             })
             .ok_or_else(|| no_res(op))?;
         let mut o = out(create_qp_out::SIZE_BYTES);
@@ -1612,7 +1673,7 @@ impl Hca {
         let op = CmdOpcode::QUERY_QP.0;
         need_in(op, input, query_qp_in::SIZE_BYTES)?;
         let qpn = query_qp_in::qpn.get(input) as u32;
-        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(op)) };
+        let Some(qp) = self.objects.qps.object_mut(&qpn) else { return Err(bad_res(op)) };
         let mut o = out(query_qp_out::SIZE_BYTES + 8 * qp.buf.pas.len());
         if let Some(d) = query_qp_out::qpc.bytes_mut(&mut o) {
             d.copy_from_slice(&qp.ctx);
@@ -1623,7 +1684,7 @@ impl Hca {
         q.inner(qpc::sw_sq_wqebb_counter).set(&mut o, qp.sq_doorbell as u64);
         q.inner(qpc::hw_rq_counter).set(&mut o, qp.rq_consumed as u64);
         self.qp_query_transport(qpn, &mut o);
-        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(op)) };
+        let Some(qp) = self.objects.qps.object_mut(&qpn) else { return Err(bad_res(op)) };
         for (i, p) in qp.buf.pas.iter().enumerate() {
             let off = query_qp_out::SIZE_BYTES + 8 * i;
             o[off..off + 8].copy_from_slice(&p.to_be_bytes());
@@ -1636,7 +1697,7 @@ impl Hca {
         let short = matches!(op, CmdOpcode::QP_2ERR | CmdOpcode::QP_2RST);
         need_in(opc, input, if short { qp_2err_in::SIZE_BYTES } else { rst2init_qp_in::SIZE_BYTES })?;
         let qpn = rst2init_qp_in::qpn.get(input) as u32;
-        let Some(qp) = self.objects.qps.get(&qpn) else { return Err(bad_res(opc)) };
+        let Some(qp) = self.objects.qps.object_mut(&qpn) else { return Err(bad_res(opc)) };
         let cur = qp.state;
         let (from_ok, to) = match op {
             CmdOpcode::RST2INIT_QP => (cur == QpState::RST, QpState::INIT),
@@ -1671,7 +1732,7 @@ impl Hca {
             self.validate_qp_attrs(opc, op, st, &ctx)?;
         }
         qpc::state.set(&mut ctx, to.0 as u64);
-        let qp = self.objects.qps.get_mut(&qpn).expect("QP looked up above");
+        let qp = self.objects.qps.object_mut(&qpn).expect("QP looked up above");
         qp.ctx = ctx;
         qp.state = to;
         if to == QpState::RST {

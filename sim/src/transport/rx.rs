@@ -3,7 +3,7 @@
 
 use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, ScatterList, psn_add, psn_cmp, rnr_delay};
 use crate::firmware::Hca;
-use crate::firmware::objects::{Access, Chunks};
+use crate::firmware::objects::{Access, Chunks, Locked};
 use std::ops::Bound;
 use std::time::Instant;
 use umlx_hwdesc::U32;
@@ -110,7 +110,7 @@ impl Hca {
     /// Takes the next receive WQE of the QP's RQ or SRQ, if one is posted.
     fn take_recv_wqe(&mut self, t: &mut QpTransport) -> Option<RecvWqe> {
         if let Some(srqn) = t.path.srqn {
-            let srq = self.objects.srqs.get(&srqn)?;
+            let srq = self.objects.srqs.get_mut(&srqn).map(Locked::get_mut)?;
             if srq.error {
                 return None;
             }
@@ -127,7 +127,7 @@ impl Hca {
             crate::buffers::give(b);
             let (next_seg, sges) = parsed?;
             let next = next_seg.next_wqe_index.get() as u32;
-            let s = self.objects.srqs.get_mut(&srqn)?;
+            let s = self.objects.srqs.get_mut(&srqn).map(Locked::get_mut)?;
             s.head = next;
             s.consumed = s.consumed.wrapping_add(1);
             let left = avail - 1;
@@ -804,7 +804,7 @@ impl Hca {
             after = Bound::Excluded(qpn);
             let Some(mut t) = self.take_transport(qpn) else {
                 self.objects.xport.timed.remove(&qpn);
-                if let Some(qp) = self.objects.qps.get_mut(&qpn) {
+                if let Some(qp) = self.objects.qps.object_mut(&qpn) {
                     qp.timed = false;
                 }
                 continue;
@@ -840,7 +840,7 @@ impl Hca {
     pub(crate) fn transport_next_due(&self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         for qpn in &self.objects.xport.timed {
-            let Some(qp) = self.objects.qps.get(qpn) else { continue };
+            let Some(qp) = self.objects.qps.lock(qpn) else { continue };
             let due = match qp.transport.as_deref() {
                 Some(t) if qp.state == QpState::RTS => match (t.deadline, t.rnr_until) {
                     (Some(d), Some(r)) => d.min(r),
@@ -856,10 +856,10 @@ impl Hca {
     /// Applies a QP state change to the transport.
     pub(crate) fn transport_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
         let Some(mut t) = self.take_transport(qpn) else { return };
-        if let Some(qp) = self.objects.qps.get(&qpn) {
+        if let Some(qp) = self.objects.qps.object_mut(&qpn) {
             t.path = Path::from_qp(qp);
         }
-        let qp = self.objects.qps.get(&qpn);
+        let qp = self.objects.qps.object_mut(&qpn).map(|q| &*q);
         let get = |f| qp.map_or(0, |q| q.get(f)) as u32;
         use umlx_hwdesc::ifc::qpc;
         match to {

@@ -50,14 +50,14 @@ impl Hca {
 
     /// [`Hca::take_transport`] with the QP's state, in one lookup.
     pub(crate) fn take_transport_in_state(&mut self, qpn: u32) -> Option<(QpState, Box<QpTransport>)> {
-        let qp = self.objects.qps.get_mut(&qpn)?;
+        let qp = self.objects.qps.object_mut(&qpn)?;
         Some((qp.state, qp.transport.take()?))
     }
 
     /// Puts a QP's transport state back and mirrors its counters into the QP.
     pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
-        let Some(qp) = self.objects.qps.get_mut(&qpn) else { return };
+        let Some(qp) = self.objects.qps.object_mut(&qpn) else { return };
         qp.sq_fetched = t.sq_head;
         qp.rq_consumed = t.rq_consumed;
         let err_rq = qp.state == QpState::ERR && !qp.no_rq;
@@ -77,8 +77,9 @@ impl Hca {
         }
     }
 
-    pub(crate) fn qp_state(&self, qpn: u32) -> QpState {
-        self.objects.qps.get(&qpn).map_or(QpState::RST, |q| q.state)
+    /// The state of QP `qpn` (RST for a QP that does not exist).
+    pub(crate) fn qp_state(&mut self, qpn: u32) -> QpState {
+        self.objects.qps.object_mut(&qpn).map_or(QpState::RST, |q| q.state)
     }
 
     // ---------------------------------------------------------------- memory helpers
@@ -445,7 +446,7 @@ impl Hca {
     pub(crate) fn qp_to_error(&mut self, t: &mut QpTransport) {
         let qpn = t.path.qpn;
         let was = self.qp_state(qpn);
-        if let Some(qp) = self.objects.qps.get_mut(&qpn) {
+        if let Some(qp) = self.objects.qps.object_mut(&qpn) {
             qp.state = QpState::ERR;
             qpc::state.set(&mut qp.ctx, QpState::ERR.0 as u64);
         }
