@@ -429,6 +429,62 @@ mod tests {
         }
     }
 
+    /// Two tables used by one thread (an in-process pair of devices), mapping the same IOVA
+    /// to different memory: each access reaches its own table's memory, though both tables'
+    /// pages share the thread's cache, in the same entries.
+    #[test]
+    fn one_thread_s_remembered_pages_keep_the_tables_apart() {
+        let (mut a_mem, mut b_mem) = (vec![0u8; 4096], vec![0u8; 4096]);
+        let mut a = Iommu::new();
+        // A table whose pages take the same cache entries as `a`'s: only the table's id tells
+        // them apart.
+        let mut b = Iommu::new();
+        while recent_slot(b.id, 0x10) != recent_slot(a.id, 0x10) {
+            b = Iommu::new();
+        }
+        // SAFETY: both buffers outlive both tables within this test.
+        unsafe {
+            a.map(0x10000, a_mem.as_mut_ptr(), 4096, true, true).unwrap();
+            b.map(0x10000, b_mem.as_mut_ptr(), 4096, true, false).unwrap();
+        }
+        for round in 0..(2 * RECENT as u8) {
+            a.write(0x10000, &[round]).unwrap();
+            assert!(b.write(0x10000, &[round]).is_err(), "b's mapping is read-only");
+            let (mut x, mut y) = ([0u8; 1], [0u8; 1]);
+            a.read(0x10000, &mut x).unwrap();
+            b.read(0x10000, &mut y).unwrap();
+            assert_eq!((x[0], y[0]), (round, 0));
+        }
+        assert_eq!(b_mem[0], 0);
+        assert_eq!(a_mem[0], 2 * RECENT as u8 - 1);
+    }
+
+    /// A page another thread still remembers is not reached once it is unmapped: the table's
+    /// unmap makes every thread's cache of it stale.
+    #[test]
+    fn an_unmap_is_seen_by_every_thread_that_remembers_the_page() {
+        let mut mem = vec![0u8; 4096];
+        let io = std::sync::RwLock::new(Iommu::new());
+        // SAFETY: `mem` outlives the table within this test.
+        unsafe { io.write().unwrap().map(0x10000, mem.as_mut_ptr(), 4096, true, true).unwrap() };
+        let (remembered, go_on) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            let user = s.spawn(|| {
+                let mut b = [0u8; 4];
+                io.read().unwrap().read(0x10000, &mut b).unwrap();
+                remembered.wait();
+                go_on.wait();
+                io.read().unwrap().read(0x10000, &mut b)
+            });
+            remembered.wait();
+            io.write().unwrap().unmap(0x10000, 4096).unwrap();
+            go_on.wait();
+            let after = user.join().unwrap();
+            assert_eq!(after.unwrap_err().iova, 0x10000);
+        });
+        assert_eq!(io.read().unwrap().faults(), 1);
+    }
+
     #[test]
     fn remembered_pages_keep_every_check() {
         let mut mem = vec![0u8; 4 * 4096];
