@@ -576,7 +576,7 @@ impl SimDevice {
 
     /// Device counters.
     pub fn stats(&self) -> SimStats {
-        self.lock().stats
+        self.lock().sim_stats()
     }
 }
 

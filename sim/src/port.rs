@@ -27,7 +27,7 @@
 //! `recvmmsg`, `poll`): these calls are the `unsafe` of this module.
 
 use crate::fabric::{FabricShared, Reached};
-use crate::firmware::Hca;
+use crate::firmware::{DataPath, Hca};
 use crate::transport::RxHold;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -647,6 +647,11 @@ impl Port {
         if frames.is_empty() {
             return;
         }
+        hca.data_path(|dp| self.process_on(dp, frames, now));
+    }
+
+    /// [`Port::process`] on the data path's view of the device.
+    fn process_on(&self, hca: &mut DataPath<'_>, frames: &VecDeque<RxFrame>, now: Instant) {
         // The port's counters are taken once for the batch (their lock is not per frame).
         let mut counted = WireStats::new();
         let mut hold = RxHold::default();
@@ -666,7 +671,7 @@ impl Port {
                     n.push((ip, mac));
                 }
                 if let Some(r) = arp::reply(f, self.inner.mac, &ips) {
-                    hca.objects.xport.outbox.push(r);
+                    hca.lane.outbox.push(r);
                 }
                 continue;
             }
@@ -710,7 +715,7 @@ impl Port {
     /// before it sends, unless [`Port::acks_may_wait`].
     #[inline]
     pub(crate) fn flush_acks(&self, hca: &mut Hca) {
-        hca.flush_acks();
+        hca.data_path(|dp| dp.flush_acks());
         if self.inner.acks_deferred.load(Ordering::Relaxed) {
             self.inner.acks_deferred.store(false, Ordering::Relaxed);
         }

@@ -267,7 +267,7 @@ fn a_doorbell_rung_while_another_thread_holds_the_device_is_posted_and_runs_when
     let (held_tx, held_rx) = mpsc::channel();
     let (rang_tx, rang_rx) = mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
-        let h = dev.lock();
+        let mut h = dev.lock();
         let before = h.transport_stats().tx_packets;
         held_tx.send(()).expect("test thread");
         // A doorbell write that waited for the device would never come back while it is held.

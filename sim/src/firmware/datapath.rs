@@ -1,7 +1,10 @@
-//! Hooks between the firmware's objects and the data path (doorbells, QP state changes).
-//! The transport itself lives in `crate::transport`.
+//! The data path's view of the device ([`DataPath`]), and the hooks between the firmware's
+//! objects and the data path (doorbells, QP state changes). The transport itself lives in
+//! `crate::transport`.
 
 use super::Hca;
+use crate::transport::Lane;
+use std::io::Write;
 use std::time::Instant;
 use umlx_hwdesc::enums::QpState;
 use umlx_hwdesc::plain::wqe;
@@ -11,7 +14,61 @@ use umlx_wire::packet::Checksums;
 const _: () =
     assert!(umlx_hwdesc::plain::wqe_ctrl_seg::opmod_idx_opcode == 0 && umlx_hwdesc::plain::wqe_ctrl_seg::qpn_ds == 4);
 
-impl Hca {
+/// The device as a run of the data path sees it: shared, with the objects it changes each
+/// under a lock of its own ([`super::objects::Locked`]), and the run's [`Lane`] for the rest.
+/// It derefs to the [`Hca`] for what the data path only reads (keys, translations, GIDs, the
+/// PCI configuration).
+pub struct DataPath<'a> {
+    hca: &'a Hca,
+    /// The run's frames, ACKs owed, counters and scratch.
+    pub(crate) lane: &'a mut Lane,
+}
+
+impl std::ops::Deref for DataPath<'_> {
+    type Target = Hca;
+    fn deref(&self) -> &Hca {
+        self.hca
+    }
+}
+
+impl<'a> DataPath<'a> {
+    /// The device `hca` run on `lane`.
+    pub(crate) fn new(hca: &'a Hca, lane: &'a mut Lane) -> DataPath<'a> {
+        DataPath { hca, lane }
+    }
+
+    /// The device, for as long as the run lasts (not tied to this borrow of the view): what a
+    /// queue's lock guard is taken from, so that the run can go on while it holds it.
+    pub(crate) fn hca(&self) -> &'a Hca {
+        self.hca
+    }
+
+    /// Whether the device may do DMA now (bus mastering is on); a DMA refused is counted.
+    pub(crate) fn may_dma(&mut self) -> bool {
+        let on = self.bus_master();
+        if !on {
+            self.lane.device_stats.dma_without_bus_master += 1;
+        }
+        on
+    }
+
+    /// Notes a timer due at `due` ([`Hca::note_due`] when the run ends).
+    pub(crate) fn note_due(&mut self, due: Instant) {
+        if self.lane.due.is_none_or(|d| due < d) {
+            self.lane.due = Some(due);
+        }
+    }
+
+    /// Signals MSI-X `vector`.
+    pub(crate) fn signal_irq(&mut self, vector: u32) {
+        if let Some(Some(f)) = self.irqs.get(vector as usize) {
+            // An eventfd takes an 8-byte native-endian count; a full counter (EAGAIN) still
+            // means "signalled".
+            let _ = (&*f).write(&1u64.to_ne_bytes());
+            self.lane.device_stats.interrupts += 1;
+        }
+    }
+
     /// UAR + 0x800..: SQ doorbell (the first 8 bytes of the WQE's control segment). The WQEs are
     /// taken from the SQ buffer up to the doorbell record's send counter (a BlueFlame copy is
     /// not used beyond its first 8 bytes).
@@ -21,23 +78,53 @@ impl Hca {
         let (Ok(idx_opcode), Ok(qpn_ds)) = (bytes[..4].try_into(), bytes[4..].try_into()) else { return };
         let (idx_opcode, qpn_ds) = (u32::from_be_bytes(idx_opcode), u32::from_be_bytes(qpn_ds));
         let qpn = qpn_ds >> wqe::WQE_CTRL_QPN_SHIFT;
-        match self.objects.qps.object_mut(&qpn) {
-            Some(qp) if qp.uar == uar => {
+        let rang = match self.objects.qps.lock(&qpn) {
+            Some(mut qp) if qp.uar == uar => {
                 qp.sq_doorbell = ((idx_opcode >> wqe::WQE_CTRL_WQE_INDEX_SHIFT) & wqe::WQE_CTRL_WQE_INDEX_MASK) as u16;
-                self.sq_service(qpn, Instant::now());
+                true
             }
-            _ => self.stats.bad_doorbells += 1,
+            _ => false,
+        };
+        if rang {
+            self.sq_service(qpn, Instant::now());
+        } else {
+            self.lane.device_stats.bad_doorbells += 1;
+        }
+    }
+}
+
+impl Hca {
+    /// Runs `f` on the data path's view of the device, with the device's own lane: what the
+    /// command path and the device's runs do while they hold the device whole. Then what the
+    /// run counted, armed or raised joins the device's; its frames stay in the lane for
+    /// [`Hca::take_outbox`].
+    pub(crate) fn data_path<R>(&mut self, f: impl FnOnce(&mut DataPath<'_>) -> R) -> R {
+        let mut lane = self.lane.take().unwrap_or_default();
+        let r = f(&mut DataPath::new(self, &mut lane));
+        self.absorb(&mut lane);
+        self.lane = Some(lane);
+        r
+    }
+
+    /// Applies the timer a run armed and the fatal error it raised on `lane` to the device.
+    /// (Its counts wait in the lane until they are read: [`Hca::collect_counts`].)
+    fn absorb(&mut self, lane: &mut Lane) {
+        if let Some(due) = lane.due.take() {
+            self.note_due(due);
+        }
+        if let Some(synd) = lane.fatal.take() {
+            self.inject_fatal(synd);
         }
     }
 
     /// Called after a QP changed state.
     pub(crate) fn qp_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
-        self.transport_state_changed(qpn, from, to);
+        self.data_path(|dp| dp.transport_state_changed(qpn, from, to));
     }
 
     /// Called after a QP was destroyed.
     pub(crate) fn qp_destroyed(&mut self, qpn: u32) {
-        self.objects.xport.timed.remove(&qpn);
+        self.objects.xport.timed.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&qpn);
     }
 
     /// Fills the transport fields of a QUERY_QP output.
@@ -58,7 +145,7 @@ impl Hca {
     /// header checksum and ICRC are computed: `Defer` when any was built without them (then
     /// the port's egress fills what it must, [`umlx_wire::packet::fill_checksums`]).
     pub fn take_outbox(&mut self) -> (Vec<Vec<u8>>, Checksums) {
-        let x = &mut self.objects.xport;
+        let x = self.lane.get_or_insert_default();
         let checksums = if std::mem::take(&mut x.outbox_deferred) { Checksums::Defer } else { Checksums::Compute };
         (std::mem::take(&mut x.outbox), checksums)
     }
@@ -66,18 +153,33 @@ impl Hca {
     /// Has the frames built from now on get their IPv4 header checksum and ICRC from the
     /// builder (`Compute`: the port's egress needs them) or not (`Defer`).
     pub fn set_egress_checksums(&mut self, checksums: Checksums) {
-        self.objects.xport.compute_checksums = checksums == Checksums::Compute;
+        self.lane.get_or_insert_default().compute_checksums = checksums == Checksums::Compute;
     }
 
     /// Gives back an emptied outbox [`Hca::take_outbox`] returned, so that its allocation
     /// holds the next frames.
     pub fn recycle_outbox(&mut self, out: Vec<Vec<u8>>) {
-        crate::transport::reuse(&mut self.objects.xport.outbox, out);
+        crate::transport::reuse(&mut self.lane.get_or_insert_default().outbox, out);
+    }
+
+    /// Adds the counts waiting in the device's lane to its counters.
+    pub(crate) fn collect_counts(&mut self) {
+        if let Some(lane) = self.lane.as_deref_mut() {
+            self.objects.xport.stats.add(&std::mem::take(&mut lane.stats));
+            self.stats.add(&std::mem::take(&mut lane.device_stats));
+        }
     }
 
     /// Transport counters.
-    pub fn transport_stats(&self) -> crate::transport::TransportStats {
+    pub fn transport_stats(&mut self) -> crate::transport::TransportStats {
+        self.collect_counts();
         self.objects.xport.stats
+    }
+
+    /// Device counters.
+    pub fn sim_stats(&mut self) -> super::SimStats {
+        self.collect_counts();
+        self.stats
     }
 
     /// The port MAC and the IP addresses of the RoCE GID table (what the port answers ARP and

@@ -30,6 +30,7 @@ pub mod syndrome;
 pub mod caps;
 mod cmdq;
 mod datapath;
+pub use datapath::DataPath;
 mod exec;
 pub mod objects;
 pub mod pages;
@@ -38,7 +39,6 @@ pub mod vport;
 use crate::config::SimConfig;
 use crate::iommu::Iommu;
 use std::fs::File;
-use std::io::Write;
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::{CmdStatus, HealthSyndrome};
 use umlx_hwdesc::plain::{cq, eq, iseg, uar};
@@ -120,6 +120,35 @@ pub struct SimStats {
     pub engine_runs: u64,
 }
 
+impl SimStats {
+    /// Adds the counts of `o` (a run's) to these. Every field is named, so that a new counter
+    /// cannot be left out.
+    pub(crate) fn add(&mut self, o: &SimStats) {
+        let SimStats {
+            commands,
+            command_errors,
+            delivery_errors,
+            eqes,
+            interrupts,
+            eq_overruns,
+            bad_doorbells,
+            dma_without_bus_master,
+            pages_cant_give,
+            engine_runs,
+        } = *o;
+        self.commands += commands;
+        self.command_errors += command_errors;
+        self.delivery_errors += delivery_errors;
+        self.eqes += eqes;
+        self.interrupts += interrupts;
+        self.eq_overruns += eq_overruns;
+        self.bad_doorbells += bad_doorbells;
+        self.dma_without_bus_master += dma_without_bus_master;
+        self.pages_cant_give += pages_cant_give;
+        self.engine_runs += engine_runs;
+    }
+}
+
 /// Health state.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Health {
@@ -175,6 +204,9 @@ pub struct Hca {
     pub(crate) commands_since_reset: u64,
     pub(crate) last_page_touch: Instant,
     pub(crate) page_cursor: u64,
+    /// The lane of the device's own runs of the data path ([`Hca::data_path`]); taken out
+    /// while one runs.
+    pub(crate) lane: Option<Box<crate::transport::Lane>>,
 }
 
 impl Hca {
@@ -209,6 +241,7 @@ impl Hca {
             last_page_touch: Instant::now(),
             page_cursor: 0,
             commands_since_reset: 0,
+            lane: Some(Box::default()),
             cfg,
         };
         hca.init_pci_config();
@@ -234,7 +267,7 @@ impl Hca {
     pub fn reset(&mut self) {
         let iommu = std::mem::take(&mut self.iommu);
         let irqs = std::mem::take(&mut self.irqs);
-        let stats = self.stats;
+        let stats = self.sim_stats();
         let limit = self.dma_entry_limit;
         let cfg = self.cfg.clone();
         *self = Hca::new(cfg);
@@ -256,15 +289,6 @@ impl Hca {
     /// Whether bus mastering is enabled in the PCI COMMAND register.
     pub fn bus_master(&self) -> bool {
         self.pci_config[4] & 0x04 != 0
-    }
-
-    /// Whether the device may do DMA now (bus mastering is on); a DMA refused is counted.
-    pub(crate) fn may_dma(&mut self) -> bool {
-        let on = self.bus_master();
-        if !on {
-            self.stats.dma_without_bus_master += 1;
-        }
-        on
     }
 
     /// Whether a fatal health error is present.
@@ -302,14 +326,14 @@ impl Hca {
         self.health.ext_synd = 0;
     }
 
-    /// Signals MSI-X `vector`.
+    /// Whether the device may do DMA now ([`DataPath::may_dma`]).
+    pub(crate) fn may_dma(&mut self) -> bool {
+        self.data_path(|dp| dp.may_dma())
+    }
+
+    /// Signals MSI-X `vector` ([`DataPath::signal_irq`]).
     pub(crate) fn signal_irq(&mut self, vector: u32) {
-        if let Some(Some(f)) = self.irqs.get_mut(vector as usize) {
-            // An eventfd takes an 8-byte native-endian count; a full counter (EAGAIN) still
-            // means "signalled".
-            let _ = f.write(&1u64.to_ne_bytes());
-            self.stats.interrupts += 1;
-        }
+        self.data_path(|dp| dp.signal_irq(vector));
     }
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
@@ -423,7 +447,7 @@ impl Hca {
             // the register size this device reports in `log_bf_reg_size`); any other write there
             // is the body of a BlueFlame copy, which the device reads from the SQ buffer instead.
             // A doorbell written anywhere else is not seen, as on hardware.
-            o if is_bf_buffer_start(o) => self.sq_doorbell(uar, value),
+            o if is_bf_buffer_start(o) => self.data_path(|dp| dp.sq_doorbell(uar, value)),
             o if o >= uar::BF_OFFSET => {}
             _ => self.stats.bad_doorbells += 1,
         }
@@ -432,8 +456,8 @@ impl Hca {
     /// Time-driven work: delayed command completions.
     pub fn tick(&mut self, now: Instant) {
         self.touch_pages(now);
-        if !self.objects.xport.timed.is_empty() {
-            self.transport_tick(now);
+        if !self.objects.xport.timed().is_empty() {
+            self.data_path(|dp| dp.transport_tick(now));
         }
         if self.delayed.is_empty() {
             return;

@@ -10,7 +10,7 @@
 
 use super::caps::limits;
 use super::exec::{CmdResult, bad_param, need_in, out};
-use super::{CmdFail, Hca, syndrome as sy};
+use super::{CmdFail, DataPath, Hca, syndrome as sy};
 use std::collections::{BTreeMap, BTreeSet};
 use umlx_hwdesc::Field;
 use umlx_hwdesc::enums::{
@@ -1040,58 +1040,10 @@ impl Hca {
         Ok(o)
     }
 
-    /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it. Returns whether an EQ
-    /// took it. `data` is the EQE's payload ([`event_data`] builds it from a payload structure).
+    /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it
+    /// ([`DataPath::post_event`]).
     pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &plain::EqeData) -> bool {
-        let t = ty.0 as usize;
-        let Some(eqn) = self
-            .objects
-            .eqs
-            .values_mut()
-            .map(Locked::get_mut)
-            .find(|e| t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0)
-            .map(|e| e.eqn)
-        else {
-            return false;
-        };
-        self.write_eqe(eqn, ty.0, sub_type, data)
-    }
-
-    /// Writes one EQE on `eqn` and raises its interrupt if armed.
-    pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &plain::EqeData) -> bool {
-        let Some(eq) = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut) else { return false };
-        if eq.overrun {
-            return false;
-        }
-        let n = 1u32 << eq.log_size;
-        if eq.producer.wrapping_sub(eq.consumer) >= n {
-            if !eq.oi {
-                eq.overrun = true;
-                self.stats.eq_overruns += 1;
-                self.inject_fatal(umlx_hwdesc::enums::HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
-            }
-            return false;
-        }
-        let idx = eq.producer & (n - 1);
-        let owner = ((eq.producer >> eq.log_size) & 1) as u8;
-        let Some(iova) = eq.buf.iova((idx as usize * plain::eqe::SIZE) as u64) else { return false };
-        let e = plain::eqe { type_: ty, sub_type, data: *data, owner, ..Default::default() };
-        let eqe: [u8; plain::eqe::SIZE] = zerocopy::transmute!(e);
-        if !self.may_dma() {
-            return false;
-        }
-        if self.iommu.write_owner_last(iova, &eqe, plain::eqe::owner).is_err() {
-            return false;
-        }
-        let eq = self.objects.eqs.get_mut(&eqn).map(Locked::get_mut).expect("EQ looked up above");
-        eq.producer = eq.producer.wrapping_add(1);
-        self.stats.eqes += 1;
-        if eq.armed {
-            eq.armed = false;
-            let v = eq.intr;
-            self.signal_irq(v);
-        }
-        true
+        self.data_path(|dp| dp.post_event(ty, sub_type, data))
     }
 
     /// UAR + 0x40 / 0x48: EQ consumer index update, with or without arming.
@@ -1267,7 +1219,7 @@ impl Hca {
                 // in the new ring after it.
                 let mut marker = [0u8; plain::cqe64::SIZE];
                 marker[plain::cqe64::op_own] = plain::CqeOpOwn::new().with_opcode(CqeOpcode::RESIZE_CQ.0).into_bits();
-                if !self.write_cqe(cqn, &mut marker, false) {
+                if !self.data_path(|dp| dp.write_cqe(cqn, &mut marker, false)) {
                     return Err(res_state(op, sy::BAD_STATE));
                 }
                 let cq = self.objects.cqs.object_mut(&cqn).expect("CQ looked up above");
@@ -1298,79 +1250,8 @@ impl Hca {
         // CQEs already beyond the consumer index raise the event at once.
         let pending = (cq.producer & plain::cq::NUM_MASK_24) != arm.ci;
         if pending && !arm.solicited_only {
-            self.cq_event(cqn);
+            self.data_path(|dp| dp.cq_event(cqn));
         }
-    }
-
-    /// Posts the completion event of an armed CQ and disarms it.
-    pub(crate) fn cq_event(&mut self, cqn: u32) {
-        let Some(cq) = self.objects.cqs.object_mut(&cqn) else { return };
-        if cq.arm.take().is_none() {
-            return;
-        }
-        let eqn = cq.eqn;
-        let data = plain::eqe_comp { cqn: (cqn & plain::cq::NUM_MASK_24).into(), ..Default::default() };
-        self.write_eqe(eqn, EventType::COMP.0, 0, &zerocopy::transmute!(data));
-    }
-
-    /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
-    /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
-    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; plain::cqe64::SIZE], solicited: bool) -> bool {
-        let Some(cq) = self.objects.cqs.object_mut(&cqn) else { return false };
-        if cq.error {
-            return false;
-        }
-        let n = 1u32 << cq.log_size;
-        let ci = match self.iommu.read_u32_be(cq.dbr) {
-            Ok(v) => v & plain::cq::NUM_MASK_24,
-            Err(_) => {
-                self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
-                return false;
-            }
-        };
-        let produced = cq.producer & plain::cq::NUM_MASK_24;
-        if produced.wrapping_sub(ci) & plain::cq::NUM_MASK_24 >= n && !cq.oi {
-            self.cq_error(cqn, CqErrorSyndrome::CQ_OVERRUN);
-            return false;
-        }
-        let idx = cq.producer & (n - 1);
-        let owner = ((cq.producer >> cq.log_size) & 1) as u8;
-        let Some(iova) = cq.buf.iova((idx as usize * plain::cqe64::SIZE) as u64) else { return false };
-        let own = plain::cqe64::op_own;
-        let op_own = plain::CqeOpOwn::from_bits(cqe[own]).with_owner(owner != 0);
-        cqe[own] = op_own.into_bits();
-        if self.iommu.write_owner_last(iova, cqe, own).is_err() {
-            self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
-            return false;
-        }
-        let cq = self.objects.cqs.object_mut(&cqn).expect("CQ looked up above");
-        cq.producer = cq.producer.wrapping_add(1);
-        let opcode = CqeOpcode(op_own.opcode());
-        let is_err = matches!(opcode, CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR);
-        let is_resize = opcode == CqeOpcode::RESIZE_CQ;
-        if let Some(arm) = cq.arm
-            && !is_resize
-            && (!arm.solicited_only || solicited || is_err)
-        {
-            self.cq_event(cqn);
-        }
-        true
-    }
-
-    /// Moves a CQ to error and posts CQ_ERROR with `syndrome`.
-    pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: CqErrorSyndrome) {
-        if let Some(cq) = self.objects.cqs.object_mut(&cqn) {
-            if cq.error {
-                return;
-            }
-            cq.error = true;
-        }
-        let err = plain::eqe_cq_err {
-            cqn: (cqn & plain::cq::NUM_MASK_24).into(),
-            syndrome: syndrome.0,
-            ..Default::default()
-        };
-        self.post_event(EventType::CQ_ERROR, 0, &event_data(&err));
     }
 
     // ---- MKey ----
@@ -1784,6 +1665,133 @@ pub(crate) fn event_data(payload: &(impl zerocopy::IntoBytes + zerocopy::Immutab
     let b = payload.as_bytes();
     data[..b.len()].copy_from_slice(b);
     data
+}
+
+impl DataPath<'_> {
+    /// Writes an EQE of `ty` on the lowest-numbered EQ subscribed to it. Returns whether an EQ
+    /// took it. `data` is the EQE's payload ([`event_data`] builds it from a payload structure).
+    pub(crate) fn post_event(&mut self, ty: EventType, sub_type: u8, data: &plain::EqeData) -> bool {
+        let t = ty.0 as usize;
+        let subscribed = |e: &Locked<Eq>| {
+            let e = e.lock();
+            (t < 256 && e.mask[t / 64] & (1 << (t % 64)) != 0).then_some(e.eqn)
+        };
+        let Some(eqn) = self.objects.eqs.values().find_map(subscribed) else { return false };
+        self.write_eqe(eqn, ty.0, sub_type, data)
+    }
+
+    /// Writes one EQE on `eqn` and raises its interrupt if armed.
+    pub(crate) fn write_eqe(&mut self, eqn: u32, ty: u8, sub_type: u8, data: &plain::EqeData) -> bool {
+        let hca = self.hca();
+        let Some(mut eq) = hca.objects.eqs.get(&eqn).map(Locked::lock) else { return false };
+        if eq.overrun {
+            return false;
+        }
+        let n = 1u32 << eq.log_size;
+        if eq.producer.wrapping_sub(eq.consumer) >= n {
+            if !eq.oi {
+                eq.overrun = true;
+                self.lane.device_stats.eq_overruns += 1;
+                self.lane.fatal = Some(umlx_hwdesc::enums::HealthSyndrome::ASYNC_EQ_OVERRUN_ERR);
+            }
+            return false;
+        }
+        let idx = eq.producer & (n - 1);
+        let owner = ((eq.producer >> eq.log_size) & 1) as u8;
+        let Some(iova) = eq.buf.iova((idx as usize * plain::eqe::SIZE) as u64) else { return false };
+        let e = plain::eqe { type_: ty, sub_type, data: *data, owner, ..Default::default() };
+        let eqe: [u8; plain::eqe::SIZE] = zerocopy::transmute!(e);
+        if !self.may_dma() {
+            return false;
+        }
+        if self.iommu.write_owner_last(iova, &eqe, plain::eqe::owner).is_err() {
+            return false;
+        }
+        eq.producer = eq.producer.wrapping_add(1);
+        self.lane.device_stats.eqes += 1;
+        if eq.armed {
+            eq.armed = false;
+            let v = eq.intr;
+            drop(eq);
+            self.signal_irq(v);
+        }
+        true
+    }
+
+    /// Posts the completion event of an armed CQ and disarms it.
+    pub(crate) fn cq_event(&mut self, cqn: u32) {
+        let Some(mut cq) = self.objects.cqs.lock(&cqn) else { return };
+        if cq.arm.take().is_none() {
+            return;
+        }
+        let eqn = cq.eqn;
+        drop(cq);
+        let data = plain::eqe_comp { cqn: (cqn & plain::cq::NUM_MASK_24).into(), ..Default::default() };
+        self.write_eqe(eqn, EventType::COMP.0, 0, &zerocopy::transmute!(data));
+    }
+
+    /// Writes a CQE (its owner bit is set here) and raises the completion event when armed and
+    /// the CQE qualifies. Returns false if the CQ is gone, in error, overrun, or unreachable.
+    pub(crate) fn write_cqe(&mut self, cqn: u32, cqe: &mut [u8; plain::cqe64::SIZE], solicited: bool) -> bool {
+        let hca = self.hca();
+        let Some(mut cq) = hca.objects.cqs.lock(&cqn) else { return false };
+        if cq.error {
+            return false;
+        }
+        let n = 1u32 << cq.log_size;
+        let fail = match self.iommu.read_u32_be(cq.dbr) {
+            Err(_) => Some(CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR),
+            Ok(ci) => {
+                let produced = cq.producer & plain::cq::NUM_MASK_24;
+                (produced.wrapping_sub(ci & plain::cq::NUM_MASK_24) & plain::cq::NUM_MASK_24 >= n && !cq.oi)
+                    .then_some(CqErrorSyndrome::CQ_OVERRUN)
+            }
+        };
+        if let Some(syndrome) = fail {
+            drop(cq);
+            self.cq_error(cqn, syndrome);
+            return false;
+        }
+        let idx = cq.producer & (n - 1);
+        let owner = ((cq.producer >> cq.log_size) & 1) as u8;
+        let Some(iova) = cq.buf.iova((idx as usize * plain::cqe64::SIZE) as u64) else { return false };
+        let own = plain::cqe64::op_own;
+        let op_own = plain::CqeOpOwn::from_bits(cqe[own]).with_owner(owner != 0);
+        cqe[own] = op_own.into_bits();
+        if self.iommu.write_owner_last(iova, cqe, own).is_err() {
+            drop(cq);
+            self.cq_error(cqn, CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR);
+            return false;
+        }
+        cq.producer = cq.producer.wrapping_add(1);
+        let opcode = CqeOpcode(op_own.opcode());
+        let is_err = matches!(opcode, CqeOpcode::REQ_ERR | CqeOpcode::RESP_ERR);
+        let is_resize = opcode == CqeOpcode::RESIZE_CQ;
+        if let Some(arm) = cq.arm
+            && !is_resize
+            && (!arm.solicited_only || solicited || is_err)
+        {
+            drop(cq);
+            self.cq_event(cqn);
+        }
+        true
+    }
+
+    /// Moves a CQ to error and posts CQ_ERROR with `syndrome`.
+    pub(crate) fn cq_error(&mut self, cqn: u32, syndrome: CqErrorSyndrome) {
+        if let Some(mut cq) = self.objects.cqs.lock(&cqn) {
+            if cq.error {
+                return;
+            }
+            cq.error = true;
+        }
+        let err = plain::eqe_cq_err {
+            cqn: (cqn & plain::cq::NUM_MASK_24).into(),
+            syndrome: syndrome.0,
+            ..Default::default()
+        };
+        self.post_event(EventType::CQ_ERROR, 0, &event_data(&err));
+    }
 }
 
 #[cfg(test)]

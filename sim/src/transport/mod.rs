@@ -15,8 +15,11 @@
 //!   CQEs) and the QP error state with its flush.
 //!
 //! The per-QP state is [`QpTransport`], kept on the firmware's `Qp`; the per-device state is
-//! [`HcaTransport`] (frames waiting to be sent and timers). Frames are built with
-//! [`umlx_wire`] and queued; the device hands them to its port outside the device lock.
+//! [`HcaTransport`] (the QPs with timers, the counters); what one run of the data path changes
+//! besides its queues is its [`Lane`] (the frames it built, the ACKs it owes, its counters).
+//! The transport works on a [`crate::firmware::DataPath`]: the device shared, each queue it
+//! changes locked on its own, and the run's lane. Frames are built with [`umlx_wire`] and
+//! queued; the device hands them to its port after the run.
 //!
 //! Choices where the documents leave a point open: atomics operate on big-endian 8-byte
 //! targets (the default `atomic_req_8B_endianness_mode` 0) and write the original value
@@ -132,6 +135,49 @@ pub struct TransportStats {
     pub ud_too_long: u64,
 }
 
+impl TransportStats {
+    /// Adds the counts of `o` (a run's) to these. Every field is named, so that a new counter
+    /// cannot be left out.
+    pub(crate) fn add(&mut self, o: &TransportStats) {
+        let TransportStats {
+            tx_packets,
+            rx_packets,
+            rx_dropped,
+            retransmits,
+            timeouts,
+            acks_sent,
+            seq_naks_sent,
+            rnr_naks_sent,
+            err_naks_sent,
+            duplicates,
+            rnr_naks_received,
+            seq_naks_received,
+            cqes,
+            error_cqes,
+            no_gid,
+            bad_wqes,
+            ud_too_long,
+        } = *o;
+        self.tx_packets += tx_packets;
+        self.rx_packets += rx_packets;
+        self.rx_dropped += rx_dropped;
+        self.retransmits += retransmits;
+        self.timeouts += timeouts;
+        self.acks_sent += acks_sent;
+        self.seq_naks_sent += seq_naks_sent;
+        self.rnr_naks_sent += rnr_naks_sent;
+        self.err_naks_sent += err_naks_sent;
+        self.duplicates += duplicates;
+        self.rnr_naks_received += rnr_naks_received;
+        self.seq_naks_received += seq_naks_received;
+        self.cqes += cqes;
+        self.error_cqes += error_cqes;
+        self.no_gid += no_gid;
+        self.bad_wqes += bad_wqes;
+        self.ud_too_long += ud_too_long;
+    }
+}
+
 /// Puts `spare`, emptied, in place of `slot` when `slot` is empty and has less room: a list
 /// taken for a batch gives its allocation back for the next one.
 pub(crate) fn reuse<T>(slot: &mut Vec<T>, mut spare: Vec<T>) {
@@ -141,10 +187,30 @@ pub(crate) fn reuse<T>(slot: &mut Vec<T>, mut spare: Vec<T>) {
     }
 }
 
-/// Device-wide transport state: frames waiting for the port and QPs with running timers.
+/// Device-wide transport state: the QPs with running timers, and the counters.
 #[derive(Debug, Default)]
 pub struct HcaTransport {
-    /// Frames built under the device lock, sent by the device after it drops the lock.
+    /// QPs whose retransmit or RNR timer is running, or which need service.
+    pub timed: std::sync::Mutex<BTreeSet<u32>>,
+    /// Counters, as the runs of the data path left them (each run counts in its lane first).
+    pub stats: TransportStats,
+}
+
+impl HcaTransport {
+    /// The QPs with running timers, locked.
+    pub(crate) fn timed(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
+        self.timed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// What a run of the data path changes that belongs to no queue: the frames it builds, the
+/// ACKs it owes, its counters, the timer it arms soonest, and its scratch (frame templates, the
+/// send queue fetch's read-ahead block). A run has a lane to itself, so that runs of several
+/// threads at once share none of it; what it counted and armed joins the device's when the run
+/// ends.
+#[derive(Debug, Default)]
+pub struct Lane {
+    /// Frames built by the run, sent by the device after it.
     pub outbox: Vec<Vec<u8>>,
     /// Whether the frames built now get their IPv4 header checksum and ICRC from the builder
     /// (the port's egress needs them: [`crate::port::Port::egress_checksums`], set at each run
@@ -152,21 +218,25 @@ pub struct HcaTransport {
     pub(crate) compute_checksums: bool,
     /// Whether `outbox` holds a frame built without them.
     pub(crate) outbox_deferred: bool,
-    /// QPs whose retransmit or RNR timer is running, or which need service.
-    pub timed: BTreeSet<u32>,
     /// QPs with a coalesced ACK not sent yet ([`QpTransport`]'s `pending_ack`): sent when the
     /// device has handled the frames that arrived together.
     pub(crate) acks_pending: Vec<u32>,
-    /// Counters.
-    pub stats: TransportStats,
-    /// The frame templates of the paths sent on lately, by QPN ([`HcaTransport::template`]).
+    /// Transport counters of the run.
+    pub(crate) stats: TransportStats,
+    /// Device counters of the run.
+    pub(crate) device_stats: crate::firmware::SimStats,
+    /// The soonest timer the run armed.
+    pub(crate) due: Option<std::time::Instant>,
+    /// A fatal error the run raised (an EQ overrun).
+    pub(crate) fatal: Option<umlx_hwdesc::enums::HealthSyndrome>,
+    /// The frame templates of the paths sent on lately, by QPN ([`Lane::template`]).
     templates: [Option<(PathKey, FrameTemplate)>; TEMPLATE_SLOTS],
     /// The send queue fetch's read-ahead block, kept between doorbells: made for each, its
     /// 2 KiB were zeroed every time, though only the WQEBBs read into it are ever looked at.
     pub(crate) fetch_block: Box<[u8]>,
 }
 
-/// Slots of [`HcaTransport`]'s frame templates (direct-mapped by QPN).
+/// Slots of [`Lane`]'s frame templates (direct-mapped by QPN).
 const TEMPLATE_SLOTS: usize = 8;
 
 /// What a frame's headers before its BTH are made of: the fields of a QP's path (or a UD
@@ -193,7 +263,7 @@ pub(crate) enum Egress {
     Refused,
 }
 
-impl HcaTransport {
+impl Lane {
     /// The frame template of `key` for a packet of QP `qpn`: the one kept in the QP's slot when
     /// it was made of the same fields (a path changes rarely: at a QP's modify, a GID or MAC
     /// change, or a UD WQE to another destination), otherwise a new one, kept there. `None`
@@ -365,10 +435,10 @@ impl Piece {
 
 /// Where a SEND or WRITE's payload comes from: its pieces, in the order of the WQE's inline
 /// and data segments. Host memory is read when each packet is built, straight into the packet,
-/// and read again for a retransmission, as a NIC's DMA engine does ([`Hca::gather`]): nothing
+/// and read again for a retransmission, as a NIC's DMA engine does ([`DataPath::gather`]): nothing
 /// of the payload is staged per WQE.
 ///
-/// [`Hca::gather`]: crate::firmware::Hca::gather
+/// [`DataPath::gather`]: crate::firmware::DataPath::gather
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Gather {
     /// The WQE's inline data (a buffer of [`crate::buffers`] once there is any).
@@ -719,6 +789,9 @@ pub(crate) enum Resource {
 #[derive(Clone, Debug, Default)]
 pub struct QpTransport {
     pub(crate) path: Path,
+    /// The QP's state, as its context holds it: set with it at every change (a MODIFY_QP, the
+    /// move to error), so that the data path reads it with the transport it works on.
+    pub(crate) state: umlx_hwdesc::enums::QpState,
     // Requester.
     pub(crate) sq: SendQueue,
     pub(crate) sq_head: u16,
@@ -873,7 +946,7 @@ mod tests {
     }
 
     /// The frame a template gives for a SEND of QP `qpn`: its destination IP and UDP source port.
-    fn sent(x: &mut HcaTransport, qpn: u32, k: &PathKey) -> (IpAddr, u16) {
+    fn sent(x: &mut Lane, qpn: u32, k: &PathKey) -> (IpAddr, u16) {
         let t = x.template(qpn, k).expect("a valid path");
         let mut f = Vec::new();
         let bth = Bth::new(Opcode::RC_SEND_ONLY, 5, 1);
@@ -886,7 +959,7 @@ mod tests {
     /// share a slot each get their own path's headers.
     #[test]
     fn a_template_is_used_only_for_the_path_it_was_made_of() {
-        let mut x = HcaTransport::default();
+        let mut x = Lane::default();
         let (a, b) = (key([10, 0, 0, 2], 0xC001), key([10, 0, 0, 3], 0xC002));
         assert_eq!(sent(&mut x, 1, &a), (IpAddr::from([10, 0, 0, 2]), 0xC001));
         assert_eq!(sent(&mut x, 1, &a), (IpAddr::from([10, 0, 0, 2]), 0xC001));

@@ -2,8 +2,8 @@
 //! READ responses, atomic ACKs) and UD; the transport timers; QP state-change handling.
 
 use super::{Gather, Kind, Path, QpTransport, RecvMsg, RecvWqe, Resource, ScatterList, psn_add, psn_cmp, rnr_delay};
-use crate::firmware::Hca;
 use crate::firmware::objects::{Access, Chunks, Locked};
+use crate::firmware::{DataPath, Hca};
 use std::ops::Bound;
 use std::time::Instant;
 use umlx_hwdesc::U32;
@@ -32,12 +32,12 @@ enum Fail {
 }
 
 /// The transport of the QP the last packet of a burst was for, kept out of its QP until the
-/// burst ends or a packet for another QP comes ([`Hca::receive_held`]): a stream's packets
+/// burst ends or a packet for another QP comes ([`DataPath::receive_held`]): a stream's packets
 /// take and put back their QP's state once per burst, not once each.
 #[derive(Default)]
 pub struct RxHold(Option<(u32, Box<QpTransport>)>);
 
-impl Hca {
+impl DataPath<'_> {
     /// Processes one verified inbound RoCE packet.
     pub fn receive_packet(&mut self, pkt: &RocePacket<'_>, now: Instant) {
         let mut hold = RxHold::default();
@@ -45,28 +45,29 @@ impl Hca {
         self.release(hold);
     }
 
-    /// [`Hca::receive_packet`] of a packet of a burst, which leaves its QP's transport in
-    /// `hold` for the burst's next packet; the burst ends with [`Hca::release`]. Between the
+    /// [`DataPath::receive_packet`] of a packet of a burst, which leaves its QP's transport in
+    /// `hold` for the burst's next packet; the burst ends with [`DataPath::release`]. Between the
     /// two, nothing but the burst's packets may use the held QP's transport: its packets, and
     /// what they send, use it through `hold`; commands, doorbells and timers run after.
     pub fn receive_held(&mut self, hold: &mut RxHold, pkt: &RocePacket<'_>, now: Instant) {
-        self.objects.xport.stats.rx_packets += 1;
+        self.lane.stats.rx_packets += 1;
         let dgid = pkt.ip.dst_gid();
         let qpn = pkt.bth.dest_qp;
-        let (state, mut t) = match hold.0.take() {
-            // The state is read again: a packet before may have moved the QP to error.
-            Some((held, t)) if held == qpn => (self.qp_state(qpn), t),
+        let mut t = match hold.0.take() {
+            Some((held, t)) if held == qpn => t,
             other => {
                 if let Some((held, t)) = other {
                     self.put_transport(held, t);
                 }
-                let Some(taken) = self.take_transport_in_state(qpn) else {
-                    self.objects.xport.stats.rx_dropped += 1;
+                let Some(taken) = self.take_transport(qpn) else {
+                    self.lane.stats.rx_dropped += 1;
                     return;
                 };
                 taken
             }
         };
+        // The state is the transport's own: a packet before may have moved the QP to error.
+        let state = t.state;
         self.receive_on(&mut t, state, dgid, pkt, now);
         hold.0 = Some((qpn, t));
     }
@@ -84,7 +85,7 @@ impl Hca {
         // common case, checked without a look through the whole table).
         let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
         if sgid != Some(dgid) && !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
-            self.objects.xport.stats.rx_dropped += 1;
+            self.lane.stats.rx_dropped += 1;
             return;
         }
         let ok_state = matches!(state, QpState::RTR | QpState::RTS | QpState::SQD | QpState::SQER);
@@ -92,7 +93,7 @@ impl Hca {
             (Transport::Ud, true, true) => self.ud_receive(t, pkt),
             (Transport::Rc, false, true) => {
                 if pkt.ip.src_gid() != t.path.rgid || sgid != Some(dgid) {
-                    self.objects.xport.stats.rx_dropped += 1;
+                    self.lane.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
                     if state == QpState::RTS {
                         self.requester_receive(t, pkt, now);
@@ -101,7 +102,7 @@ impl Hca {
                     self.responder_receive(t, pkt);
                 }
             }
-            _ => self.objects.xport.stats.rx_dropped += 1,
+            _ => self.lane.stats.rx_dropped += 1,
         }
     }
 
@@ -110,7 +111,8 @@ impl Hca {
     /// Takes the next receive WQE of the QP's RQ or SRQ, if one is posted.
     fn take_recv_wqe(&mut self, t: &mut QpTransport) -> Option<RecvWqe> {
         if let Some(srqn) = t.path.srqn {
-            let srq = self.objects.srqs.get_mut(&srqn).map(Locked::get_mut)?;
+            let hca = self.hca();
+            let mut srq = hca.objects.srqs.get(&srqn).map(Locked::lock)?;
             if srq.error {
                 return None;
             }
@@ -122,17 +124,16 @@ impl Hca {
             let idx = srq.head & ((1 << srq.log_size) - 1);
             let pd = srq.pd;
             let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
-            let b = read_recv_wqe(&mut self.iommu, iova, 1 << srq.stride_shift)?;
+            let b = read_recv_wqe(&self.iommu, iova, 1 << srq.stride_shift)?;
             let parsed = wqe_srq_next_seg::read_from_prefix(&b).ok().map(|(next, list)| (next, parse_sges(list)));
             crate::buffers::give(b);
             let (next_seg, sges) = parsed?;
-            let next = next_seg.next_wqe_index.get() as u32;
-            let s = self.objects.srqs.get_mut(&srqn).map(Locked::get_mut)?;
-            s.head = next;
-            s.consumed = s.consumed.wrapping_add(1);
+            srq.head = next_seg.next_wqe_index.get() as u32;
+            srq.consumed = srq.consumed.wrapping_add(1);
             let left = avail - 1;
-            if s.lwm > 0 && left < s.lwm {
-                s.lwm = 0;
+            if srq.lwm > 0 && left < srq.lwm {
+                srq.lwm = 0;
+                drop(srq);
                 let data = eqe_qp_srq {
                     type_: EVENT_QUEUE_TYPE_SRQ,
                     qp_srq_n: U32::new(srqn & cq::NUM_MASK_24),
@@ -152,7 +153,7 @@ impl Hca {
         }
         let idx = t.rq_consumed & ((1 << t.path.log_rq_size) - 1);
         let iova = t.path.buf.iova((idx as u64) << t.path.rq_stride_shift)?;
-        let b = read_recv_wqe(&mut self.iommu, iova, 1 << t.path.rq_stride_shift)?;
+        let b = read_recv_wqe(&self.iommu, iova, 1 << t.path.rq_stride_shift)?;
         let sges = parse_sges(&b);
         crate::buffers::give(b);
         let c = t.rq_consumed as u16;
@@ -166,11 +167,11 @@ impl Hca {
         let Some(deth) = pkt.ext.deth else { return };
         let qkey = if t.path.qpn == 1 { umlx_wire::packet::GSI_QKEY } else { t.path.qkey };
         if deth.qkey != qkey {
-            self.objects.xport.stats.rx_dropped += 1;
+            self.lane.stats.rx_dropped += 1;
             return;
         }
         let Some(wqe) = self.take_recv_wqe(t) else {
-            self.objects.xport.stats.rx_dropped += 1;
+            self.lane.stats.rx_dropped += 1;
             return;
         };
         let mut grh = [0u8; 40];
@@ -203,7 +204,7 @@ impl Hca {
         let mut bth = Bth::new(Opcode::RC_ACKNOWLEDGE, t.path.remote_qpn, psn);
         bth.ack_req = false;
         let ext = ExtHeaders { aeth: Some(aeth), ..Default::default() };
-        let s = &mut self.objects.xport.stats;
+        let s = &mut self.lane.stats;
         match aeth.kind() {
             AethKind::Ack { .. } => s.acks_sent += 1,
             AethKind::RnrNak { .. } => s.rnr_naks_sent += 1,
@@ -218,19 +219,19 @@ impl Hca {
     /// and otherwise sent ahead of what this request sends.
     fn responder_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
         let owed = t.pending_ack.take();
-        let before = self.objects.xport.outbox.len();
+        let before = self.lane.outbox.len();
         self.responder_handle(t, pkt);
         let Some((psn, aeth)) = owed else { return };
-        let sent_more = self.objects.xport.outbox.len() > before;
+        let sent_more = self.lane.outbox.len() > before;
         match (t.pending_ack.is_some(), sent_more) {
             // The QP is listed in `acks_pending` since the owed ACK; this request listed it again.
             (true, false) => {
-                self.objects.xport.acks_pending.pop();
+                self.lane.acks_pending.pop();
             }
             (false, false) => t.pending_ack = Some((psn, aeth)),
             (_, true) => {
                 self.send_ack(t, psn, aeth);
-                self.objects.xport.outbox[before..].rotate_right(1);
+                self.lane.outbox[before..].rotate_right(1);
             }
         }
     }
@@ -246,7 +247,7 @@ impl Hca {
             return;
         }
         if diff < 0 {
-            self.objects.xport.stats.duplicates += 1;
+            self.lane.stats.duplicates += 1;
             self.duplicate(t, pkt);
             return;
         }
@@ -473,7 +474,7 @@ impl Hca {
         if pkt.bth.ack_req {
             t.last_ack_psn = Some(psn);
             if t.pending_ack.is_none() {
-                self.objects.xport.acks_pending.push(t.path.qpn);
+                self.lane.acks_pending.push(t.path.qpn);
             }
             t.pending_ack = Some((psn, Aeth::ack(t.msn, AETH_ACK_UNLIMITED)));
         }
@@ -482,19 +483,19 @@ impl Hca {
 
     /// Whether a QP owes a coalesced ACK.
     pub(crate) fn acks_pending(&self) -> bool {
-        !self.objects.xport.acks_pending.is_empty()
+        !self.lane.acks_pending.is_empty()
     }
 
     /// Sends the ACKs coalesced while the frames that arrived together were handled.
     pub(crate) fn flush_acks(&mut self) {
-        if self.objects.xport.acks_pending.is_empty() {
+        if self.lane.acks_pending.is_empty() {
             return; // most runs of the device (every look that finds nothing owed)
         }
-        let qpns = std::mem::take(&mut self.objects.xport.acks_pending);
+        let qpns = std::mem::take(&mut self.lane.acks_pending);
         for &qpn in &qpns {
             self.flush_ack(qpn);
         }
-        super::reuse(&mut self.objects.xport.acks_pending, qpns);
+        super::reuse(&mut self.lane.acks_pending, qpns);
     }
 
     /// Sends the QP's coalesced ACK, if it owes one.
@@ -606,7 +607,7 @@ impl Hca {
                     AethKind::Ack { .. } => self.ack_through(t, psn, now),
                     AethKind::RnrNak { timer } => {
                         self.ack_through(t, psn_add(psn, 0xff_ffff), now);
-                        self.objects.xport.stats.rnr_naks_received += 1;
+                        self.lane.stats.rnr_naks_received += 1;
                         if t.path.rnr_retry != 7 {
                             if t.rnr_left == 0 {
                                 self.fail_front(t, CqeSyndrome::RNR_RETRY_EXC_ERR.0);
@@ -620,7 +621,7 @@ impl Hca {
                         return;
                     }
                     AethKind::Nak(NakCode::PsnSeqErr) => {
-                        self.objects.xport.stats.seq_naks_received += 1;
+                        self.lane.stats.seq_naks_received += 1;
                         self.ack_through(t, psn_add(psn, 0xff_ffff), now);
                         // A NAK proves the peer alive: it does not use up the retry count (only
                         // the local ACK timeout does). One go-back per PSN until progress.
@@ -695,7 +696,7 @@ impl Hca {
             t.pump_from = 0;
         }
         self.advance(t);
-        if self.qp_state(t.path.qpn) != QpState::ERR {
+        if t.state != QpState::ERR {
             self.qp_to_error(t);
         }
     }
@@ -739,7 +740,7 @@ impl Hca {
         self.advance(t);
         // One re-request per stall point; the rest of an old response burst must not start a
         // retry storm (the retransmit timer covers a lost re-request).
-        if retry && t.retry_psn != Some(t.una) && self.qp_state(t.path.qpn) == QpState::RTS {
+        if retry && t.retry_psn != Some(t.una) && t.state == QpState::RTS {
             let una = t.una;
             t.retry_psn = Some(una);
             self.rewind(t, una);
@@ -800,23 +801,24 @@ impl Hca {
         // The QPs in number order, each looked up after the last (no list is made: a timer
         // that fires costs no allocation).
         let mut after = Bound::Unbounded;
-        while let Some(qpn) = self.objects.xport.timed.range((after, Bound::Unbounded)).next().copied() {
+        loop {
+            let Some(qpn) = self.objects.xport.timed().range((after, Bound::Unbounded)).next().copied() else { break };
             after = Bound::Excluded(qpn);
             let Some(mut t) = self.take_transport(qpn) else {
-                self.objects.xport.timed.remove(&qpn);
-                if let Some(qp) = self.objects.qps.object_mut(&qpn) {
+                self.objects.xport.timed().remove(&qpn);
+                if let Some(mut qp) = self.objects.qps.lock(&qpn) {
                     qp.timed = false;
                 }
                 continue;
             };
-            match self.qp_state(qpn) {
+            match t.state {
                 QpState::ERR => self.flush(&mut t),
                 QpState::RTS => {
                     if t.rnr_until.is_some_and(|u| now >= u) {
                         self.sq_progress(&mut t, now);
                     } else if t.deadline.is_some_and(|d| now >= d) {
                         t.deadline = None;
-                        self.objects.xport.stats.timeouts += 1;
+                        self.lane.stats.timeouts += 1;
                         if t.waiting() && self.consume_retry(&mut t) {
                             let back = t.resume_psn();
                             t.una = back;
@@ -834,45 +836,28 @@ impl Hca {
         }
     }
 
-    /// When the transport's timers next need the engine: the earliest retransmit or RNR
-    /// deadline of the QPs with a timer running, or `now` for one that needs service whatever
-    /// the time (a QP in ERR whose receive queue is flushed as receives are posted).
-    pub(crate) fn transport_next_due(&self, now: Instant) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        for qpn in &self.objects.xport.timed {
-            let Some(qp) = self.objects.qps.lock(qpn) else { continue };
-            let due = match qp.transport.as_deref() {
-                Some(t) if qp.state == QpState::RTS => match (t.deadline, t.rnr_until) {
-                    (Some(d), Some(r)) => d.min(r),
-                    (d, r) => d.or(r).unwrap_or(now),
-                },
-                _ => now,
-            };
-            next = Some(next.map_or(due, |n| n.min(due)));
-        }
-        next
-    }
-
     /// Applies a QP state change to the transport.
     pub(crate) fn transport_state_changed(&mut self, qpn: u32, from: QpState, to: QpState) {
         let Some(mut t) = self.take_transport(qpn) else { return };
-        if let Some(qp) = self.objects.qps.object_mut(&qpn) {
-            t.path = Path::from_qp(qp);
-        }
-        let qp = self.objects.qps.object_mut(&qpn).map(|q| &*q);
-        let get = |f| qp.map_or(0, |q| q.get(f)) as u32;
+        t.state = to;
         use umlx_hwdesc::ifc::qpc;
+        let (mut next_rcv_psn, mut next_send_psn) = (0, 0);
+        if let Some(qp) = self.objects.qps.lock(&qpn) {
+            t.path = Path::from_qp(&qp);
+            next_rcv_psn = qp.get(qpc::next_rcv_psn) as u32;
+            next_send_psn = qp.get(qpc::next_send_psn) as u32;
+        }
         match to {
             QpState::RST => {
                 let path = std::mem::take(&mut t.path);
                 *t = QpTransport { path, ..Default::default() };
             }
             QpState::RTR if from == QpState::INIT => {
-                t.epsn = get(qpc::next_rcv_psn) & 0xff_ffff;
+                t.epsn = next_rcv_psn & 0xff_ffff;
                 t.msn = 0;
             }
             QpState::RTS if from == QpState::RTR => {
-                t.next_psn = get(qpc::next_send_psn) & 0xff_ffff;
+                t.next_psn = next_send_psn & 0xff_ffff;
                 t.una = t.next_psn;
                 t.retry_left = t.path.retry_count;
                 t.rnr_left = t.path.rnr_retry;
@@ -889,9 +874,30 @@ impl Hca {
     }
 }
 
+impl Hca {
+    /// When the transport's timers next need the engine: the earliest retransmit or RNR
+    /// deadline of the QPs with a timer running, or `now` for one that needs service whatever
+    /// the time (a QP in ERR whose receive queue is flushed as receives are posted).
+    pub(crate) fn transport_next_due(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for qpn in self.objects.xport.timed().iter() {
+            let Some(qp) = self.objects.qps.lock(qpn) else { continue };
+            let due = match qp.transport.as_deref() {
+                Some(t) if qp.state == QpState::RTS => match (t.deadline, t.rnr_until) {
+                    (Some(d), Some(r)) => d.min(r),
+                    (d, r) => d.or(r).unwrap_or(now),
+                },
+                _ => now,
+            };
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        next
+    }
+}
+
 /// DMA-reads the receive WQE of `len` bytes at `iova` into a buffer of [`crate::buffers`]
 /// (the caller gives it back); `None` on a DMA fault.
-fn read_recv_wqe(iommu: &mut crate::iommu::Iommu, iova: u64, len: usize) -> Option<Vec<u8>> {
+fn read_recv_wqe(iommu: &crate::iommu::Iommu, iova: u64, len: usize) -> Option<Vec<u8>> {
     let mut b = crate::buffers::take_stale();
     b.resize(len, 0);
     if iommu.read(iova, &mut b).is_err() {

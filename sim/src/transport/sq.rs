@@ -4,7 +4,7 @@
 use super::{
     Egress, Gather, Kind, Path, PathKey, Piece, QpTransport, SendQueue, SendWqe, UdDest, ack_timeout, psn_add, psn_cmp,
 };
-use crate::firmware::Hca;
+use crate::firmware::DataPath;
 use crate::firmware::objects::{Access, Chunks, MkeyError};
 use std::time::Instant;
 use umlx_hwdesc::enums::{CqeOpcode, CqeSyndrome, EventType, QpState, WqeOpcode};
@@ -40,46 +40,38 @@ fn op_own(opcode: CqeOpcode, solicited: bool) -> u8 {
 /// Why a WQE could not be parsed.
 struct BadWqe(u8);
 
-impl Hca {
+impl DataPath<'_> {
     // ---------------------------------------------------------------- transport take/put
 
-    /// Takes the transport state out of a QP (put it back with [`Hca::put_transport`]).
+    /// Takes the transport state out of a QP (put it back with [`DataPath::put_transport`]).
     pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<Box<QpTransport>> {
-        self.take_transport_in_state(qpn).map(|(_, t)| t)
-    }
-
-    /// [`Hca::take_transport`] with the QP's state, in one lookup.
-    pub(crate) fn take_transport_in_state(&mut self, qpn: u32) -> Option<(QpState, Box<QpTransport>)> {
-        let qp = self.objects.qps.object_mut(&qpn)?;
-        Some((qp.state, qp.transport.take()?))
+        self.objects.qps.lock(&qpn)?.transport.take()
     }
 
     /// Puts a QP's transport state back and mirrors its counters into the QP.
     pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
-        let Some(qp) = self.objects.qps.object_mut(&qpn) else { return };
+        let Some(mut qp) = self.objects.qps.lock(&qpn) else { return };
         qp.sq_fetched = t.sq_head;
         qp.rq_consumed = t.rq_consumed;
         let err_rq = qp.state == QpState::ERR && !qp.no_rq;
         qp.transport = Some(t);
         let timed = due.is_some() || err_rq;
-        if timed != qp.timed {
-            qp.timed = timed;
+        let changed = std::mem::replace(&mut qp.timed, timed) != timed;
+        // The QP's lock is let go of first: the timers' list is taken before a QP's lock
+        // (`Hca::transport_next_due`), never after.
+        drop(qp);
+        if changed {
             if timed {
-                self.objects.xport.timed.insert(qpn);
+                self.objects.xport.timed().insert(qpn);
             } else {
-                self.objects.xport.timed.remove(&qpn);
+                self.objects.xport.timed().remove(&qpn);
             }
         }
         if timed {
             // A QP in error with a receive queue is flushed at the timers' next run.
             self.note_due(due.unwrap_or_else(Instant::now));
         }
-    }
-
-    /// The state of QP `qpn` (RST for a QP that does not exist).
-    pub(crate) fn qp_state(&mut self, qpn: u32) -> QpState {
-        self.objects.qps.object_mut(&qpn).map_or(QpState::RST, |q| q.state)
     }
 
     // ---------------------------------------------------------------- memory helpers
@@ -98,7 +90,7 @@ impl Hca {
         Ok(v)
     }
 
-    /// [`Hca::mkey_chunks`] without the list: calls `each(iova, len)` for each piece (see
+    /// [`DataPath::mkey_chunks`] without the list: calls `each(iova, len)` for each piece (see
     /// [`crate::firmware::objects::Mkey::visit`]).
     pub(crate) fn mkey_visit(
         &self,
@@ -310,8 +302,7 @@ impl Hca {
             return Egress::NoGid;
         };
         // Left to the port unless its egress needs them now (see `crate::port`).
-        let xport = &mut self.objects.xport;
-        let checksums = if xport.compute_checksums { Checksums::Compute } else { Checksums::Defer };
+        let checksums = if self.lane.compute_checksums { Checksums::Compute } else { Checksums::Defer };
         let key = PathKey {
             smac: self.vport.mac,
             dmac: rmac,
@@ -322,7 +313,7 @@ impl Hca {
             tclass: tc,
             checksums,
         };
-        match xport.template(path.qpn, &key) {
+        match self.lane.template(path.qpn, &key) {
             Some(t) => Egress::Frames(t),
             None => Egress::Refused,
         }
@@ -340,20 +331,20 @@ impl Hca {
             Egress::NoGid => {
                 // The GID entry went away: counted, and the packet lost as on a wire
                 // (retransmission or the retry limit follows).
-                self.objects.xport.stats.no_gid += 1;
+                self.lane.stats.no_gid += 1;
                 return true;
             }
             Egress::Refused => return true,
         };
         if template.defers_checksums() {
-            self.objects.xport.outbox_deferred = true;
+            self.lane.outbox_deferred = true;
         }
         // Every byte of the frame is written (the builder's contract): no need to clear.
         let mut f = crate::buffers::take_stale();
         match build(self, template, &mut f) {
             Ok(Some(_)) => {
-                self.objects.xport.stats.tx_packets += 1;
-                self.objects.xport.outbox.push(f);
+                self.lane.stats.tx_packets += 1;
+                self.lane.outbox.push(f);
                 true
             }
             Ok(None) => {
@@ -386,7 +377,7 @@ impl Hca {
             op_own: op_own(CqeOpcode::REQ, false),
             ..Default::default()
         };
-        self.objects.xport.stats.cqes += 1;
+        self.lane.stats.cqes += 1;
         self.write_cqe(path.cqn_snd, &mut zerocopy::transmute!(cqe), false);
     }
 
@@ -401,8 +392,8 @@ impl Hca {
             op_own: op_own(if resp { CqeOpcode::RESP_ERR } else { CqeOpcode::REQ_ERR }, false),
             ..Default::default()
         };
-        self.objects.xport.stats.cqes += 1;
-        self.objects.xport.stats.error_cqes += 1;
+        self.lane.stats.cqes += 1;
+        self.lane.stats.error_cqes += 1;
         let cqn = if resp { path.cqn_rcv } else { path.cqn_snd };
         self.write_cqe(cqn, &mut zerocopy::transmute!(cqe), false);
     }
@@ -436,7 +427,7 @@ impl Hca {
             op_own: op_own(op, solicited),
             ..Default::default()
         };
-        self.objects.xport.stats.cqes += 1;
+        self.lane.stats.cqes += 1;
         self.write_cqe(path.cqn_rcv, &mut zerocopy::transmute!(cqe), solicited);
     }
 
@@ -445,8 +436,8 @@ impl Hca {
     /// Moves the QP to the error state and flushes its outstanding work.
     pub(crate) fn qp_to_error(&mut self, t: &mut QpTransport) {
         let qpn = t.path.qpn;
-        let was = self.qp_state(qpn);
-        if let Some(qp) = self.objects.qps.object_mut(&qpn) {
+        let was = std::mem::replace(&mut t.state, QpState::ERR);
+        if let Some(mut qp) = self.objects.qps.lock(&qpn) {
             qp.state = QpState::ERR;
             qpc::state.set(&mut qp.ctx, QpState::ERR.0 as u64);
         }
@@ -495,16 +486,16 @@ impl Hca {
 
     /// Fetches every new WQE the doorbell record announces.
     pub(crate) fn sq_fetch(&mut self, t: &mut QpTransport) {
-        let mut block = std::mem::take(&mut self.objects.xport.fetch_block);
+        let mut block = std::mem::take(&mut self.lane.fetch_block);
         if block.len() != FETCH_BLOCK_BYTES {
             // Made at the device's first fetch: its first QP's move to RTS, not a doorbell.
             block = vec![0; FETCH_BLOCK_BYTES].into_boxed_slice();
         }
         self.sq_fetch_through(t, &mut block);
-        self.objects.xport.fetch_block = block;
+        self.lane.fetch_block = block;
     }
 
-    /// [`Hca::sq_fetch`] with its read-ahead block.
+    /// [`DataPath::sq_fetch`] with its read-ahead block.
     fn sq_fetch_through(&mut self, t: &mut QpTransport, block: &mut [u8]) {
         let Some(log_sq) = t.path.log_sq_size else { return };
         let size = 1u32 << log_sq;
@@ -570,7 +561,7 @@ impl Hca {
             let wq = t.sq.push_blank();
             describe_ctrl(wq, opcode, index, &ctrl);
             if let Err(BadWqe(synd)) = self.parse_wqe(&t.path, bytes, ds, wq) {
-                self.objects.xport.stats.bad_wqes += 1;
+                self.lane.stats.bad_wqes += 1;
                 wq.reset();
                 describe_ctrl(wq, opcode, index, &ctrl);
                 wq.err = Some(synd);
@@ -705,7 +696,7 @@ impl Hca {
     /// Fetches, sends and completes what the SQ allows now.
     pub(crate) fn sq_service(&mut self, qpn: u32, now: Instant) {
         let Some(mut t) = self.take_transport(qpn) else { return };
-        match self.qp_state(qpn) {
+        match t.state {
             QpState::RTS => {
                 self.sq_fetch(&mut t);
                 self.sq_progress(&mut t, now);
@@ -719,7 +710,7 @@ impl Hca {
     /// Completes finished WQEs at the front, then sends what the window allows.
     pub(crate) fn sq_progress(&mut self, t: &mut QpTransport, now: Instant) {
         self.advance(t);
-        if self.qp_state(t.path.qpn) != QpState::RTS {
+        if t.state != QpState::RTS {
             return;
         }
         if t.path.ud {
@@ -774,7 +765,7 @@ impl Hca {
                 break;
             };
             if wq.len > mtu {
-                self.objects.xport.stats.ud_too_long += 1;
+                self.lane.stats.ud_too_long += 1;
                 wq.done = true;
                 continue;
             }
@@ -954,7 +945,7 @@ impl Hca {
     /// Go-back-N: the next packet sent is `psn`.
     pub(crate) fn rewind(&mut self, t: &mut QpTransport, psn: u32) {
         let resent = psn_cmp(t.next_psn, psn).max(0) as u64;
-        self.objects.xport.stats.retransmits += resent;
+        self.lane.stats.retransmits += resent;
         t.next_psn = psn;
         t.pump_from = 0;
         for w in t.sq.iter_mut() {
