@@ -427,7 +427,7 @@ pub struct QCounter {
 /// An object the data path changes (a QP, a CQ, an EQ, an SRQ), under a lock of its own: what
 /// lets threads that run the data path at once work on different queues. A command, which has
 /// the device to itself, reaches it without taking the lock ([`Locked::get_mut`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Locked<T>(std::sync::Mutex<T>);
 
 impl<T> Locked<T> {
@@ -445,12 +445,6 @@ impl<T> Locked<T> {
     /// model goes on with that rather than refusing every later access.
     pub fn lock(&self) -> std::sync::MutexGuard<'_, T> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl<T: Clone> Clone for Locked<T> {
-    fn clone(&self) -> Locked<T> {
-        Locked::new(self.lock().clone())
     }
 }
 
@@ -551,11 +545,6 @@ impl<T> ObjectTable<Locked<T>> {
     #[inline]
     pub fn lock(&self, n: &u32) -> Option<std::sync::MutexGuard<'_, T>> {
         self.get(n).map(Locked::lock)
-    }
-
-    /// The objects in ascending number, to a holder of the whole device.
-    pub fn objects_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.slots.iter_mut().flatten().map(Locked::get_mut)
     }
 }
 

@@ -66,9 +66,7 @@ impl DataPath<'_> {
                 taken
             }
         };
-        // The state is the transport's own: a packet before may have moved the QP to error.
-        let state = t.state;
-        self.receive_on(&mut t, state, dgid, pkt, now);
+        self.receive_on(&mut t, dgid, pkt, now);
         hold.0 = Some((qpn, t));
     }
 
@@ -80,7 +78,9 @@ impl DataPath<'_> {
     }
 
     /// What a packet for the QP of `t`, in `state`, does.
-    fn receive_on(&mut self, t: &mut QpTransport, state: QpState, dgid: [u8; 16], pkt: &RocePacket<'_>, now: Instant) {
+    fn receive_on(&mut self, t: &mut QpTransport, dgid: [u8; 16], pkt: &RocePacket<'_>, now: Instant) {
+        // The state is the transport's own: a packet before may have moved the QP to error.
+        let state = t.state;
         // Only a packet for one of the port's GIDs is taken. The QP's own source GID is one (the
         // common case, checked without a look through the whole table).
         let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
