@@ -11,6 +11,7 @@ use umlx_wire::icrc;
 use umlx_wire::packet::{
     Aeth, AethKind, Bth, Checksums, CnpBody, ExtHeaders, FrameBuilder, GSI_QKEY, IpHeader, Ipv4Header, Opcode, Reth,
     RoceVersion, UdpChecksum, WireError, fill_checksums, parse_frame, parse_frame_trusted, parse_frame_verified,
+    steering_dest_qp,
 };
 use wire_common::{PCAP_COUNTS, from_hex, pcap_frames, reference_icrc, scapy_vectors};
 
@@ -33,6 +34,8 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
                 assert!(icrc::verify(&frame));
                 assert_eq!(icrc::compute(&frame), Ok(p.icrc));
                 assert_eq!(reference_icrc(&frame), p.icrc, "{name} #{n}");
+                // Receive steering finds the same destination QP with its few checks.
+                assert_eq!(steering_dest_qp(&frame), Some(p.bth.dest_qp), "{name} #{n}: steering");
                 match p.version() {
                     RoceVersion::V1 => v1 += 1,
                     RoceVersion::V2 => v2 += 1,
@@ -52,6 +55,7 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
             }
             Err(e) => {
                 assert!(e.is_not_roce(), "{name} #{n}: RoCE frame rejected: {e}");
+                assert_eq!(steering_dest_qp(&frame), None, "{name} #{n}: steering a frame that is not RoCE");
                 other += 1;
             }
         }

@@ -44,6 +44,30 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
     WireError::Truncated { layer, need, have }
 }
 
+/// The destination QP a RoCE frame's BTH names, found with as few checks as a NIC's receive
+/// steering makes (which queue a frame waits in): `None` for a frame that is not RoCE (ARP,
+/// other IP traffic) or too short for its BTH. Not a validation: [`parse_frame`] makes every
+/// check of a frame taken from its queue.
+pub fn steering_dest_qp(frame: &[u8]) -> Option<u32> {
+    let (mut ethertype, mut off) = (be16(frame, 12), 14);
+    if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+        (ethertype, off) = (be16(frame, 16), 18);
+    }
+    let udp = match ethertype {
+        ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4,
+        ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40,
+        ETHERTYPE_ROCEV1 => {
+            return Some(Bth::from_bytes(&frame.get(off + 40..off + 40 + Bth::LEN)?.try_into().ok()?).dest_qp);
+        }
+        _ => return None,
+    };
+    if be16(frame, udp + 2) != ROCEV2_UDP_PORT {
+        return None;
+    }
+    let bth = udp + 8;
+    Some(Bth::from_bytes(&frame.get(bth..bth + Bth::LEN)?.try_into().ok()?).dest_qp)
+}
+
 /// Validates the Ethernet, IP and UDP headers of a RoCE frame and finds the BTH and the end
 /// of the IP packet. Shared by [`parse_frame`] and `icrc::compute`.
 #[inline(always)]
