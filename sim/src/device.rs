@@ -9,39 +9,65 @@
 //! The device runs to completion in whichever thread gives it work, as a NIC's pipeline
 //! handles a doorbell when it arrives: a doorbell write executes the posted WQEs, sends their
 //! frames and, on an in-process fabric, has the receiving device handle them in the same thread
-//! when its lock is free (so an ACK may come back and complete the request before the doorbell
+//! when it is free (so an ACK may come back and complete the request before the doorbell
 //! write returns). A frame from a UDP wire is handled in the thread that received it. A
 //! background engine thread does the rest: time-driven work (retransmission and RNR timers,
 //! delayed command completions) and frames that arrived while another thread held the device;
 //! it stops when the last handle is dropped.
 //!
-//! A 64-bit BAR write (a doorbell) never waits for the device: when another thread runs it,
-//! the write is posted, as PCIe posts a CPU's MMIO write, and the thread that holds the device
-//! executes it before it lets go ([`HcaGuard`]). Any later access through the device lock
-//! executes the posted writes first, so they stay ordered before it, as a PCIe read flushes the
-//! writes posted before it.
+//! Several threads run the data path at once. The device is behind a reader-writer lock:
+//! send doorbells and received frames take it shared, each run on a lane of its own
+//! ([`crate::transport::Lane`]) and each queue under a lock of its own; everything else
+//! (commands, configuration, the other doorbells, the timers, counters) takes it whole. A QP's
+//! order is kept across threads: its transport is held by one run at a time (another waits
+//! for it), a run sends the frames it built before it lets go of the transport, and received
+//! frames wait in receive queues chosen by destination QP, each handled by one run at a time.
+//! A thread handles the queues it brought frames to; a queue another run is handling is left
+//! to that run, which looks at it again before it stops.
+//!
+//! A 64-bit BAR write (a doorbell) never waits for the device: when another thread holds it
+//! whole, the write is posted, as PCIe posts a CPU's MMIO write, and the device executes it
+//! before that thread lets go ([`HcaGuard`]), or, for send doorbells, at the next run on a
+//! shared borrow. Any later access to the whole device executes the posted writes first, so
+//! they stay ordered before it, as a PCIe read flushes the writes posted before it; a send
+//! doorbell rung after a posted write that needs the whole device is posted behind it.
 
 use crate::config::SimConfig;
-use crate::firmware::{Hca, HcaState, SimStats};
+use crate::firmware::{DataPath, Hca, HcaState, SimStats};
 use crate::iommu::{IommuFault, MapError};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::time::{Duration, Instant};
 use umlx_hwdesc::enums::HealthSyndrome;
+use umlx_wire::packet::Checksums;
 
 struct Inner {
-    hca: Mutex<Hca>,
+    /// The device. Held shared by the runs of the data path that ring send doorbells or
+    /// handle received frames; whole by everything else (commands, configuration, the other
+    /// doorbells, the timers, counters).
+    hca: RwLock<Hca>,
     port: crate::port::Port,
     /// 64-bit BAR writes (offset, value) posted while another thread held the device, in the
     /// order they were made.
-    posted: Mutex<Vec<(u64, u64)>>,
+    posted: Mutex<VecDeque<(u64, u64)>>,
     /// Whether `posted` holds any: read without its lock by every thread that lets go of the
     /// device.
     posted_any: AtomicBool,
+    /// Whether `posted` holds a write other than a send doorbell, which needs the whole device
+    /// (send doorbells a run on a shared borrow executes: [`Inner::run_posted_doorbells`]).
+    posted_whole: AtomicBool,
     /// When the engine looks next and when the timers are due, shared without the lock.
     clock: EngineClock,
+    /// Which of the port's receive queues a run on a shared borrow is handling (bit `q` for
+    /// queue `q`): one run at a time handles a queue, so that a QP's packets are handled in
+    /// the order they arrived.
+    receiving: AtomicU32,
+    /// Whether a run on a shared borrow let go with the timers due (it does not run them):
+    /// the next thread to hold the whole device runs them.
+    timers_wanted: AtomicBool,
 }
 
 /// What the engine and the threads that run the device tell each other about time without the
@@ -167,14 +193,37 @@ impl EngineClock {
         fence(Ordering::SeqCst);
         due < self.engine_wake.load(Ordering::Relaxed)
     }
+
+    /// [`EngineClock::leaving`] for a run on a shared borrow of the device, which armed a timer
+    /// due at `armed` (if any). Such runs do not run the timers, so they only ever bring the
+    /// published due time forward; the next run of the whole device runs them and publishes
+    /// it anew. Returns whether the engine must be woken, and whether the timers are due now.
+    ///
+    /// What every run of every thread writes here is written only when it changes what is
+    /// there (the time of leaving by [`LEFT_PRECISION`] or more, the due time sooner): a line
+    /// each thread writes at every run would move between their cores at every run.
+    fn leaving_shared(&self, now: Instant, armed: Option<Instant>) -> (bool, bool) {
+        let now = self.nanos(now);
+        if now.saturating_sub(self.left.load(Ordering::Relaxed)) >= LEFT_PRECISION.as_nanos() as u64 {
+            self.left.store(now, Ordering::Relaxed);
+        }
+        if let Some(armed) = armed.map(|t| self.nanos(t))
+            && armed < self.timers_due.load(Ordering::Relaxed)
+        {
+            self.timers_due.fetch_min(armed, Ordering::Relaxed);
+        }
+        fence(Ordering::SeqCst);
+        let due = self.timers_due.load(Ordering::Relaxed);
+        (due < self.engine_wake.load(Ordering::Relaxed), due <= now)
+    }
 }
 
-/// The device lock, held: derefs to the [`Hca`]. Letting go of it executes the BAR writes
+/// The device held whole: derefs to the [`Hca`]. Letting go of it executes the BAR writes
 /// posted and handles the frames queued meanwhile (see the module doc), unless another thread
 /// holds the device by then and so will.
 pub struct HcaGuard<'a> {
     inner: &'a Inner,
-    guard: Option<MutexGuard<'a, Hca>>,
+    guard: Option<RwLockWriteGuard<'a, Hca>>,
 }
 
 impl std::ops::Deref for HcaGuard<'_> {
@@ -194,29 +243,32 @@ impl std::ops::DerefMut for HcaGuard<'_> {
 impl Drop for HcaGuard<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());
-        self.inner.run_left_over();
+        self.inner.run_left_over(true);
     }
 }
 
 impl Inner {
-    /// Locks the device, after executing the BAR writes posted before.
+    /// Takes the whole device, after executing the BAR writes posted before.
     fn lock(&self) -> HcaGuard<'_> {
         // A panic while holding the lock leaves the model in an unknown state; keep going with
         // what is there rather than poisoning every later access.
-        let mut h = self.hca.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.hca.write().unwrap_or_else(|e| e.into_inner());
+        self.take_over(&mut h);
         if self.posted_any.load(Ordering::Relaxed) {
             self.run_to_completion(&mut h);
         }
         HcaGuard { inner: self, guard: Some(h) }
     }
 
-    /// The device lock if no other thread holds the device.
-    fn try_lock_raw(&self) -> Option<MutexGuard<'_, Hca>> {
-        match self.hca.try_lock() {
-            Ok(h) => Some(h),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+    /// The whole device, if no other thread holds it.
+    fn try_lock_raw(&self) -> Option<RwLockWriteGuard<'_, Hca>> {
+        let mut h = match self.hca.try_write() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        self.take_over(&mut h);
+        Some(h)
     }
 
     /// [`Inner::lock`] if no other thread holds the device.
@@ -224,31 +276,97 @@ impl Inner {
         self.try_lock_raw().map(|h| HcaGuard { inner: self, guard: Some(h) })
     }
 
+    /// What a thread that takes the whole device applies first: the fatal errors the runs on
+    /// a shared borrow raised, and the timers they armed (published, not yet in `h`).
+    fn take_over(&self, h: &mut Hca) {
+        h.absorb_spare_lanes();
+        if let Some(due) = self.clock.published_due() {
+            h.note_due(due);
+        }
+    }
+
+    /// A shared borrow of the device, if no thread holds (or waits to hold) the whole of it.
+    fn try_read(&self) -> Option<RwLockReadGuard<'_, Hca>> {
+        match self.hca.try_read() {
+            Ok(h) => Some(h),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Runs `f` on a shared borrow of the device, then what a run does after it
+    /// ([`Inner::run_shared`]), then what was left over ([`Inner::run_left_over`]). False, and
+    /// `f` not run, if another thread holds the whole device.
+    fn try_shared(&self, f: impl FnOnce(&mut DataPath<'_>)) -> bool {
+        let Some(h) = self.try_read() else { return false };
+        self.run_shared(&h, 0, f);
+        drop(h);
+        self.run_left_over(false);
+        true
+    }
+
     /// Posts a 64-bit BAR write that found the device held, then executes it if the device
     /// was let go of meanwhile.
     fn post(&self, offset: u64, value: u64) {
         let mut posted = self.posted.lock().unwrap_or_else(|e| e.into_inner());
-        posted.push((offset, value));
+        posted.push_back((offset, value));
         self.posted_any.store(true, Ordering::Relaxed);
+        if Hca::sq_doorbell_uar(offset).is_none() {
+            self.posted_whole.store(true, Ordering::Relaxed);
+        }
         drop(posted);
-        self.run_left_over();
+        self.run_left_over(false);
     }
 
-    /// Executes the posted BAR writes and handles the queued frames, if any, when no other
-    /// thread holds the device (one that does takes them before it lets go).
+    /// Executes the send doorbells at the front of the posted writes, in order, on a shared
+    /// borrow of the device (up to the first write that needs the whole device, which stays
+    /// for a thread that takes it, with those after it). Another run may execute the ones
+    /// after them meanwhile: send doorbells of one QP or of several may run in any order (each
+    /// has the WQEs fetched up to the doorbell record's counter, in memory).
+    fn run_posted_doorbells(&self, dp: &mut DataPath<'_>) {
+        while self.posted_any.load(Ordering::Relaxed) {
+            let mut posted = self.posted.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(uar_value) = posted.front().and_then(|&(o, v)| Some((Hca::sq_doorbell_uar(o)?, v))) else {
+                return; // none, or a write that needs the whole device
+            };
+            posted.pop_front();
+            if posted.is_empty() {
+                self.posted_any.store(false, Ordering::Relaxed);
+                self.posted_whole.store(false, Ordering::Relaxed);
+            }
+            drop(posted);
+            dp.uar_sq_doorbell(uar_value.0, uar_value.1);
+        }
+    }
+
+    /// Executes the posted BAR writes and runs the timers a shared run left due, when no other
+    /// thread holds the device in a way that keeps this one out (one that does takes them
+    /// before it lets go); with `frames` (a thread let go of the whole device), also handles
+    /// the frames queued meanwhile.
     ///
     /// The fence pairs with the one in every other thread's call (a poster's after its post,
     /// a holder's after it let go) and with the port's before it tries the device for a
     /// frame it queued: of a post or a queueing and a release of the lock, at least one thread
-    /// sees the other's, so no posted write or queued frame is left behind.
-    fn run_left_over(&self) {
+    /// sees the other's, so no posted write or queued frame is left behind. (A thread that
+    /// queues a frame while others hold the device shared runs it itself: only the whole
+    /// device keeps it out. A queue another run was handling is that run's to look at again:
+    /// [`Inner::receive_shared`].)
+    fn run_left_over(&self, mut frames: bool) {
         loop {
             fence(Ordering::SeqCst);
-            if !self.posted_any.load(Ordering::Relaxed) && !self.port.rx_waiting() {
+            if self.posted_whole.load(Ordering::Relaxed) || self.timers_wanted.load(Ordering::Relaxed) {
+                let Some(mut h) = self.try_lock_raw() else { return };
+                self.run_to_completion(&mut h);
+                frames = false; // that run took them
+                continue;
+            }
+            let frames_left = frames && self.port.rx_waiting_queues() & !self.receiving.load(Ordering::Relaxed) != 0;
+            if !self.posted_any.load(Ordering::Relaxed) && !frames_left {
                 return;
             }
-            let Some(mut h) = self.try_lock_raw() else { return };
-            self.run_to_completion(&mut h);
+            let Some(h) = self.try_read() else { return };
+            self.run_shared(&h, if frames_left { u32::MAX } else { 0 }, |_| ());
+            frames = false;
         }
     }
 
@@ -265,6 +383,7 @@ impl Inner {
         }
         posted.clear();
         self.posted_any.store(false, Ordering::Relaxed);
+        self.posted_whole.store(false, Ordering::Relaxed);
     }
 
     /// Sends what the transport queued and handles the frames that arrived meanwhile (the
@@ -275,14 +394,21 @@ impl Inner {
     /// is written, and a host that then tears the device down (its next command waits for the
     /// lock) must not lose the ACK queued with that CQE.
     ///
-    /// Then the timers, when due: whichever thread runs the device runs them, so a device its
-    /// application keeps busy needs no engine for them (the frames that arrived first: an ACK
-    /// must count before its retransmit timer).
+    /// Then the timers, when due: whichever thread runs the whole device runs them, so a device
+    /// its application keeps busy needs no engine for them (the frames that arrived first: an
+    /// ACK must count before its retransmit timer).
     fn run_to_completion(&self, h: &mut Hca) {
         let _running = crate::port::Running::enter(&self.port);
         h.set_egress_checksums(self.port.egress_checksums());
+        self.execute_posted(h);
         loop {
-            self.execute_posted(h);
+            // Send doorbells posted during the run are left to runs on a shared borrow once
+            // this one lets go (`run_left_over`), unless a write that needs the whole device
+            // follows them. Executed here, they kept the device whole, and the threads that
+            // rang them idle, for as long as those threads kept ringing.
+            if self.posted_whole.load(Ordering::Relaxed) {
+                self.execute_posted(h);
+            }
             if !self.port.acks_may_wait() {
                 self.port.flush_acks(h);
             }
@@ -290,9 +416,8 @@ impl Inner {
             // The transport's frames; their integrity fields, if not computed, left to the port.
             self.port.transmit_from(&mut out, checksums);
             h.recycle_outbox(out);
-            let frames = self.port.take_rx();
-            if frames.is_empty() {
-                if self.posted_any.load(Ordering::Relaxed) {
+            if !self.receive_all(h) {
+                if self.posted_whole.load(Ordering::Relaxed) {
                     continue;
                 }
                 let now = Instant::now();
@@ -303,19 +428,112 @@ impl Inner {
                     return;
                 }
                 run_timers(h, now);
+                self.timers_wanted.store(false, Ordering::Relaxed);
                 continue; // send what the timers queued
             }
-            self.port.process(h, &frames, Instant::now());
-            self.port.recycle_rx(frames);
+        }
+    }
+
+    /// Handles the frames waiting in every receive queue of the port, under the device lock
+    /// `h`; whether there were any.
+    fn receive_all(&self, h: &mut Hca) -> bool {
+        let mut any = false;
+        let mut waiting = self.port.rx_waiting_queues();
+        while waiting != 0 {
+            let q = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
+            let frames = self.port.take_rx(q);
+            if !frames.is_empty() {
+                self.port.process(h, &frames, Instant::now());
+                any = true;
+            }
+            self.port.recycle_rx(q, frames);
+        }
+        any
+    }
+
+    /// A run of the data path on a shared borrow `h` of the device, beside other threads'
+    /// runs, on a lane of its own: the send doorbells posted ([`Inner::run_posted_doorbells`]),
+    /// `f` (a send doorbell), then what [`Inner::run_to_completion`] does but for the other
+    /// posted writes and the timers, which need the whole device: it sends
+    /// what the run queued and handles the frames that arrived (when no other run is handling
+    /// them: [`Inner::receive_shared`]) until neither remains. It lets go of the lane before
+    /// the caller lets go of `h`, with its frames sent; the timer it armed is published, and if
+    /// the timers are due, [`Inner::run_left_over`] takes the whole device to run them.
+    ///
+    /// The receive queues it handles are `queues` (bit `q` for queue `q`) and those this
+    /// thread queued frames in ([`crate::port::Port::take_queued_here`]): a thread handles
+    /// the frames it brought, and leaves another thread's to that thread, so that neither
+    /// ends up doing the other's work while the other waits.
+    fn run_shared(&self, h: &Hca, mut queues: u32, f: impl FnOnce(&mut DataPath<'_>)) {
+        let _running = crate::port::Running::enter(&self.port);
+        let mut lane = h.take_spare_lane();
+        lane.compute_checksums = self.port.egress_checksums() == Checksums::Compute;
+        let mut dp = DataPath::sending_on(h, &mut lane, &self.port);
+        self.run_posted_doorbells(&mut dp);
+        f(&mut dp);
+        loop {
+            dp.flush_acks();
+            dp.send_built();
+            // The ports the run's frames reached handle them now (it holds no transport).
+            std::mem::take(&mut dp.lane.reached).notify();
+            if !self.receive_shared(&mut dp, &mut queues) {
+                break;
+            }
+        }
+        let (wake, due) = self.clock.leaving_shared(Instant::now(), lane.due.take());
+        if due {
+            self.timers_wanted.store(true, Ordering::Relaxed);
+        }
+        if wake {
+            self.port.wake_engine(); // a timer due before the engine looks
+        }
+        h.put_spare_lane(lane);
+    }
+
+    /// Handles the frames waiting in the receive queues `queues` (to which it adds those this
+    /// thread queued frames in since) on `dp`, each unless another run is handling it (that
+    /// run takes these too before it stops: see [`Inner::run_left_over`]'s fence). Whether it
+    /// handled any.
+    fn receive_shared(&self, dp: &mut DataPath<'_>, queues: &mut u32) -> bool {
+        let mut any = false;
+        loop {
+            *queues |= self.port.take_queued_here();
+            let free = self.port.rx_waiting_queues() & *queues & !self.receiving.load(Ordering::Relaxed);
+            if free == 0 {
+                return any;
+            }
+            let q = free.trailing_zeros() as usize;
+            let bit = 1 << q;
+            fence(Ordering::SeqCst);
+            if self.receiving.fetch_or(bit, Ordering::Acquire) & bit != 0 {
+                continue; // another run took it meanwhile
+            }
+            let frames = self.port.take_rx(q);
+            if !frames.is_empty() {
+                self.port.process_on(dp, &frames, Instant::now());
+                any = true;
+            }
+            self.port.recycle_rx(q, frames);
+            self.receiving.fetch_and(!bit, Ordering::Release);
+            // Pairs with the fence above in a run that found the queue taken: it queued frames
+            // before, and this run, letting go, sees them at its next look (the queue is one of
+            // `queues` from now on).
+            fence(Ordering::SeqCst);
         }
     }
 }
 
 impl crate::port::Receiver for Inner {
     fn try_receive(&self) -> bool {
-        let Some(mut h) = self.try_lock() else { return false };
-        self.run_to_completion(&mut h);
-        true
+        // A polling application's ACKs wait in the device's own lane, for a run of the whole
+        // device to send with its reply (`Port::acks_may_wait`).
+        if self.posted_whole.load(Ordering::Relaxed) || self.port.acks_may_wait() || self.port.acks_deferred() {
+            let Some(mut h) = self.try_lock() else { return false };
+            self.run_to_completion(&mut h);
+            return true;
+        }
+        self.try_shared(|_| ())
     }
 }
 
@@ -376,11 +594,14 @@ impl SimDevice {
         prepare_thread();
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
         let inner = Arc::new(Inner {
-            hca: Mutex::new(Hca::new(cfg)),
+            hca: RwLock::new(Hca::new(cfg)),
             port,
-            posted: Mutex::new(Vec::new()),
+            posted: Mutex::new(VecDeque::new()),
             posted_any: AtomicBool::new(false),
+            posted_whole: AtomicBool::new(false),
             clock: EngineClock::new(),
+            receiving: AtomicU32::new(0),
+            timers_wanted: AtomicBool::new(false),
         });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
@@ -417,6 +638,18 @@ impl SimDevice {
     /// Writes 8 bytes (big-endian `value`) at BAR0 + `offset`: doorbells. Never waits for
     /// the device: when another thread runs it, the write is posted (see the module doc).
     pub fn bar0_write64(&self, offset: u64, value: u64) {
+        // A send doorbell runs beside other threads' runs of the device, unless a write posted
+        // before it that needs the whole device must go first, or a polling application's ACKs
+        // wait to leave with what it sends (`Port::acks_may_wait`).
+        if let Some(uar) = Hca::sq_doorbell_uar(offset)
+            && !self.inner.posted_whole.load(Ordering::Relaxed)
+            && !self.inner.port.acks_deferred()
+        {
+            if !self.inner.try_shared(|dp| dp.uar_sq_doorbell(uar, value)) {
+                self.inner.post(offset, value);
+            }
+            return;
+        }
         let Some(mut h) = self.inner.try_lock() else {
             self.inner.post(offset, value);
             return;
@@ -580,6 +813,9 @@ impl SimDevice {
     }
 }
 
+/// How far the time a shared run let go of the device may lag ([`EngineClock::leaving_shared`]):
+/// a small part of [`ENGINE_GRACE`], which it is compared with.
+const LEFT_PRECISION: Duration = Duration::from_micros(2);
 /// The longest the engine sleeps, and the longest between two runs of the timers: what the
 /// firmware's own periodic work (it touches the pages it holds every few milliseconds) can wait.
 const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);

@@ -318,9 +318,15 @@ pub(crate) struct Reached {
     more: Vec<Arc<PortInner>>,
 }
 
+impl std::fmt::Debug for Reached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reached").field("ports", &(self.first.iter().count() + self.more.len())).finish()
+    }
+}
+
 impl Reached {
     /// Notes that a frame reached port `p`.
-    fn add(&mut self, p: Arc<PortInner>) {
+    pub(crate) fn add(&mut self, p: Arc<PortInner>) {
         match &self.first {
             None => self.first = Some(p),
             Some(f) if Arc::ptr_eq(f, &p) => {}

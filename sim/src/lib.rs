@@ -26,3 +26,24 @@ pub mod transport;
 
 pub use config::{FailCommand, Hostile, SimConfig};
 pub use device::SimDevice;
+
+/// A `T` alone on its cache lines (two, as the adjacent-line prefetcher pairs them): for state
+/// that different threads write at once, each its own (a receive queue, a thread's spare
+/// lanes), which would otherwise share lines and move between the threads' cores at every
+/// write.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct CacheLines<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CacheLines<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for CacheLines<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}

@@ -34,7 +34,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -275,6 +275,9 @@ thread_local! {
     /// The ports whose devices this thread holds while it runs them to completion (innermost
     /// last): a frame for one of them is taken by that run before its lock is released.
     static RUNNING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The receive queues this thread queued frames in, by port (bit `q` for queue `q`), since
+    /// its last run of the port's device took note ([`Port::take_queued_here`]).
+    static QUEUED_HERE: std::cell::RefCell<Vec<(usize, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The port whose wire this thread's [`Port::poll_wire`] drained and whose device it now
     /// runs (0: none); see [`Port::acks_may_wait`].
     static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -311,13 +314,25 @@ struct RxQueue {
     spare: VecDeque<RxFrame>,
 }
 
+/// Receive queues of a port. A frame waits in the one its destination QP steers it to
+/// ([`rx_queue_of`]), as a NIC's receive side scaling spreads flows over queues: a QP's
+/// packets stay in order in one queue, and runs of the device in several threads can each
+/// handle a queue of their own at once.
+pub(crate) const RX_QUEUES: usize = 4;
+
+/// The receive queue a frame waits in: by its destination QP if it is RoCE, else the first.
+fn rx_queue_of(frame: &[u8]) -> usize {
+    umlx_wire::packet::steering_dest_qp(frame).map_or(0, |qpn| qpn as usize % RX_QUEUES)
+}
+
 pub(crate) struct PortInner {
     pub(crate) mac: MacAddr,
     ips: Vec<IpAddr>,
-    rx: Mutex<RxQueue>,
-    /// Whether `rx` holds frames: read without its lock by every thread that lets go of the
-    /// device, so that a frame queued while it held the device is not left waiting.
-    rx_waiting: AtomicBool,
+    rx: [crate::CacheLines<Mutex<RxQueue>>; RX_QUEUES],
+    /// Which of `rx` hold frames (bit `q` for queue `q`): read without their locks by every
+    /// thread that lets go of the device, so that a frame queued while it held the device is
+    /// not left waiting.
+    rx_waiting: AtomicU32,
     link: Mutex<Link>,
     /// Whether `link` is a UDP wire (a socket): read without its lock at each run of the
     /// device, which then has its transport compute the frames' checksums as it builds them.
@@ -353,7 +368,7 @@ impl std::fmt::Debug for Port {
     }
 }
 
-/// Most frames kept waiting for the engine; more are dropped (a full receive buffer).
+/// Most frames kept waiting in a receive queue; more are dropped (a full receive buffer).
 const RX_QUEUE_LIMIT: usize = 65536;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -367,8 +382,8 @@ impl Port {
             inner: Arc::new(PortInner {
                 mac,
                 ips,
-                rx: Mutex::new(RxQueue::default()),
-                rx_waiting: AtomicBool::new(false),
+                rx: Default::default(),
+                rx_waiting: AtomicU32::new(0),
                 link: Mutex::new(Link::Down),
                 on_socket: AtomicBool::new(false),
                 stats: Mutex::new(WireStats::new()),
@@ -525,7 +540,18 @@ impl Port {
     /// the caller's to reuse). With [`Checksums::Defer`] they are the transport's, built
     /// without their integrity fields: filled here unless the frames cross nothing (the module
     /// doc).
-    pub(crate) fn transmit_from(&self, frames: &mut Vec<Vec<u8>>, mut checksums: Checksums) {
+    pub(crate) fn transmit_from(&self, frames: &mut Vec<Vec<u8>>, checksums: Checksums) {
+        let mut reached = Reached::default();
+        self.send_from(frames, checksums, &mut reached);
+        reached.notify();
+    }
+
+    /// [`Port::transmit_from`] but for the last step: the ports the frames reached (this one
+    /// among them, for a frame to its own MAC) are added to `reached`, for the caller to have
+    /// them handle the frames ([`Reached::notify`]). Nothing here runs a device, so a run of
+    /// the data path may send this way while it holds a QP's transport: the QP's frames then
+    /// reach the wire in the order they were built, whichever threads build them.
+    pub(crate) fn send_from(&self, frames: &mut Vec<Vec<u8>>, mut checksums: Checksums, reached: &mut Reached) {
         if frames.is_empty() {
             return;
         }
@@ -545,7 +571,6 @@ impl Port {
             checksums = Checksums::Compute;
         }
         self.inner.record(frames);
-        let mut reached = Reached::default();
         let mut looped = false;
         // Frames for the wire (and, for a UDP wire, (frame, destination) pairs): sent together
         // below, in lists
@@ -586,35 +611,40 @@ impl Port {
             lanes.clear();
         }
         if let Link::Fabric(fabric) = &link {
-            fabric.send_batch(&self.inner, &mut datagrams, checksums, &mut reached);
+            fabric.send_batch(&self.inner, &mut datagrams, checksums, reached);
         }
         datagrams.drain(..).for_each(crate::buffers::give);
         dests.clear();
         UDP_BATCH.set((datagrams, dests, lanes));
         if looped {
-            self.inner.notify();
+            reached.add(self.inner.clone());
         }
-        reached.notify();
     }
 
-    /// Frames waiting for the engine.
-    pub(crate) fn take_rx(&self) -> VecDeque<RxFrame> {
-        let mut q = lock(&self.inner.rx);
-        if q.frames.is_empty() {
+    /// The frames waiting in receive queue `q` (of [`RX_QUEUES`]).
+    pub(crate) fn take_rx(&self, q: usize) -> VecDeque<RxFrame> {
+        let Some(queue) = self.inner.rx.get(q) else { return VecDeque::new() };
+        let mut queue = lock(queue);
+        // Bit `q` changes only under this queue's lock; unchanged, it is not written (the word
+        // is every queue's, and every run reads it).
+        if self.inner.rx_waiting.load(Ordering::Relaxed) & (1 << q) != 0 {
+            self.inner.rx_waiting.fetch_and(!(1 << q), Ordering::Relaxed);
+        }
+        if queue.frames.is_empty() {
             return VecDeque::new();
         }
-        self.inner.rx_waiting.store(false, Ordering::Relaxed);
-        let spare = std::mem::take(&mut q.spare);
-        std::mem::replace(&mut q.frames, spare)
+        let spare = std::mem::take(&mut queue.spare);
+        std::mem::replace(&mut queue.frames, spare)
     }
 
-    /// Gives back a queue [`Port::take_rx`] returned, emptied, so that its allocation serves
-    /// the next frames.
-    pub(crate) fn recycle_rx(&self, mut frames: VecDeque<RxFrame>) {
+    /// Gives back a queue [`Port::take_rx`] returned for receive queue `q`, emptied, so that
+    /// its allocation serves the next frames.
+    pub(crate) fn recycle_rx(&self, q: usize, mut frames: VecDeque<RxFrame>) {
         frames.drain(..).for_each(|f| crate::buffers::give(f.bytes));
-        let mut q = lock(&self.inner.rx);
-        if q.spare.capacity() < frames.capacity() {
-            q.spare = frames;
+        let Some(queue) = self.inner.rx.get(q) else { return };
+        let mut queue = lock(queue);
+        if queue.spare.capacity() < frames.capacity() {
+            queue.spare = frames;
         }
     }
 
@@ -635,8 +665,24 @@ impl Port {
         }
     }
 
-    /// Whether frames wait in the receive queue (see [`PortInner::rx_waiting`]).
+    /// Whether frames wait in a receive queue (see [`PortInner::rx_waiting`]).
     pub(crate) fn rx_waiting(&self) -> bool {
+        self.rx_waiting_queues() != 0
+    }
+
+    /// The receive queues this thread queued frames in since the last call (bit `q` for
+    /// queue `q`): the ones a run of the device on a shared borrow in this thread handles,
+    /// unless another run is handling them.
+    pub(crate) fn take_queued_here(&self) -> u32 {
+        let me = Arc::as_ptr(&self.inner).addr();
+        QUEUED_HERE.with(|q| match q.borrow_mut().iter_mut().find(|(port, _)| *port == me) {
+            Some((_, queues)) => std::mem::take(queues),
+            None => 0,
+        })
+    }
+
+    /// Which receive queues hold frames (bit `q` for queue `q`).
+    pub(crate) fn rx_waiting_queues(&self) -> u32 {
         self.inner.rx_waiting.load(Ordering::Relaxed)
     }
 
@@ -651,7 +697,7 @@ impl Port {
     }
 
     /// [`Port::process`] on the data path's view of the device.
-    fn process_on(&self, hca: &mut DataPath<'_>, frames: &VecDeque<RxFrame>, now: Instant) {
+    pub(crate) fn process_on(&self, hca: &mut DataPath<'_>, frames: &VecDeque<RxFrame>, now: Instant) {
         // The port's counters are taken once for the batch (their lock is not per frame).
         let mut counted = WireStats::new();
         let mut hold = RxHold::default();
@@ -744,11 +790,12 @@ impl PortInner {
         self.enqueue_all(std::iter::once(frame), checksums);
     }
 
-    /// [`PortInner::enqueue`] of each of `frames`, under one lock of the queue (a batch from
-    /// the fabric).
+    /// [`PortInner::enqueue`] of each of `frames` (a batch from the fabric), each queue's lock
+    /// taken once for the frames in a row that go to it.
     pub(crate) fn enqueue_all(&self, frames: impl Iterator<Item = Vec<u8>>, checksums: Checksums) {
         let recording = self.recording.load(Ordering::Relaxed);
-        let mut q = lock(&self.rx);
+        // The queue whose lock is held, and whether a frame was added to it.
+        let mut held: Option<(usize, MutexGuard<'_, RxQueue>, bool)> = None;
         for mut frame in frames {
             let mut checksums = checksums;
             if recording {
@@ -758,8 +805,17 @@ impl PortInner {
                 }
                 self.record(std::slice::from_ref(&frame));
             }
-            if q.frames.len() < RX_QUEUE_LIMIT {
-                q.frames.push_back(RxFrame { bytes: frame, checksums });
+            let q = rx_queue_of(&frame);
+            let (_, queue, added) = match held {
+                Some(ref mut h) if h.0 == q => h,
+                _ => {
+                    self.let_go_of(held.take());
+                    held.insert((q, lock(&self.rx[q]), false))
+                }
+            };
+            if queue.frames.len() < RX_QUEUE_LIMIT {
+                queue.frames.push_back(RxFrame { bytes: frame, checksums });
+                *added = true;
             } else {
                 let mut st = lock(&self.stats);
                 st.record_rx_frame(frame.len());
@@ -768,9 +824,25 @@ impl PortInner {
                 crate::buffers::give(frame);
             }
         }
-        if !q.frames.is_empty() {
-            self.rx_waiting.store(true, Ordering::Relaxed);
+        self.let_go_of(held);
+    }
+
+    /// Lets go of a receive queue [`PortInner::enqueue_all`] held, noting that it holds
+    /// frames if one was added (under its lock: [`Port::take_rx`] clears the note under it).
+    fn let_go_of(&self, held: Option<(usize, MutexGuard<'_, RxQueue>, bool)>) {
+        let Some((q, queue, true)) = held else { return };
+        if self.rx_waiting.load(Ordering::Relaxed) & (1 << q) == 0 {
+            self.rx_waiting.fetch_or(1 << q, Ordering::Relaxed);
         }
+        drop(queue);
+        let me = std::ptr::from_ref(self).addr();
+        QUEUED_HERE.with(|list| {
+            let mut list = list.borrow_mut();
+            match list.iter_mut().find(|(port, _)| *port == me) {
+                Some((_, queues)) => *queues |= 1 << q,
+                None => list.push((me, 1 << q)),
+            }
+        });
     }
 
     /// Has the queued frames handled: by this thread's run of the device if there is one, else
@@ -1508,7 +1580,7 @@ mod tests {
         let mut got = Vec::new();
         let until = Instant::now() + Duration::from_secs(10);
         while got.len() < n && Instant::now() < until {
-            got.extend(p.take_rx().into_iter().map(|f| (f.bytes, f.checksums)));
+            got.extend((0..RX_QUEUES).flat_map(|q| p.take_rx(q)).map(|f| (f.bytes, f.checksums)));
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(got.len(), n, "frames received");

@@ -5,6 +5,7 @@
 use super::Hca;
 use crate::transport::Lane;
 use std::io::Write;
+use std::sync::PoisonError;
 use std::time::Instant;
 use umlx_hwdesc::enums::QpState;
 use umlx_hwdesc::plain::wqe;
@@ -22,6 +23,9 @@ pub struct DataPath<'a> {
     hca: &'a Hca,
     /// The run's frames, ACKs owed, counters and scratch.
     pub(crate) lane: &'a mut Lane,
+    /// The port a run beside others sends on as it goes ([`DataPath::send_built`]); `None` for
+    /// a run of the whole device, which sends after it.
+    wire: Option<&'a crate::port::Port>,
 }
 
 impl std::ops::Deref for DataPath<'_> {
@@ -34,7 +38,27 @@ impl std::ops::Deref for DataPath<'_> {
 impl<'a> DataPath<'a> {
     /// The device `hca` run on `lane`.
     pub(crate) fn new(hca: &'a Hca, lane: &'a mut Lane) -> DataPath<'a> {
-        DataPath { hca, lane }
+        DataPath { hca, lane, wire: None }
+    }
+
+    /// The device `hca` run on `lane` beside other threads' runs, sending on `wire` as it goes.
+    pub(crate) fn sending_on(hca: &'a Hca, lane: &'a mut Lane, wire: &'a crate::port::Port) -> DataPath<'a> {
+        DataPath { hca, lane, wire: Some(wire) }
+    }
+
+    /// Sends the frames built so far, on a run that sends as it goes (one beside others'):
+    /// what it does before it lets go of a QP's transport, so that whichever threads build a
+    /// QP's frames, they reach the wire in the order they were built. (Sent after the transport
+    /// was put back, a run's frames could follow the ones another thread built next.) Sending
+    /// runs no device: the ports reached are noted in the lane, to be told when the run holds
+    /// no transport.
+    pub(crate) fn send_built(&mut self) {
+        if let Some(wire) = self.wire
+            && !self.lane.outbox.is_empty()
+        {
+            let checksums = self.lane.take_outbox_checksums();
+            wire.send_from(&mut self.lane.outbox, checksums, &mut self.lane.reached);
+        }
     }
 
     /// The device, for as long as the run lasts (not tied to this borrow of the view): what a
@@ -69,10 +93,20 @@ impl<'a> DataPath<'a> {
         }
     }
 
+    /// A send doorbell written to UAR `uar` ([`Hca::sq_doorbell_uar`]): counted as a bad
+    /// doorbell if the UAR is not allocated.
+    pub(crate) fn uar_sq_doorbell(&mut self, uar: u32, value: u64) {
+        if self.objects.uars.contains(&uar) {
+            self.sq_doorbell(uar, value);
+        } else {
+            self.lane.device_stats.bad_doorbells += 1;
+        }
+    }
+
     /// UAR + 0x800..: SQ doorbell (the first 8 bytes of the WQE's control segment). The WQEs are
     /// taken from the SQ buffer up to the doorbell record's send counter (a BlueFlame copy is
     /// not used beyond its first 8 bytes).
-    pub(crate) fn sq_doorbell(&mut self, uar: u32, value: u64) {
+    fn sq_doorbell(&mut self, uar: u32, value: u64) {
         // The value is the control segment's first 8 bytes (opmod_idx_opcode, qpn_ds) as stored.
         let bytes = value.to_be_bytes();
         let (Ok(idx_opcode), Ok(qpn_ds)) = (bytes[..4].try_into(), bytes[4..].try_into()) else { return };
@@ -91,6 +125,16 @@ impl<'a> DataPath<'a> {
             self.lane.device_stats.bad_doorbells += 1;
         }
     }
+}
+
+/// The slot of [`Hca::spare_lanes`] this thread uses: threads are given slots in turn.
+pub(crate) fn lane_slot() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed) % super::SPARE_LANE_SLOTS;
+    }
+    SLOT.with(|s| *s)
 }
 
 impl Hca {
@@ -114,6 +158,43 @@ impl Hca {
         }
         if let Some(synd) = lane.fatal.take() {
             self.inject_fatal(synd);
+        }
+    }
+
+    /// A lane for a run on a shared borrow of the device: a spare one, or a new one when every
+    /// spare is in use (as many are made as runs were ever at once). Give it back with
+    /// [`Hca::put_spare_lane`], its frames sent, before letting go of the device.
+    pub(crate) fn take_spare_lane(&self) -> Box<Lane> {
+        self.spare_lanes[lane_slot()]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Gives back a lane [`Hca::take_spare_lane`] gave. The timer it armed is the caller's to
+    /// publish (it takes `due` first); a fatal error it raised waits in it for the next holder
+    /// of the whole device ([`Hca::absorb_spare_lanes`]).
+    pub(crate) fn put_spare_lane(&self, lane: Box<Lane>) {
+        if lane.fatal.is_some() {
+            self.spare_fatal.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.spare_lanes[lane_slot()].lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lane);
+    }
+
+    /// Applies the fatal errors and timers the spare lanes hold, if any holds an error: what a
+    /// thread that takes the whole device does first.
+    pub(crate) fn absorb_spare_lanes(&mut self) {
+        if !*self.spare_fatal.get_mut() {
+            return;
+        }
+        *self.spare_fatal.get_mut() = false;
+        for slot in 0..self.spare_lanes.len() {
+            let mut lanes = std::mem::take(self.spare_lanes[slot].0.get_mut().unwrap_or_else(PoisonError::into_inner));
+            for lane in &mut lanes {
+                self.absorb(lane);
+            }
+            *self.spare_lanes[slot].0.get_mut().unwrap_or_else(PoisonError::into_inner) = lanes;
         }
     }
 
@@ -146,8 +227,7 @@ impl Hca {
     /// the port's egress fills what it must, [`umlx_wire::packet::fill_checksums`]).
     pub fn take_outbox(&mut self) -> (Vec<Vec<u8>>, Checksums) {
         let x = self.lane.get_or_insert_default();
-        let checksums = if std::mem::take(&mut x.outbox_deferred) { Checksums::Defer } else { Checksums::Compute };
-        (std::mem::take(&mut x.outbox), checksums)
+        (std::mem::take(&mut x.outbox), x.take_outbox_checksums())
     }
 
     /// Has the frames built from now on get their IPv4 header checksum and ICRC from the
@@ -162,9 +242,12 @@ impl Hca {
         crate::transport::reuse(&mut self.lane.get_or_insert_default().outbox, out);
     }
 
-    /// Adds the counts waiting in the device's lane to its counters.
+    /// Adds the counts waiting in the device's lanes (its own and the spare ones) to its
+    /// counters.
     pub(crate) fn collect_counts(&mut self) {
-        if let Some(lane) = self.lane.as_deref_mut() {
+        let spares =
+            self.spare_lanes.iter_mut().flat_map(|s| s.0.get_mut().unwrap_or_else(PoisonError::into_inner).iter_mut());
+        for lane in self.lane.iter_mut().chain(spares) {
             self.objects.xport.stats.add(&std::mem::take(&mut lane.stats));
             self.stats.add(&std::mem::take(&mut lane.device_stats));
         }

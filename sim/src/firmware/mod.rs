@@ -63,6 +63,8 @@ pub const FIRST_UAR_INDEX: u32 = 8;
 pub const LOG_CMDQ_SIZE: u32 = 5;
 /// log2 of the command queue entry stride.
 pub const LOG_CMDQ_STRIDE: u32 = 6;
+/// Slots of [`Hca::spare_lanes`].
+pub(crate) const SPARE_LANE_SLOTS: usize = 4;
 /// Health counter advance period.
 const HEALTH_TICK: Duration = Duration::from_millis(1);
 
@@ -207,6 +209,16 @@ pub struct Hca {
     /// The lane of the device's own runs of the data path ([`Hca::data_path`]); taken out
     /// while one runs.
     pub(crate) lane: Option<Box<crate::transport::Lane>>,
+    /// The lanes of runs on a shared borrow of the device ([`Hca::take_spare_lane`]): one per
+    /// run at once, each given back, its frames sent, before the run lets go of the device.
+    /// Their counts wait in them until read ([`Hca::collect_counts`]). A thread takes and
+    /// gives back at its own slot (by [`datapath::lane_slot`]), so that threads at once do
+    /// not share the lock. (Boxed: a lane is a few KiB, moved in and out at every run.)
+    #[allow(clippy::vec_box)]
+    pub(crate) spare_lanes: [crate::CacheLines<std::sync::Mutex<Vec<Box<crate::transport::Lane>>>>; SPARE_LANE_SLOTS],
+    /// Whether a spare lane holds a fatal error a shared run raised: the next thread to hold
+    /// the device whole applies it ([`Hca::absorb_spare_lanes`]).
+    pub(crate) spare_fatal: std::sync::atomic::AtomicBool,
 }
 
 impl Hca {
@@ -242,6 +254,8 @@ impl Hca {
             page_cursor: 0,
             commands_since_reset: 0,
             lane: Some(Box::default()),
+            spare_lanes: Default::default(),
+            spare_fatal: std::sync::atomic::AtomicBool::new(false),
             cfg,
         };
         hca.init_pci_config();
@@ -404,11 +418,24 @@ impl Hca {
         }
     }
 
+    /// The UAR page (index, offset in it) of a 64-bit write at BAR0 + `offset`, if it is in one.
+    fn uar_of(offset: u64) -> Option<(u32, u32)> {
+        let page = uar::UAR_PAGE_SIZE as u64;
+        (offset >= FIRST_UAR_INDEX as u64 * page && offset.checked_add(8).is_some_and(|end| end <= BAR0_SIZE))
+            .then(|| ((offset / page) as u32, (offset % page) as u32))
+    }
+
+    /// The UAR of a 64-bit write at BAR0 + `offset` that is a send doorbell (it starts a
+    /// BlueFlame buffer of a UAR page): the one BAR write the data path takes on a shared
+    /// borrow of the device ([`DataPath::uar_sq_doorbell`]).
+    pub fn sq_doorbell_uar(offset: u64) -> Option<u32> {
+        Hca::uar_of(offset).filter(|&(_, off)| is_bf_buffer_start(off as usize)).map(|(uar, _)| uar)
+    }
+
     /// Writes a 64-bit BAR0 location (doorbells).
     pub fn bar_write64(&mut self, offset: u64, value: u64) {
-        if offset >= (FIRST_UAR_INDEX as usize * uar::UAR_PAGE_SIZE) as u64 && offset + 8 <= BAR0_SIZE {
-            let uar = (offset >> 12) as u32;
-            self.uar_write64(uar, (offset & 0xfff) as u32, value);
+        if let Some((uar, off)) = Hca::uar_of(offset) {
+            self.uar_write64(uar, off, value);
         } else {
             self.bar_write32(offset, (value >> 32) as u32);
             self.bar_write32(offset + 4, value as u32);
@@ -433,6 +460,10 @@ impl Hca {
 
     /// A 64-bit write into a UAR page: CQ arm and SQ doorbells.
     fn uar_write64(&mut self, uar: u32, off: u32, value: u64) {
+        if is_bf_buffer_start(off as usize) {
+            self.data_path(|dp| dp.uar_sq_doorbell(uar, value));
+            return;
+        }
         if !self.objects.uars.contains(&uar) {
             self.stats.bad_doorbells += 1;
             return;
@@ -444,10 +475,9 @@ impl Hca {
                 self.cq_arm_doorbell(uar, cqn, hi);
             }
             // A send doorbell starts one of the two buffers of a BlueFlame register (each half of
-            // the register size this device reports in `log_bf_reg_size`); any other write there
-            // is the body of a BlueFlame copy, which the device reads from the SQ buffer instead.
-            // A doorbell written anywhere else is not seen, as on hardware.
-            o if is_bf_buffer_start(o) => self.data_path(|dp| dp.sq_doorbell(uar, value)),
+            // the register size this device reports in `log_bf_reg_size`; taken above); any
+            // other write there is the body of a BlueFlame copy, which the device reads from the
+            // SQ buffer instead. A doorbell written anywhere else is not seen, as on hardware.
             o if o >= uar::BF_OFFSET => {}
             _ => self.stats.bad_doorbells += 1,
         }

@@ -210,8 +210,13 @@ impl HcaTransport {
 /// ends.
 #[derive(Debug, Default)]
 pub struct Lane {
-    /// Frames built by the run, sent by the device after it.
+    /// Frames built by the run, sent by the device after it, or, on a run that sends as it
+    /// goes ([`crate::firmware::DataPath::send_built`]), before the QP they were built for is
+    /// let go of.
     pub outbox: Vec<Vec<u8>>,
+    /// The ports the frames sent as they went reached: the run has them handle the frames when
+    /// it holds no transport ([`crate::fabric::Reached::notify`]).
+    pub(crate) reached: crate::fabric::Reached,
     /// Whether the frames built now get their IPv4 header checksum and ICRC from the builder
     /// (the port's egress needs them: [`crate::port::Port::egress_checksums`], set at each run
     /// of the device); otherwise they are left to the port.
@@ -264,6 +269,13 @@ pub(crate) enum Egress {
 }
 
 impl Lane {
+    /// Whether the frames in the outbox have their IPv4 header checksum and ICRC: `Defer` when
+    /// any was built without them (the port's egress then fills what it must). The outbox
+    /// counts as sent from then on.
+    pub(crate) fn take_outbox_checksums(&mut self) -> Checksums {
+        if std::mem::take(&mut self.outbox_deferred) { Checksums::Defer } else { Checksums::Compute }
+    }
+
     /// The frame template of `key` for a packet of QP `qpn`: the one kept in the QP's slot when
     /// it was made of the same fields (a path changes rarely: at a QP's modify, a GID or MAC
     /// change, or a UD WQE to another destination), otherwise a new one, kept there. `None`

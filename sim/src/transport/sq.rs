@@ -40,16 +40,48 @@ fn op_own(opcode: CqeOpcode, solicited: bool) -> u8 {
 /// Why a WQE could not be parsed.
 struct BadWqe(u8);
 
+thread_local! {
+    /// How many QP transports this thread holds ([`DataPath::take_transport`]).
+    static TRANSPORTS_HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times [`DataPath::take_transport`] yields to the thread that holds a QP's
+/// transport before it gives up (about a second on an idle machine; the holder's work is a
+/// burst of a few dozen packets or WQEs). Reached only if that thread died holding it.
+const TRANSPORT_WAIT_YIELDS: u32 = 1 << 20;
+
 impl DataPath<'_> {
     // ---------------------------------------------------------------- transport take/put
 
-    /// Takes the transport state out of a QP (put it back with [`DataPath::put_transport`]).
+    /// Takes the transport state out of a QP (put it back with [`DataPath::put_transport`]);
+    /// `None` if there is no such QP.
+    ///
+    /// Another thread's run of the device may hold it (runs on a shared borrow of the device
+    /// serve different queues at once): then this one waits until it is put back. That cannot
+    /// deadlock because no thread holds two transports, nor waits for anything while it holds
+    /// one: a run builds frames into its lane and sends them after it has put the transport
+    /// back, and a burst of received packets ([`super::RxHold`]) puts one QP's back before it
+    /// takes another's. A thread that already holds one (which that rule says never happens)
+    /// gets `None` rather than wait.
     pub(crate) fn take_transport(&mut self, qpn: u32) -> Option<Box<QpTransport>> {
-        self.objects.qps.lock(&qpn)?.transport.take()
+        let mut yields = 0;
+        loop {
+            if let Some(t) = self.objects.qps.lock(&qpn)?.transport.take() {
+                TRANSPORTS_HELD.set(TRANSPORTS_HELD.get() + 1);
+                return Some(t);
+            }
+            if TRANSPORTS_HELD.get() > 0 || yields == TRANSPORT_WAIT_YIELDS {
+                return None;
+            }
+            yields += 1;
+            std::thread::yield_now();
+        }
     }
 
     /// Puts a QP's transport state back and mirrors its counters into the QP.
     pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
+        self.send_built();
+        TRANSPORTS_HELD.set(TRANSPORTS_HELD.get().saturating_sub(1));
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
         let Some(mut qp) = self.objects.qps.lock(&qpn) else { return };
         qp.sq_fetched = t.sq_head;
