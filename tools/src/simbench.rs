@@ -116,12 +116,18 @@ struct Node {
 /// Bytes of the source (and of the sink) area of each node's MR.
 const BUF: usize = 64 << 10;
 
-fn node(fabric: &Fabric, n: u8, name: &str) -> Result<Node, String> {
+/// Adapter `n` on `fabric`, opened as `name`.
+fn adapter(fabric: &Fabric, n: u8, name: &str) -> Result<Context, String> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
     let dev = SimDevice::new(cfg);
     fabric.attach(&dev.port());
-    let ctx = Context::attach_sim(dev, name, ips).map_err(|e| format!("adapter {name}: {e}"))?;
+    Context::attach_sim(dev, name, ips).map_err(|e| format!("adapter {name}: {e}"))
+}
+
+/// A [`Node`] on the adapter `ctx` (a PD, CQ, MR and QP of its own).
+fn node(ctx: &Context) -> Result<Node, String> {
+    let name = ctx.name();
     let pd = ctx.alloc_pd().map_err(|e| format!("adapter {name}: ibv_alloc_pd: {e}"))?;
     let cq = ctx.create_cq(1024, None).map_err(|e| format!("adapter {name}: ibv_create_cq (1024): {e}"))?;
     let mr = pd
@@ -133,25 +139,35 @@ fn node(fabric: &Fabric, n: u8, name: &str) -> Result<Node, String> {
         .max_recv_wr(16)
         .build()
         .map_err(|e| format!("adapter {name}: ibv_create_qp (RC, 512 send WRs): {e}"))?;
-    Ok(Node { ctx, cq, mr, qp, _pd: pd })
+    Ok(Node { ctx: ctx.clone(), cq, mr, qp, _pd: pd })
 }
 
-/// Two adapters (1 and 2) on `fabric`, neighbours of each other, their RC QPs connected (as
-/// `umlx demo` does: GID index 1, first PSNs 0x100 and 0x200).
+/// Two adapters (1 and 2) on `fabric`, neighbours of each other, with a node pair for each of
+/// `flows` WRITE streams, their RC QPs connected (as `umlx demo` does: GID index 1, first
+/// PSNs 0x100 and 0x200).
+fn flows(fabric: &Fabric, flows: usize) -> Result<Vec<(Node, Node)>, String> {
+    let (ca, cb) = (adapter(fabric, 1, "a")?, adapter(fabric, 2, "b")?);
+    let gid = |c: &Context| c.query_gid(1, 1).map_err(|e| format!("GID index 1 of {}: {e}", c.name()));
+    let (gid_a, gid_b) = (gid(&ca)?, gid(&cb)?);
+    ca.add_neighbor(gid_b.to_ip(), cb.mac());
+    cb.add_neighbor(gid_a.to_ip(), ca.mac());
+    let mut out = Vec::with_capacity(flows);
+    for _ in 0..flows {
+        let (mut a, mut b) = (node(&ca)?, node(&cb)?);
+        let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
+        let from = |sq_psn| ConnectParams { sq_psn, sgid_index: Some(1), ..Default::default() };
+        a.qp.connect(&RcPeer { qp_num: qb, psn: 0x200, gid: gid_b }, &from(0x100))
+            .map_err(|e| format!("connecting adapter a's QP {qa:#x}: {e}"))?;
+        b.qp.connect(&RcPeer { qp_num: qa, psn: 0x100, gid: gid_a }, &from(0x200))
+            .map_err(|e| format!("connecting adapter b's QP {qb:#x}: {e}"))?;
+        out.push((a, b));
+    }
+    Ok(out)
+}
+
+/// [`flows`] with one flow: a pair of nodes.
 fn pair(fabric: &Fabric) -> Result<(Node, Node), String> {
-    let mut a = node(fabric, 1, "a")?;
-    let mut b = node(fabric, 2, "b")?;
-    let gid = |n: &Node| n.ctx.query_gid(1, 1).map_err(|e| format!("GID index 1 of {}: {e}", n.ctx.name()));
-    let (gid_a, gid_b) = (gid(&a)?, gid(&b)?);
-    a.ctx.add_neighbor(gid_b.to_ip(), b.ctx.mac());
-    b.ctx.add_neighbor(gid_a.to_ip(), a.ctx.mac());
-    let (qa, qb) = (a.qp.qp_num(), b.qp.qp_num());
-    let from = |sq_psn| ConnectParams { sq_psn, sgid_index: Some(1), ..Default::default() };
-    a.qp.connect(&RcPeer { qp_num: qb, psn: 0x200, gid: gid_b }, &from(0x100))
-        .map_err(|e| format!("connecting adapter a's QP: {e}"))?;
-    b.qp.connect(&RcPeer { qp_num: qa, psn: 0x100, gid: gid_a }, &from(0x200))
-        .map_err(|e| format!("connecting adapter b's QP: {e}"))?;
-    Ok((a, b))
+    flows(fabric, 1)?.pop().ok_or_else(|| "no flow was set up".to_string())
 }
 
 /// One WRITE stream: `msgs` messages of `size` bytes from `a`'s source area to `b`'s sink
@@ -362,6 +378,9 @@ struct InProcess {
     parallel_msgs: u64,
     /// Their rate, together.
     parallel_msgs_per_s: f64,
+    /// The rate of as many 64-byte streams on as many QP pairs of one pair of adapters, one
+    /// thread each ([`in_one_pair`]), together.
+    shared_msgs_per_s: f64,
 }
 
 fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProcess, String> {
@@ -384,6 +403,8 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
     say(&format!("in process: {pairs} pairs of adapters at once, {each} 64-byte RDMA WRITEs each"));
     let tp = in_parallel(pairs, Stream { msgs: each, ..small })?;
     let parallel_msgs = each * pairs as u64;
+    say(&format!("in process: {pairs} QP pairs of one pair of adapters at once, {each} 64-byte RDMA WRITEs each"));
+    let ts = in_one_pair(pairs, Stream { msgs: each, ..small })?;
     Ok(InProcess {
         write64_msgs: msgs,
         write64_msgs_per_s: msgs as f64 / t.as_secs_f64(),
@@ -393,6 +414,7 @@ fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProces
         parallel_pairs: pairs,
         parallel_msgs,
         parallel_msgs_per_s: parallel_msgs as f64 / tp.as_secs_f64(),
+        shared_msgs_per_s: parallel_msgs as f64 / ts.as_secs_f64(),
     })
 }
 
@@ -402,14 +424,38 @@ fn parallel_pairs() -> usize {
 }
 
 /// Runs `s` on `pairs` pairs of adapters at once, each pair on a fabric of its own and driven
-/// by a thread of its own, as an application spreads its flows over devices: the time from
-/// when all of them are warmed up and start together until the last completes. Each pair's
-/// last message is verified at its remote end ([`write_stream`]).
+/// by a thread of its own, as an application spreads its flows over devices ([`streams`]).
 ///
-/// A reference, not a target: a device runs one thread at a time (its lock), so one pair's
-/// rate is one core's work, and this shows what the other cores add when the work is spread
-/// over devices.
+/// A reference, not a target: it shows what the other cores add when the work is spread over
+/// devices, which share nothing.
 fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
+    let setups = (0..pairs).map(|_| {
+        || {
+            let fabric = Fabric::perfect();
+            pair(&fabric).map(|(a, b)| (a, b, Some(fabric)))
+        }
+    });
+    streams(setups.collect(), s)
+}
+
+/// Runs `s` on `flows` QP pairs of one pair of adapters at once, each flow driven by a thread
+/// of its own ([`streams`]): what several cores do with one device's queues, next to
+/// [`in_parallel`]'s pairs of devices.
+fn in_one_pair(flows: usize, s: Stream) -> Result<Duration, String> {
+    let fabric = Fabric::perfect();
+    let setups = self::flows(&fabric, flows)?.into_iter().map(|(a, b)| move || Ok((a, b, None)));
+    streams(setups.collect(), s)
+}
+
+/// Runs `s` on each node pair `setups` make, each in a thread of its own (a setup runs in its
+/// thread, and keeps what it returns, a fabric for instance, for the stream): the time from
+/// when all of them are warmed up and start together until the last completes. Each stream's
+/// last message is verified at its remote end ([`write_stream`]).
+fn streams<F>(setups: Vec<F>, s: Stream) -> Result<Duration, String>
+where
+    F: FnOnce() -> Result<(Node, Node, Option<Fabric>), String> + Send + 'static,
+{
+    let pairs = setups.len();
     // Each thread says when it is ready (set up and warmed up, or failed) and then waits for
     // the go: every `go` sender dropped. A thread that could not be started, or that died
     // before it said so, holds none of the others back.
@@ -417,20 +463,19 @@ fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
     let mut go = Vec::with_capacity(pairs);
     let mut streams: Vec<JoinHandle<Result<(), String>>> = Vec::with_capacity(pairs);
     let mut failed = None;
-    for i in 0..pairs {
+    for (i, setup) in setups.into_iter().enumerate() {
         let (go_tx, go_rx) = mpsc::channel::<()>();
         let ready_tx = ready_tx.clone();
         let stream = move || {
-            let fabric = Fabric::perfect();
-            let set_up = pair(&fabric).and_then(|(mut a, b)| {
+            let set_up = setup().and_then(|(mut a, b, keep)| {
                 write_stream(&mut a, &b, Stream { msgs: WARMUP.min(s.msgs), ..s }, None)?;
-                Ok((a, b))
+                Ok((a, b, keep))
             });
             let _ = ready_tx.send(());
             drop(ready_tx);
             let _ = go_rx.recv();
-            let (mut a, b) = set_up.map_err(|e| format!("pair {i}: {e}"))?;
-            write_stream(&mut a, &b, s, None).map(|_| ()).map_err(|e| format!("pair {i}: {e}"))
+            let (mut a, b, _keep) = set_up.map_err(|e| format!("stream {i}: {e}"))?;
+            write_stream(&mut a, &b, s, None).map(|_| ()).map_err(|e| format!("stream {i}: {e}"))
         };
         match std::thread::Builder::new().name(format!("umlx-bench-pair{i}")).spawn(stream) {
             Ok(h) => {
@@ -980,6 +1025,13 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             goal: Goal::Info,
         },
         Row {
+            key: "inprocess_write64_one_pair_flows_msgs_per_s",
+            label: format!("  {} QPs of one pair, one thread each", ip.parallel_pairs),
+            unit: "M msg/s",
+            value: ip.shared_msgs_per_s / 1e6,
+            goal: Goal::Info,
+        },
+        Row {
             key: "rss_kib_after_warmup",
             label: "resident memory after the warm-up".into(),
             unit: "KiB",
@@ -1056,7 +1108,9 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64]) {
     for r in rows {
         // The message rate in messages per second, as its key says; the table shows millions.
         let v = match r.key {
-            "inprocess_write64_msgs_per_s" | "inprocess_write64_parallel_msgs_per_s" => js(r.value * 1e6),
+            "inprocess_write64_msgs_per_s"
+            | "inprocess_write64_parallel_msgs_per_s"
+            | "inprocess_write64_one_pair_flows_msgs_per_s" => js(r.value * 1e6),
             _ if r.unit == "KiB" => format!("{:.0}", r.value),
             _ => js(r.value),
         };
@@ -1117,7 +1171,8 @@ fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64]) {
         "\n64 B: {} messages (after {} warm-up and one full window held at the responder), window 256, every 32nd \
          signaled; 64 KiB: {} bytes, window 16, every 4th signaled; the last message's bytes verified at the \
          remote end of both. {} pairs at once: {} messages together, each pair on a fabric and a thread of its own, \
-         after its own warm-up; a reference (one pair runs on one core at a time). rc-pingpong: the median of {} \
+         after its own warm-up; a reference. QPs of one pair: as many streams on as many QP pairs of one pair of \
+         adapters, a thread each (the adapters' queues run on several cores at once). rc-pingpong: the median of {} \
          runs ({} µs per iteration).",
         ip.write64_msgs,
         WARMUP.min(ip.write64_msgs),
