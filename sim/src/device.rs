@@ -87,6 +87,9 @@ struct EngineClock {
     timers_due: AtomicU64,
     /// When a thread last let go of the device.
     left: AtomicU64,
+    /// Whether a run on a shared borrow brought `timers_due` forward since the device was
+    /// last taken whole ([`EngineClock::take_shared_armed`]).
+    shared_armed: AtomicBool,
 }
 
 impl EngineClock {
@@ -96,6 +99,7 @@ impl EngineClock {
             engine_wake: AtomicU64::new(0),
             timers_due: AtomicU64::new(u64::MAX),
             left: AtomicU64::new(u64::MAX),
+            shared_armed: AtomicBool::new(false),
         }
     }
 
@@ -128,6 +132,12 @@ impl EngineClock {
         let wake = due.min(planned).max(now + ENGINE_MIN_PARK);
         self.engine_plans(wake);
         wake
+    }
+
+    /// Whether a run on a shared borrow brought the published due time forward since the last
+    /// call (made by a thread that holds the whole device, so no such run is under way).
+    fn take_shared_armed(&self) -> bool {
+        self.shared_armed.load(Ordering::Relaxed) && self.shared_armed.swap(false, Ordering::Relaxed)
     }
 
     /// When the timers are due as the last thread to let go of the device left them; `None`
@@ -211,6 +221,7 @@ impl EngineClock {
             && armed < self.timers_due.load(Ordering::Relaxed)
         {
             self.timers_due.fetch_min(armed, Ordering::Relaxed);
+            self.shared_armed.store(true, Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
         let due = self.timers_due.load(Ordering::Relaxed);
@@ -247,6 +258,16 @@ impl Drop for HcaGuard<'_> {
     }
 }
 
+/// The guard a `try_read` or `try_write` of the device lock got, poisoned or not (see
+/// [`Inner::lock`]); `None` if another thread holds it.
+fn untainted<G>(tried: std::sync::TryLockResult<G>) -> Option<G> {
+    match tried {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 impl Inner {
     /// Takes the whole device, after executing the BAR writes posted before.
     fn lock(&self) -> HcaGuard<'_> {
@@ -262,11 +283,7 @@ impl Inner {
 
     /// The whole device, if no other thread holds it.
     fn try_lock_raw(&self) -> Option<RwLockWriteGuard<'_, Hca>> {
-        let mut h = match self.hca.try_write() {
-            Ok(h) => h,
-            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        };
+        let mut h = untainted(self.hca.try_write())?;
         self.take_over(&mut h);
         Some(h)
     }
@@ -277,21 +294,21 @@ impl Inner {
     }
 
     /// What a thread that takes the whole device applies first: the fatal errors the runs on
-    /// a shared borrow raised, and the timers they armed (published, not yet in `h`).
+    /// a shared borrow raised, and the timers they armed (published, not yet in `h`; only
+    /// when a shared run brought the published time forward, as otherwise it is the time the
+    /// last run of the whole device left, which `h` holds or a later, sooner one).
     fn take_over(&self, h: &mut Hca) {
         h.absorb_spare_lanes();
-        if let Some(due) = self.clock.published_due() {
+        if self.clock.take_shared_armed()
+            && let Some(due) = self.clock.published_due()
+        {
             h.note_due(due);
         }
     }
 
     /// A shared borrow of the device, if no thread holds (or waits to hold) the whole of it.
     fn try_read(&self) -> Option<RwLockReadGuard<'_, Hca>> {
-        match self.hca.try_read() {
-            Ok(h) => Some(h),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        untainted(self.hca.try_read())
     }
 
     /// Runs `f` on a shared borrow of the device, then what a run does after it
