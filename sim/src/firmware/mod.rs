@@ -67,6 +67,9 @@ pub const LOG_CMDQ_STRIDE: u32 = 6;
 pub(crate) const SPARE_LANE_SLOTS: usize = 4;
 /// Health counter advance period.
 const HEALTH_TICK: Duration = Duration::from_millis(1);
+/// How often the firmware touches one of the pages it holds ([`Hca::touch_pages`]): the
+/// longest its timers ever wait.
+pub(crate) const PAGE_TOUCH_PERIOD: Duration = Duration::from_millis(5);
 
 /// Lifecycle state of the HCA as the firmware sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -483,7 +486,7 @@ impl Hca {
         }
     }
 
-    /// Time-driven work: delayed command completions.
+    /// Time-driven work: delayed command completions, the transport's timers, the page touches.
     pub fn tick(&mut self, now: Instant) {
         self.touch_pages(now);
         if !self.objects.xport.timed().is_empty() {
@@ -513,12 +516,7 @@ impl Hca {
     /// round robin. A page the host unmapped while the firmware still holds it is an IOMMU fault,
     /// and on a ConnectX that is fatal: health syndrome "ICM fetch PCI error".
     fn touch_pages(&mut self, now: Instant) {
-        const PERIOD: Duration = Duration::from_millis(5);
-        if self.pages.held.is_empty()
-            || self.is_fatal()
-            || now.duration_since(self.last_page_touch) < PERIOD
-            || !self.bus_master()
-        {
+        if self.page_touch_due().is_none_or(|due| now < due) {
             return;
         }
         self.last_page_touch = now;
@@ -532,6 +530,13 @@ impl Hca {
         }
     }
 
+    /// When the firmware next touches a page it holds ([`Hca::touch_pages`]); `None` while it
+    /// holds none, is in error, or may not reach host memory.
+    fn page_touch_due(&self) -> Option<Instant> {
+        let touching = !self.pages.held.is_empty() && !self.is_fatal() && self.bus_master();
+        touching.then(|| self.last_page_touch + PAGE_TOUCH_PERIOD)
+    }
+
     /// Notes a timer due at `due`: the device's timers run no later than that (the thread that
     /// runs the device when it is due, or its engine, which a run that leaves it due sooner
     /// than the engine's next look wakes).
@@ -542,12 +547,10 @@ impl Hca {
     }
 
     /// When the timers next need running ([`Hca::tick`]): the earliest of the delayed command
-    /// completions and the transport's deadlines; `None` if nothing is timed.
+    /// completions, the transport's deadlines and the next page touch; `None` if nothing is
+    /// timed.
     pub fn next_due(&self, now: Instant) -> Option<Instant> {
         let cmds = self.delayed.iter().map(|d| d.due).min();
-        match (cmds, self.transport_next_due(now)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [cmds, self.transport_next_due(now), self.page_touch_due()].into_iter().flatten().min()
     }
 }
