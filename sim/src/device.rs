@@ -828,13 +828,28 @@ impl SimDevice {
     pub fn stats(&self) -> SimStats {
         self.lock().sim_stats()
     }
+
+    /// For tests of what happens beside another run: runs `during` while a run of the device
+    /// in this thread holds QP `qpn`'s transport, as another thread's run does while it
+    /// handles the QP's packets, then puts it back. False, and `during` not run, if another
+    /// thread holds the whole device. `during` must not take the whole device (counters,
+    /// commands): this thread holds it shared.
+    #[doc(hidden)]
+    pub fn hold_qp_transport_while(&self, qpn: u32, during: impl FnOnce()) -> bool {
+        self.inner.try_shared(|dp| {
+            let held = dp.take_transport(qpn);
+            during();
+            if let Some(t) = held {
+                dp.put_transport(qpn, t);
+            }
+        })
+    }
 }
 
 /// How far the time a shared run let go of the device may lag ([`EngineClock::leaving_shared`]):
 /// a small part of [`ENGINE_GRACE`], which it is compared with.
 const LEFT_PRECISION: Duration = Duration::from_micros(2);
-/// The longest the engine sleeps, and the longest between two runs of the timers: what the
-/// firmware's own periodic work (it touches the pages it holds every few milliseconds) can wait.
+/// The longest the engine sleeps.
 const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
 /// The shortest time between two runs of the timers; a QP that needs service whatever the
 /// time is served this often.

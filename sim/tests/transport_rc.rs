@@ -528,9 +528,34 @@ fn wqes_rung_together_across_the_rings_end_and_a_page_are_each_executed_once_in_
     assert_eq!(p.b.dev.transport_stats().duplicates, 0, "none executed twice");
 }
 
+/// A send doorbell rung while another run holds the QP's transport (handling its packets, say)
+/// does not wait for it: that run fetches and sends the WQEs before it puts the transport
+/// back. Rung once, with nothing else to run the QP after, the WRITE still lands, once.
+#[test]
+fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_that_run() {
+    let mut p = pair();
+    let data = pattern(7, 600);
+    p.a.mem.write(0x1000, &data);
+    let s = segs(&[&raddr_seg(p.b.va(0x8000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x1000))]);
+    let (idx, db) = p.a.write_send_wqe(&mut p.qa, WRITE, w::WQE_CTRL_CQ_UPDATE, 0, &s);
+    let dev = p.a.dev.clone();
+    let mut rung = false;
+    assert!(dev.hold_qp_transport_while(p.qa.qpn, || {
+        p.a.ring_sq(&p.qa, db);
+        rung = true;
+    }));
+    assert!(rung, "the doorbell returned while the transport was held");
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, idx));
+    assert_eq!(p.b.mem.to_vec(0x8000, 600), data);
+    let (ta, tb) = (p.a.dev.transport_stats(), p.b.dev.transport_stats());
+    assert_eq!((ta.tx_packets, tb.rx_packets, ta.retransmits, tb.duplicates), (3, 3, 0, 0), "{ta:?} {tb:?}");
+    assert!(p.a.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no further CQE");
+}
+
 /// Send doorbells of one QP rung by two threads at once (each run of the device services the
-/// QP, and sends what it fetched; a run that finds another holding the QP's transport waits
-/// for it, and one receive queue's frames are handled by one run at a time): every WQE is sent
+/// QP, and sends what it fetched; a doorbell that finds another run holding the QP's transport
+/// leaves the work to it, and one receive queue's frames are handled by one run at a time): every WQE is sent
 /// once and completes once, in order, its packets arrive in order, and its data lands.
 #[test]
 fn two_threads_ringing_one_qps_doorbell_at_once_send_each_wqe_once_in_order() {

@@ -115,6 +115,13 @@ impl<'a> DataPath<'a> {
         let rang = match self.objects.qps.lock(&qpn) {
             Some(mut qp) if qp.uar == uar => {
                 qp.sq_doorbell = ((idx_opcode >> wqe::WQE_CTRL_WQE_INDEX_SHIFT) & wqe::WQE_CTRL_WQE_INDEX_MASK) as u16;
+                if qp.transport.is_none() {
+                    // Another run holds the QP's transport: it serves the send queue before
+                    // it puts the transport back (`put_transport`), as a NIC's pipeline takes a
+                    // doorbell for a queue it is working on, and this thread goes on.
+                    qp.sq_rang = true;
+                    return;
+                }
                 true
             }
             _ => false,

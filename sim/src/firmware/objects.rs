@@ -379,6 +379,9 @@ pub struct Qp {
     pub rq_consumed: u32,
     /// Last SQ doorbell value (WQE counter) seen.
     pub sq_doorbell: u16,
+    /// Whether a send doorbell rang while another run held the transport: that run serves
+    /// the send queue before it puts the transport back.
+    pub sq_rang: bool,
     /// Transport state (requester and responder), owned by `crate::transport`; boxed so that
     /// the transport takes it out and puts it back as a pointer. `None` only while taken.
     pub transport: Option<Box<crate::transport::QpTransport>>,
@@ -1518,6 +1521,7 @@ impl Hca {
                     sq_fetched: 0,
                     rq_consumed: 0,
                     sq_doorbell: 0,
+                    sq_rang: false,
                     transport: Some(Box::default()),
                     timed: false,
                 })

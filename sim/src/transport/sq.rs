@@ -57,7 +57,9 @@ impl DataPath<'_> {
     /// `None` if there is no such QP.
     ///
     /// Another thread's run of the device may hold it (runs on a shared borrow of the device
-    /// serve different queues at once): then this one waits until it is put back. That cannot
+    /// serve different queues at once): then this one waits until it is put back. (A send
+    /// doorbell does not wait: it leaves the work to the holder, see
+    /// [`crate::firmware::objects::Qp::sq_rang`].) That cannot
     /// deadlock because no thread holds two transports, nor waits for anything while it holds
     /// one: a run builds frames into its lane and sends them after it has put the transport
     /// back, and a burst of received packets ([`super::RxHold`]) puts one QP's back before it
@@ -78,12 +80,25 @@ impl DataPath<'_> {
         }
     }
 
-    /// Puts a QP's transport state back and mirrors its counters into the QP.
-    pub(crate) fn put_transport(&mut self, qpn: u32, t: Box<QpTransport>) {
-        self.send_built();
+    /// Puts a QP's transport state back and mirrors its counters into the QP. A send doorbell
+    /// that rang while the transport was out ([`crate::firmware::objects::Qp::sq_rang`]) is
+    /// served first.
+    pub(crate) fn put_transport(&mut self, qpn: u32, mut t: Box<QpTransport>) {
+        let mut qp = loop {
+            self.send_built();
+            let Some(mut qp) = self.objects.qps.lock(&qpn) else {
+                TRANSPORTS_HELD.set(TRANSPORTS_HELD.get().saturating_sub(1));
+                return;
+            };
+            if !qp.sq_rang {
+                break qp;
+            }
+            qp.sq_rang = false;
+            drop(qp);
+            self.serve_sq(&mut t, Instant::now());
+        };
         TRANSPORTS_HELD.set(TRANSPORTS_HELD.get().saturating_sub(1));
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
-        let Some(mut qp) = self.objects.qps.lock(&qpn) else { return };
         qp.sq_fetched = t.sq_head;
         qp.rq_consumed = t.rq_consumed;
         let err_rq = qp.state == QpState::ERR && !qp.no_rq;
@@ -728,15 +743,21 @@ impl DataPath<'_> {
     /// Fetches, sends and completes what the SQ allows now.
     pub(crate) fn sq_service(&mut self, qpn: u32, now: Instant) {
         let Some(mut t) = self.take_transport(qpn) else { return };
+        self.serve_sq(&mut t, now);
+        self.put_transport(qpn, t);
+    }
+
+    /// What a send doorbell has a QP's transport `t` do: fetch the WQEs posted and send what
+    /// the window allows (in error, flush them).
+    fn serve_sq(&mut self, t: &mut QpTransport, now: Instant) {
         match t.state {
             QpState::RTS => {
-                self.sq_fetch(&mut t);
-                self.sq_progress(&mut t, now);
+                self.sq_fetch(t);
+                self.sq_progress(t, now);
             }
-            QpState::ERR => self.flush(&mut t),
+            QpState::ERR => self.flush(t),
             _ => {}
         }
-        self.put_transport(qpn, t);
     }
 
     /// Completes finished WQEs at the front, then sends what the window allows.
