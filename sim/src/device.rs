@@ -65,6 +65,10 @@ struct Inner {
     /// queue `q`): one run at a time handles a queue, so that a QP's packets are handled in
     /// the order they arrived.
     receiving: AtomicU32,
+    /// Which of those queues a run wanted to handle and found another run handling (bit `q`
+    /// for queue `q`): the run handling it looks again when it lets go of it, where it
+    /// otherwise handles a queue once ([`Inner::receive_shared`]).
+    skipped: AtomicU32,
     /// Whether a run on a shared borrow let go with the timers due (it does not run them):
     /// the next thread to hold the whole device runs them.
     timers_wanted: AtomicBool,
@@ -209,6 +213,14 @@ impl EngineClock {
     /// published due time forward; the next run of the whole device runs them and publishes
     /// it anew. Returns whether the engine must be woken, and whether the timers are due now.
     ///
+    /// The engine is woken only for a timer this run brought before its plan. A due time the
+    /// run found there was there when the engine last planned (it read it after noting its
+    /// plan, or the run that published it read the plan: [`EngineClock`]), and the engine
+    /// planned with it. Timers due now are run by a thread that takes the whole device after
+    /// ([`Inner::run_left_over`]). (Woken at every run that found the timers due and could not
+    /// take the device to run them, the engine of a device two threads ran woke 40,000 times a
+    /// second for nothing.)
+    ///
     /// What every run of every thread writes here is written only when it changes what is
     /// there (the time of leaving by [`LEFT_PRECISION`] or more, the due time sooner): a line
     /// each thread writes at every run would move between their cores at every run.
@@ -217,15 +229,17 @@ impl EngineClock {
         if now.saturating_sub(self.left.load(Ordering::Relaxed)) >= LEFT_PRECISION.as_nanos() as u64 {
             self.left.store(now, Ordering::Relaxed);
         }
+        let mut lowered = None;
         if let Some(armed) = armed.map(|t| self.nanos(t))
             && armed < self.timers_due.load(Ordering::Relaxed)
         {
             self.timers_due.fetch_min(armed, Ordering::Relaxed);
             self.shared_armed.store(true, Ordering::Relaxed);
+            lowered = Some(armed);
         }
         fence(Ordering::SeqCst);
-        let due = self.timers_due.load(Ordering::Relaxed);
-        (due < self.engine_wake.load(Ordering::Relaxed), due <= now)
+        let wake = lowered.is_some_and(|armed| armed < self.engine_wake.load(Ordering::Relaxed));
+        (wake, self.timers_due.load(Ordering::Relaxed) <= now)
     }
 }
 
@@ -371,8 +385,21 @@ impl Inner {
     fn run_left_over(&self, mut frames: bool) {
         loop {
             fence(Ordering::SeqCst);
-            if self.posted_whole.load(Ordering::Relaxed) || self.timers_wanted.load(Ordering::Relaxed) {
-                let Some(mut h) = self.try_lock_raw() else { return };
+            let timers_wanted = self.timers_wanted.load(Ordering::Relaxed);
+            if self.posted_whole.load(Ordering::Relaxed) || timers_wanted {
+                let mut h = match self.try_lock_raw() {
+                    Some(h) => h,
+                    // Timers that shared runs found due wait for a thread that takes the whole
+                    // device. One that runs no device may queue for it (it holds nothing
+                    // another thread's run waits for): runs beside one another on the data
+                    // path leave the device free only by chance, and then only for a moment.
+                    None if timers_wanted && !crate::port::running_any() => {
+                        let mut h = self.hca.write().unwrap_or_else(|e| e.into_inner());
+                        self.take_over(&mut h);
+                        h
+                    }
+                    None => return,
+                };
                 self.run_to_completion(&mut h);
                 frames = false; // that run took them
                 continue;
@@ -439,15 +466,26 @@ impl Inner {
                 }
                 let now = Instant::now();
                 if now < h.timers_due {
+                    // A shared run that found the published time due saw one the whole device
+                    // has run since (it holds the truth now).
+                    self.timers_run();
                     if self.clock.leaving(now, h.timers_due) {
                         self.port.wake_engine(); // a timer due before the engine looks
                     }
                     return;
                 }
                 run_timers(h, now);
-                self.timers_wanted.store(false, Ordering::Relaxed);
+                self.timers_run();
                 continue; // send what the timers queued
             }
+        }
+    }
+
+    /// The timers ran (or are not due), under the whole device: runs on a shared borrow that
+    /// find them due note it anew ([`Inner::run_shared`]).
+    fn timers_run(&self) {
+        if self.timers_wanted.load(Ordering::Relaxed) {
+            self.timers_wanted.store(false, Ordering::Relaxed);
         }
     }
 
@@ -499,7 +537,7 @@ impl Inner {
             }
         }
         let (wake, due) = self.clock.leaving_shared(Instant::now(), lane.due.take());
-        if due {
+        if due && !self.timers_wanted.load(Ordering::Relaxed) {
             self.timers_wanted.store(true, Ordering::Relaxed);
         }
         if wake {
@@ -516,7 +554,14 @@ impl Inner {
         let mut any = false;
         loop {
             *queues |= self.port.take_queued_here();
-            let free = self.port.rx_waiting_queues() & *queues & !self.receiving.load(Ordering::Relaxed);
+            let wanted = self.port.rx_waiting_queues() & *queues;
+            let claimed = wanted & self.receiving.load(Ordering::Relaxed);
+            if claimed != 0 && self.skipped.load(Ordering::Relaxed) & claimed != claimed {
+                self.skipped.fetch_or(claimed, Ordering::Relaxed);
+                fence(Ordering::SeqCst);
+                continue; // looks at the claims again after the fence
+            }
+            let free = wanted & !claimed;
             if free == 0 {
                 return any;
             }
@@ -534,9 +579,13 @@ impl Inner {
             self.port.recycle_rx(q, frames);
             self.receiving.fetch_and(!bit, Ordering::Release);
             // Pairs with the fence above in a run that found the queue taken: it queued frames
-            // before, and this run, letting go, sees them at its next look (the queue is one of
-            // `queues` from now on).
+            // before, and this run, letting go, sees its mark and looks again.
             fence(Ordering::SeqCst);
+            if self.skipped.load(Ordering::Relaxed) & bit != 0 {
+                self.skipped.fetch_and(!bit, Ordering::Relaxed);
+            } else {
+                *queues &= !bit;
+            }
         }
     }
 }
@@ -618,6 +667,7 @@ impl SimDevice {
             posted_whole: AtomicBool::new(false),
             clock: EngineClock::new(),
             receiving: AtomicU32::new(0),
+            skipped: AtomicU32::new(0),
             timers_wanted: AtomicBool::new(false),
         });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;

@@ -283,6 +283,11 @@ thread_local! {
     static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// Whether this thread runs a device now (holds it, whole or shared, in a run).
+pub(crate) fn running_any() -> bool {
+    RUNNING.with(|r| !r.borrow().is_empty())
+}
+
 /// Marks a port's device as run to completion by this thread until dropped.
 pub(crate) struct Running(usize);
 
