@@ -285,14 +285,21 @@ fn untainted<G>(tried: std::sync::TryLockResult<G>) -> Option<G> {
 impl Inner {
     /// Takes the whole device, after executing the BAR writes posted before.
     fn lock(&self) -> HcaGuard<'_> {
-        // A panic while holding the lock leaves the model in an unknown state; keep going with
-        // what is there rather than poisoning every later access.
-        let mut h = self.hca.write().unwrap_or_else(|e| e.into_inner());
-        self.take_over(&mut h);
+        let mut h = self.lock_raw();
         if self.posted_any.load(Ordering::Relaxed) {
             self.run_to_completion(&mut h);
         }
         HcaGuard { inner: self, guard: Some(h) }
+    }
+
+    /// The whole device, waiting for it if another thread holds it; the posted writes are
+    /// left to the caller ([`Inner::lock`] executes them).
+    fn lock_raw(&self) -> RwLockWriteGuard<'_, Hca> {
+        // A panic while holding the lock leaves the model in an unknown state; keep going with
+        // what is there rather than poisoning every later access.
+        let mut h = self.hca.write().unwrap_or_else(|e| e.into_inner());
+        self.take_over(&mut h);
+        h
     }
 
     /// The whole device, if no other thread holds it.
@@ -393,11 +400,7 @@ impl Inner {
                     // device. One that runs no device may queue for it (it holds nothing
                     // another thread's run waits for): runs beside one another on the data
                     // path leave the device free only by chance, and then only for a moment.
-                    None if timers_wanted && !crate::port::running_any() => {
-                        let mut h = self.hca.write().unwrap_or_else(|e| e.into_inner());
-                        self.take_over(&mut h);
-                        h
-                    }
+                    None if timers_wanted && !crate::port::running_any() => self.lock_raw(),
                     None => return,
                 };
                 self.run_to_completion(&mut h);
