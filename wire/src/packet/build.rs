@@ -420,9 +420,66 @@ fn transport_len_of(pad_cnt: Option<u8>, bth: &Bth, payload_len: usize) -> usize
     bth.opcode.header_len().unwrap_or(Bth::LEN) + payload_len + usize::from(pad_of(pad_cnt, payload_len)) + ICRC_LEN
 }
 
+/// Widest value of the 24-bit fields (QPN, PSN, MSN, EE-Context).
+const M24: u32 = 0x00FF_FFFF;
+
 /// The checks of one packet's fields (`bth`, `ext` and a payload of `payload_len` bytes) on a
 /// path of `kind` with the PadCnt policy `pad_cnt`; the length of its transport packet.
+///
+/// Every packet a device sends passes through here, so the checks are first made at once, as
+/// one condition; only a packet that fails one is checked again, field by field in a fixed
+/// order, to name the first field at fault ([`packet_fault`]).
+#[inline]
 fn validate_packet(
+    kind: L3Kind,
+    pad_cnt: Option<u8>,
+    bth: &Bth,
+    ext: &ExtHeaders,
+    payload_len: usize,
+) -> Result<usize, BuildError> {
+    let pad = pad_of(pad_cnt, payload_len);
+    if let Some(info) = bth.opcode.info()
+        && info.headers == ext.present()
+        && (info.payload || payload_len == 0)
+        && bth.dest_qp <= M24
+        && bth.psn <= M24
+        && bth.tver <= 0xF
+        && pad <= 3
+        && ext.deth.is_none_or(|d| d.src_qp <= M24)
+        && ext.aeth.is_none_or(|a| a.msn <= M24)
+        && ext.rdeth.is_none_or(|r| r.ee_context <= M24)
+    {
+        let t = info.header_len() + payload_len + usize::from(pad) + ICRC_LEN;
+        if ip_len_of(kind, t) <= usize::from(u16::MAX) {
+            return Ok(t);
+        }
+    }
+    Err(packet_fault(kind, pad_cnt, bth, ext, payload_len))
+}
+
+/// The IPv4 total length (or IPv6 / GRH payload length) of a packet on a path of `kind` whose
+/// transport packet is `transport` bytes.
+fn ip_len_of(kind: L3Kind, transport: usize) -> usize {
+    match kind {
+        L3Kind::Ipv4 => 20 + 8 + transport,
+        L3Kind::Ipv6 => 8 + transport,
+        L3Kind::Grh => transport,
+    }
+}
+
+/// The first check of [`validate_packet`] a packet fails, in a fixed order: the opcode, its
+/// extension headers, its payload, then each field's range and the packet's length.
+#[cold]
+fn packet_fault(kind: L3Kind, pad_cnt: Option<u8>, bth: &Bth, ext: &ExtHeaders, payload_len: usize) -> BuildError {
+    match packet_fault_checks(kind, pad_cnt, bth, ext, payload_len) {
+        Err(e) => e,
+        // Not reached: `validate_packet` calls it for a packet that failed a check.
+        Ok(len) => BuildError::TooLong { len },
+    }
+}
+
+/// [`packet_fault`]'s checks, one by one.
+fn packet_fault_checks(
     kind: L3Kind,
     pad_cnt: Option<u8>,
     bth: &Bth,
@@ -441,27 +498,23 @@ fn validate_packet(
     if !info.payload && payload_len != 0 {
         return Err(BuildError::UnexpectedPayload { opcode, len: payload_len });
     }
-    const M24: u64 = 0x00FF_FFFF;
-    range("BTH DestQP", bth.dest_qp.into(), M24)?;
-    range("BTH PSN", bth.psn.into(), M24)?;
+    let m24 = u64::from(M24);
+    range("BTH DestQP", bth.dest_qp.into(), m24)?;
+    range("BTH PSN", bth.psn.into(), m24)?;
     range("BTH TVer", bth.tver.into(), 0xF)?;
     let pad = pad_of(pad_cnt, payload_len);
     range("PadCnt", pad.into(), 3)?;
     if let Some(d) = ext.deth {
-        range("DETH SrcQP", d.src_qp.into(), M24)?;
+        range("DETH SrcQP", d.src_qp.into(), m24)?;
     }
     if let Some(a) = ext.aeth {
-        range("AETH MSN", a.msn.into(), M24)?;
+        range("AETH MSN", a.msn.into(), m24)?;
     }
     if let Some(r) = ext.rdeth {
-        range("RDETH EE-Context", r.ee_context.into(), M24)?;
+        range("RDETH EE-Context", r.ee_context.into(), m24)?;
     }
     let t = info.header_len() + payload_len + usize::from(pad) + ICRC_LEN;
-    let ip_len = match kind {
-        L3Kind::Ipv4 => 20 + 8 + t,
-        L3Kind::Ipv6 => 8 + t,
-        L3Kind::Grh => t,
-    };
+    let ip_len = ip_len_of(kind, t);
     if ip_len > usize::from(u16::MAX) {
         return Err(BuildError::TooLong { len: ip_len });
     }
@@ -669,4 +722,69 @@ impl Writer<'_> {
 /// [`FrameBuilder::build_into`].
 pub fn build_frame(b: &FrameBuilder<'_>, buf: &mut [u8]) -> Result<usize, BuildError> {
     b.build_into(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::{Aeth, Deth, Opcode, Rdeth, Reth};
+
+    /// The one-condition check of a packet agrees with the field-by-field one on every fault
+    /// (and on no fault): the same length, or the same first error.
+    #[test]
+    fn the_quick_packet_check_agrees_with_the_one_that_names_the_fault() {
+        let send = Bth::new(Opcode::RC_SEND_ONLY, 1, 2);
+        let write = Bth::new(Opcode::RC_RDMA_WRITE_ONLY, 1, 2);
+        let reth = ExtHeaders { reth: Some(Reth::default()), ..ExtHeaders::default() };
+        let none = ExtHeaders::default();
+        let ud = Bth::new(Opcode::UD_SEND_ONLY, 1, 2);
+        let deth = |src_qp| ExtHeaders { deth: Some(Deth { qkey: 1, src_qp }), ..ExtHeaders::default() };
+        let ack = Bth::new(Opcode::RC_ACKNOWLEDGE, 1, 2);
+        let aeth = |msn| ExtHeaders { aeth: Some(Aeth { syndrome: 0, msn }), ..ExtHeaders::default() };
+        let rd = Bth::new(Opcode(0x40), 1, 2); // RD SEND First: RDETH + DETH
+        let rdeth = |ee_context| ExtHeaders {
+            rdeth: Some(Rdeth { ee_context }),
+            deth: Some(Deth { qkey: 1, src_qp: 3 }),
+            ..ExtHeaders::default()
+        };
+        let with = |b: Bth, f: fn(&mut Bth)| {
+            let mut b = b;
+            f(&mut b);
+            b
+        };
+        let cases: Vec<(L3Kind, Option<u8>, Bth, ExtHeaders, usize)> = vec![
+            (L3Kind::Ipv4, None, send, none, 64),
+            (L3Kind::Ipv6, None, write, reth, 1024),
+            (L3Kind::Grh, Some(0), send, none, 0),
+            (L3Kind::Ipv4, None, Bth::new(Opcode(0x15), 1, 2), none, 0),
+            (L3Kind::Ipv4, None, write, none, 8),
+            (L3Kind::Ipv4, None, send, reth, 8),
+            (L3Kind::Ipv4, None, ack, aeth(7), 1),
+            (L3Kind::Ipv4, None, with(send, |b| b.dest_qp = 1 << 24), none, 0),
+            (L3Kind::Ipv4, None, with(send, |b| b.psn = 1 << 24), none, 0),
+            (L3Kind::Ipv4, None, with(send, |b| b.tver = 16), none, 0),
+            (L3Kind::Ipv4, Some(4), send, none, 0),
+            (L3Kind::Ipv4, None, ud, deth(1 << 24), 0),
+            (L3Kind::Ipv4, None, ud, deth(5), 0),
+            (L3Kind::Ipv4, None, ack, aeth(1 << 24), 0),
+            (L3Kind::Ipv4, None, ack, aeth(9), 0),
+            (L3Kind::Ipv4, None, rd, rdeth(1 << 24), 0),
+            (L3Kind::Ipv4, None, rd, rdeth(4), 0),
+            // The longest payloads that fit (padded to 4, with a 12-byte BTH and the ICRC), and
+            // one word more.
+            (L3Kind::Ipv4, None, send, none, 65_488),
+            (L3Kind::Ipv4, None, send, none, 65_492),
+            (L3Kind::Ipv6, None, send, none, 65_508),
+            (L3Kind::Ipv6, None, send, none, 65_512),
+            (L3Kind::Grh, None, send, none, 65_516),
+            (L3Kind::Grh, None, send, none, 65_520),
+        ];
+        let mut faults = 0;
+        for (i, (kind, pad_cnt, bth, ext, len)) in cases.into_iter().enumerate() {
+            let quick = validate_packet(kind, pad_cnt, &bth, &ext, len);
+            assert_eq!(quick, packet_fault_checks(kind, pad_cnt, &bth, &ext, len), "case {i}");
+            faults += usize::from(quick.is_err());
+        }
+        assert_eq!(faults, 14, "the cases' faults");
+    }
 }
