@@ -72,6 +72,9 @@ struct Inner {
     /// Whether a run on a shared borrow let go with the timers due (it does not run them):
     /// the next thread to hold the whole device runs them.
     timers_wanted: AtomicBool,
+    /// Held by the engine while it looks at the device (not while it sleeps), and by a test
+    /// that keeps it out ([`SimDevice::hold_engine_while`]).
+    engine_hold: Mutex<()>,
 }
 
 /// What the engine and the threads that run the device tell each other about time without the
@@ -569,27 +572,45 @@ impl Inner {
                 return any;
             }
             let q = free.trailing_zeros() as usize;
-            let bit = 1 << q;
-            fence(Ordering::SeqCst);
-            if self.receiving.fetch_or(bit, Ordering::Acquire) & bit != 0 {
+            if !self.claim_rx(q) {
                 continue; // another run took it meanwhile
             }
-            let frames = self.port.take_rx(q);
-            if !frames.is_empty() {
-                self.port.process_on(dp, &frames, Instant::now());
-                any = true;
-            }
-            self.port.recycle_rx(q, frames);
-            self.receiving.fetch_and(!bit, Ordering::Release);
-            // Pairs with the fence above in a run that found the queue taken: it queued frames
-            // before, and this run, letting go, sees its mark and looks again.
-            fence(Ordering::SeqCst);
-            if self.skipped.load(Ordering::Relaxed) & bit != 0 {
-                self.skipped.fetch_and(!bit, Ordering::Relaxed);
-            } else {
-                *queues &= !bit;
-            }
+            any |= self.receive_claimed(dp, q, queues, || ());
         }
+    }
+
+    /// Claims receive queue `q` for this run ([`Inner::receiving`]); false if another run
+    /// holds it.
+    fn claim_rx(&self, q: usize) -> bool {
+        let bit = 1 << q;
+        fence(Ordering::SeqCst);
+        self.receiving.fetch_or(bit, Ordering::Acquire) & bit == 0
+    }
+
+    /// Handles the frames waiting in receive queue `q`, which this run claimed, on `dp`, runs
+    /// `while_held` (a test's: [`SimDevice::hold_receive_queue_while`]), and lets go of the
+    /// claim; whether there were any frames. `q` stays in `queues`, for the caller to look at
+    /// again, only if another run found it claimed meanwhile ([`Inner::receive_shared`]).
+    #[inline(always)]
+    fn receive_claimed(&self, dp: &mut DataPath<'_>, q: usize, queues: &mut u32, while_held: impl FnOnce()) -> bool {
+        let bit = 1 << q;
+        let frames = self.port.take_rx(q);
+        let any = !frames.is_empty();
+        if any {
+            self.port.process_on(dp, &frames, Instant::now());
+        }
+        self.port.recycle_rx(q, frames);
+        while_held();
+        self.receiving.fetch_and(!bit, Ordering::Release);
+        // Pairs with the fence in a run that found the queue taken: it queued frames before,
+        // and this run, letting go, sees its mark and looks again.
+        fence(Ordering::SeqCst);
+        if self.skipped.load(Ordering::Relaxed) & bit != 0 {
+            self.skipped.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            *queues &= !bit;
+        }
+        any
     }
 }
 
@@ -672,6 +693,7 @@ impl SimDevice {
             receiving: AtomicU32::new(0),
             skipped: AtomicU32::new(0),
             timers_wanted: AtomicBool::new(false),
+            engine_hold: Mutex::new(()),
         });
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
@@ -897,6 +919,37 @@ impl SimDevice {
             }
         })
     }
+
+    /// For tests of what happens beside another run: runs `during` while a run of the device
+    /// in this thread handles the receive queue that QP `qpn`'s frames arrive in (after it
+    /// took and handled the frames waiting there, before it lets go of the queue), as another
+    /// thread's run does while it handles frames there; then that run goes on as any run
+    /// does. False, and `during` not run, if another thread holds the whole device or that
+    /// queue. `during` must not take the whole device: this thread holds it shared.
+    #[doc(hidden)]
+    pub fn hold_receive_queue_while(&self, qpn: u32, during: impl FnOnce()) -> bool {
+        let inner = &*self.inner;
+        let q = crate::port::rx_queue_of_qp(qpn);
+        let mut claimed = false;
+        let ran = inner.try_shared(|dp| {
+            claimed = inner.claim_rx(q);
+            if claimed {
+                let mut queues = 1 << q;
+                inner.receive_claimed(dp, q, &mut queues, during);
+                inner.receive_shared(dp, &mut queues);
+            }
+        });
+        ran && claimed
+    }
+
+    /// For tests that nothing but the threads they run moves the device: runs `during` with
+    /// the device's engine kept out (it finishes the look it is in first, and looks again
+    /// after).
+    #[doc(hidden)]
+    pub fn hold_engine_while<T>(&self, during: impl FnOnce() -> T) -> T {
+        let _hold = self.inner.engine_hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        during()
+    }
 }
 
 /// How far the time a shared run let go of the device may lag ([`EngineClock::leaving_shared`]):
@@ -973,42 +1026,47 @@ fn engine(weak: Weak<Inner>) {
     }
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        // Noted before the lock is tried: a holder that lets go later compares with it.
-        let now = Instant::now();
-        let planned = now + ENGINE_IDLE_PARK;
-        inner.clock.engine_plans(planned);
-        // Frames, posted writes, or ACKs a polling application left unsent (they wait at most
-        // until this look: `Port::acks_may_wait`).
-        let nothing_waits =
-            !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed) && !inner.port.acks_deferred();
-        if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits) {
-            drop(inner);
-            std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
-            continue;
-        }
-        let wake = match inner.try_lock() {
-            Some(mut h) => {
-                // While the engine runs the device, its own run need not wake it: it looks at
-                // the timers when it is done.
-                inner.clock.engine_runs();
-                h.stats.engine_runs += 1;
-                // A timer armed since the last run may be due before `timers_due`.
-                let now = Instant::now();
-                if h.next_due(now).is_some_and(|due| due <= now) {
-                    h.timers_due = now;
-                }
-                inner.run_to_completion(&mut h);
-                // The buffers the run was given back serve the threads that run the data path
-                // (`buffers`: an engine's list would keep them from those threads).
-                crate::buffers::release();
-                let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
-                inner.clock.engine_plans(wake);
-                wake
-            }
-            None => inner.clock.engine_wake_when_held(Instant::now(), planned),
-        };
+        let hold = inner.engine_hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let wake = engine_look(&inner);
+        drop(hold);
         drop(inner);
         std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// One look of the engine at the device: what it runs, if anything; when it looks next.
+fn engine_look(inner: &Inner) -> Instant {
+    // Noted before the lock is tried: a holder that lets go later compares with it.
+    let now = Instant::now();
+    let planned = now + ENGINE_IDLE_PARK;
+    inner.clock.engine_plans(planned);
+    // Frames, posted writes, or ACKs a polling application left unsent (they wait at most
+    // until this look: `Port::acks_may_wait`).
+    let nothing_waits =
+        !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed) && !inner.port.acks_deferred();
+    if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits) {
+        return wake;
+    }
+    match inner.try_lock() {
+        Some(mut h) => {
+            // While the engine runs the device, its own run need not wake it: it looks at
+            // the timers when it is done.
+            inner.clock.engine_runs();
+            h.stats.engine_runs += 1;
+            // A timer armed since the last run may be due before `timers_due`.
+            let now = Instant::now();
+            if h.next_due(now).is_some_and(|due| due <= now) {
+                h.timers_due = now;
+            }
+            inner.run_to_completion(&mut h);
+            // The buffers the run was given back serve the threads that run the data path
+            // (`buffers`: an engine's list would keep them from those threads).
+            crate::buffers::release();
+            let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
+            inner.clock.engine_plans(wake);
+            wake
+        }
+        None => inner.clock.engine_wake_when_held(Instant::now(), planned),
     }
 }
 

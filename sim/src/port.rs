@@ -327,7 +327,12 @@ pub(crate) const RX_QUEUES: usize = 4;
 
 /// The receive queue a frame waits in: by its destination QP if it is RoCE, else the first.
 fn rx_queue_of(frame: &[u8]) -> usize {
-    umlx_wire::packet::steering_dest_qp(frame).map_or(0, |qpn| qpn as usize % RX_QUEUES)
+    umlx_wire::packet::steering_dest_qp(frame).map_or(0, rx_queue_of_qp)
+}
+
+/// The receive queue the frames for QP `qpn` wait in.
+pub(crate) fn rx_queue_of_qp(qpn: u32) -> usize {
+    qpn as usize % RX_QUEUES
 }
 
 pub(crate) struct PortInner {

@@ -553,6 +553,42 @@ fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_t
     assert!(p.a.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no further CQE");
 }
 
+/// Frames that arrive in a receive queue while another thread's run handles that queue wait
+/// for that run, which handles them before it lets go: the run that brought them finds the
+/// queue taken, marks it and returns. With the receiving device's engine kept out (it would
+/// find them at its next look), the WRITE has not landed while the queue is held, and has the
+/// moment the holder lets go.
+#[test]
+fn frames_that_arrive_while_another_run_handles_their_queue_are_handled_by_that_run() {
+    use umlx_hwdesc::plain::{dbr, uar};
+    let mut p = pair();
+    let data = pattern(11, 600);
+    p.a.mem.write(0x1000, &data);
+    let s = segs(&[&raddr_seg(p.b.va(0x8000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x1000))]);
+    let (idx, db) = p.a.write_send_wqe(&mut p.qa, WRITE, w::WQE_CTRL_CQ_UPDATE, 0, &s);
+    p.qa.dbr.write_u32_be(dbr::SND_DBR, p.qa.sq_pi as u32);
+    let doorbell = (p.a.uar as usize * uar::UAR_PAGE_SIZE + uar::BF_OFFSET) as u64;
+    let (dev_a, dev_b, qpn_b) = (p.a.dev.clone(), p.b.dev.clone(), p.qb.qpn);
+    let mut during_hold = None;
+    let after_hold = dev_b.hold_engine_while(|| {
+        let held = dev_b.hold_receive_queue_while(qpn_b, || {
+            // Another thread rings: its run sends the WRITE's packets, which reach B's queue.
+            std::thread::scope(|t| {
+                t.spawn(|| dev_a.bar0_write64(doorbell, db));
+            });
+            during_hold = Some(p.b.mem.to_vec(0x8000, 600));
+        });
+        assert!(held, "the queue was held");
+        p.b.mem.to_vec(0x8000, 600)
+    });
+    assert_eq!(during_hold, Some(vec![0; 600]), "nothing handled while the queue was held");
+    assert!(after_hold == data, "the WRITE landed when the holder let go");
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, idx));
+    let (ta, tb) = (p.a.dev.transport_stats(), p.b.dev.transport_stats());
+    assert_eq!((ta.tx_packets, tb.rx_packets, ta.retransmits, tb.duplicates), (3, 3, 0, 0), "{ta:?} {tb:?}");
+}
+
 /// Send doorbells of one QP rung by two threads at once (each run of the device services the
 /// QP, and sends what it fetched; a doorbell that finds another run holding the QP's transport
 /// leaves the work to it, and one receive queue's frames are handled by one run at a time): every WQE is sent
