@@ -18,6 +18,22 @@ use umlx_verbs::*;
 /// A loop gives up when nothing happened for this long (the peer is gone).
 const STALL: Duration = Duration::from_secs(120);
 
+/// How long a wait for the peer has lasted, counted from the wait's first look at the clock: a
+/// waiting loop looks only once every 1024 empty polls, so that a wait that ends sooner (every
+/// wait of a latency test that goes well) reads no clock.
+#[derive(Default)]
+struct Stall {
+    since: Option<Instant>,
+}
+
+impl Stall {
+    /// Whether the wait has lasted longer than [`STALL`].
+    fn over(&mut self) -> bool {
+        let now = Instant::now();
+        now.duration_since(*self.since.get_or_insert(now)) > STALL
+    }
+}
+
 /// Page size and cache-line size both sides agreed on.
 #[derive(Clone, Copy, Debug)]
 pub struct Geometry {
@@ -124,6 +140,14 @@ impl Progress {
     pub fn new(enabled: bool, label: String) -> Progress {
         let now = Instant::now();
         Progress { enabled, label, start: now, last: now, shown: false }
+    }
+
+    /// [`Progress::tick`] at the time now, read only when the line is shown: a latency loop
+    /// then reads the clock once per iteration, for its measurement, as perftest does.
+    pub fn tick_now(&mut self, msgs: u64, size: u64) {
+        if self.enabled {
+            self.tick(Instant::now(), msgs, size);
+        }
     }
 
     /// Updates the line at most once a second.
@@ -581,7 +605,7 @@ impl Resources {
     }
 
     fn poll_one_send(&mut self, what: &str, done: u64, total: u64, stop: &dyn Fn() -> bool) -> Result<bool, String> {
-        let since = Instant::now();
+        let mut stall = Stall::default();
         let mut spins = 0u32;
         loop {
             if self.try_poll_send(what, done, total)?.is_some() {
@@ -593,7 +617,7 @@ impl Resources {
                 if stop() {
                     return Ok(false);
                 }
-                if since.elapsed() > STALL {
+                if stall.over() {
                     return Err(format!("no {what} completion for {} s", STALL.as_secs()));
                 }
             }
@@ -624,7 +648,7 @@ impl Resources {
                 rcnt += 1;
                 let want = rcnt as u8;
                 let mut b = [0u8; 1];
-                let since = Instant::now();
+                let mut stall = Stall::default();
                 let mut spins = 0u32;
                 loop {
                     self.mr.read(poll_off as usize, &mut b).map_err(|e| e.to_string())?;
@@ -650,7 +674,7 @@ impl Resources {
                         if ended() {
                             break;
                         }
-                        if since.elapsed() > STALL {
+                        if stall.over() {
                             return Err(format!(
                                 "RDMA WRITE ping-pong: no write from the peer for {} s",
                                 STALL.as_secs()
@@ -670,7 +694,7 @@ impl Resources {
                     *b = mark;
                 }
                 self.post(0, size, self.send_base(0), Some((rem[0].vaddr, rem[0].rkey)), true, 0)?;
-                progress.tick(Instant::now(), scnt, size);
+                progress.tick_now(scnt, size);
             }
             if in_dur && ended() {
                 break;
@@ -721,7 +745,7 @@ impl Resources {
         let mut wc = [Wc::default(); 1];
         while scnt < iters || rcnt < iters || (in_dur && !ended(&dur)) {
             if (rcnt < iters || in_dur) && !(scnt < 1 && client) {
-                let since = Instant::now();
+                let mut stall = Stall::default();
                 let mut spins = 0u32;
                 let mut got = false;
                 loop {
@@ -735,7 +759,7 @@ impl Resources {
                         if in_dur && ended(&dur) {
                             break;
                         }
-                        if since.elapsed() > STALL {
+                        if stall.over() {
                             return Err(format!("SEND ping-pong: no message from the peer for {} s", STALL.as_secs()));
                         }
                     }
@@ -767,7 +791,7 @@ impl Resources {
                     break;
                 }
                 self.post(0, size, self.send_base(0), None, signaled, 0)?;
-                progress.tick(Instant::now(), scnt, size);
+                progress.tick_now(scnt, size);
                 if signaled {
                     let d = dur;
                     let stop = move || ended(&d);
@@ -805,7 +829,7 @@ impl Resources {
             }
             scnt += 1;
             self.post(0, size, self.send_base(0), Some((rem[0].vaddr, rem[0].rkey)), true, 0)?;
-            progress.tick(Instant::now(), scnt, size);
+            progress.tick_now(scnt, size);
             if in_dur && ended() {
                 break;
             }
