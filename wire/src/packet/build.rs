@@ -428,7 +428,8 @@ const M24: u32 = 0x00FF_FFFF;
 ///
 /// Every packet a device sends passes through here, so the checks are first made at once, as
 /// one condition; only a packet that fails one is checked again, field by field in a fixed
-/// order, to name the first field at fault ([`packet_fault`]).
+/// order, to name the first field at fault ([`validate_packet_by_field`], whose answer is the
+/// answer).
 #[inline]
 fn validate_packet(
     kind: L3Kind,
@@ -454,7 +455,7 @@ fn validate_packet(
             return Ok(t);
         }
     }
-    Err(packet_fault(kind, pad_cnt, bth, ext, payload_len))
+    validate_packet_by_field(kind, pad_cnt, bth, ext, payload_len)
 }
 
 /// The IPv4 total length (or IPv6 / GRH payload length) of a packet on a path of `kind` whose
@@ -467,19 +468,11 @@ fn ip_len_of(kind: L3Kind, transport: usize) -> usize {
     }
 }
 
-/// The first check of [`validate_packet`] a packet fails, in a fixed order: the opcode, its
-/// extension headers, its payload, then each field's range and the packet's length.
+/// [`validate_packet`]'s checks one by one, in a fixed order: the opcode, its extension
+/// headers, its payload, then each field's range and the packet's length; the first that
+/// fails is the error.
 #[cold]
-fn packet_fault(kind: L3Kind, pad_cnt: Option<u8>, bth: &Bth, ext: &ExtHeaders, payload_len: usize) -> BuildError {
-    match packet_fault_checks(kind, pad_cnt, bth, ext, payload_len) {
-        Err(e) => e,
-        // Not reached: `validate_packet` calls it for a packet that failed a check.
-        Ok(len) => BuildError::TooLong { len },
-    }
-}
-
-/// [`packet_fault`]'s checks, one by one.
-fn packet_fault_checks(
+fn validate_packet_by_field(
     kind: L3Kind,
     pad_cnt: Option<u8>,
     bth: &Bth,
@@ -782,7 +775,7 @@ mod tests {
         let mut faults = 0;
         for (i, (kind, pad_cnt, bth, ext, len)) in cases.into_iter().enumerate() {
             let quick = validate_packet(kind, pad_cnt, &bth, &ext, len);
-            assert_eq!(quick, packet_fault_checks(kind, pad_cnt, &bth, &ext, len), "case {i}");
+            assert_eq!(quick, validate_packet_by_field(kind, pad_cnt, &bth, &ext, len), "case {i}");
             faults += usize::from(quick.is_err());
         }
         assert_eq!(faults, 14, "the cases' faults");
