@@ -528,16 +528,35 @@ fn wqes_rung_together_across_the_rings_end_and_a_page_are_each_executed_once_in_
     assert_eq!(p.b.dev.transport_stats().duplicates, 0, "none executed twice");
 }
 
+/// A 600-byte WRITE (three packets at the pair's MTU of 256) of `pattern(seed, 600)` from A's
+/// offset 0x1000 to B's 0x8000, its WQE written but not rung: the data, the WQE's index and its
+/// doorbell value.
+fn write_600_unrung(p: &mut RcPair, seed: u32) -> (Vec<u8>, u16, u64) {
+    let data = pattern(seed, 600);
+    p.a.mem.write(0x1000, &data);
+    let s = segs(&[&raddr_seg(p.b.va(0x8000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x1000))]);
+    let (idx, db) = p.a.write_send_wqe(&mut p.qa, WRITE, w::WQE_CTRL_CQ_UPDATE, 0, &s);
+    (data, idx, db)
+}
+
+/// The WRITE of [`write_600_unrung`] (WQE `idx`) completed once, its `data` at B, sent and
+/// received in three packets, none again.
+fn assert_write_600_done_once(p: &mut RcPair, idx: u16, data: &[u8]) {
+    let c = p.a.poll_cq();
+    assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, idx));
+    assert_eq!(p.b.mem.to_vec(0x8000, 600), data);
+    let (ta, tb) = (p.a.dev.transport_stats(), p.b.dev.transport_stats());
+    assert_eq!((ta.tx_packets, tb.rx_packets, ta.retransmits, tb.duplicates), (3, 3, 0, 0), "{ta:?} {tb:?}");
+    assert!(p.a.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no further CQE");
+}
+
 /// A send doorbell rung while another run holds the QP's transport (handling its packets, say)
 /// does not wait for it: that run fetches and sends the WQEs before it puts the transport
 /// back. Rung once, with nothing else to run the QP after, the WRITE still lands, once.
 #[test]
 fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_that_run() {
     let mut p = pair();
-    let data = pattern(7, 600);
-    p.a.mem.write(0x1000, &data);
-    let s = segs(&[&raddr_seg(p.b.va(0x8000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x1000))]);
-    let (idx, db) = p.a.write_send_wqe(&mut p.qa, WRITE, w::WQE_CTRL_CQ_UPDATE, 0, &s);
+    let (data, idx, db) = write_600_unrung(&mut p, 7);
     let dev = p.a.dev.clone();
     let mut rung = false;
     assert!(dev.hold_qp_transport_while(p.qa.qpn, || {
@@ -545,12 +564,7 @@ fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_t
         rung = true;
     }));
     assert!(rung, "the doorbell returned while the transport was held");
-    let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, idx));
-    assert_eq!(p.b.mem.to_vec(0x8000, 600), data);
-    let (ta, tb) = (p.a.dev.transport_stats(), p.b.dev.transport_stats());
-    assert_eq!((ta.tx_packets, tb.rx_packets, ta.retransmits, tb.duplicates), (3, 3, 0, 0), "{ta:?} {tb:?}");
-    assert!(p.a.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no further CQE");
+    assert_write_600_done_once(&mut p, idx, &data);
 }
 
 /// Frames that arrive in a receive queue while another thread's run handles that queue wait
@@ -563,10 +577,7 @@ fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_t
 fn frames_that_arrive_while_another_run_handles_their_queue_are_handled_by_that_run() {
     use umlx_hwdesc::plain::{dbr, uar};
     let mut p = pair();
-    let data = pattern(11, 600);
-    p.a.mem.write(0x1000, &data);
-    let s = segs(&[&raddr_seg(p.b.va(0x8000), p.b.mkey), &data_seg(600, p.a.mkey, p.a.va(0x1000))]);
-    let (idx, db) = p.a.write_send_wqe(&mut p.qa, WRITE, w::WQE_CTRL_CQ_UPDATE, 0, &s);
+    let (data, idx, db) = write_600_unrung(&mut p, 11);
     p.qa.dbr.write_u32_be(dbr::SND_DBR, p.qa.sq_pi as u32);
     let doorbell = (p.a.uar as usize * uar::UAR_PAGE_SIZE + uar::BF_OFFSET) as u64;
     let (dev_a, dev_b, qpn_b) = (p.a.dev.clone(), p.b.dev.clone(), p.qb.qpn);
@@ -587,10 +598,7 @@ fn frames_that_arrive_while_another_run_handles_their_queue_are_handled_by_that_
     let during_hold = during_hold.expect("the queue was held");
     assert!(during_hold.iter().all(|&b| b == 0), "nothing handled while the queue was held");
     assert!(after_hold == data, "the WRITE landed when the holder let go");
-    let c = p.a.poll_cq();
-    assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, idx));
-    let (ta, tb) = (p.a.dev.transport_stats(), p.b.dev.transport_stats());
-    assert_eq!((ta.tx_packets, tb.rx_packets, ta.retransmits, tb.duplicates), (3, 3, 0, 0), "{ta:?} {tb:?}");
+    assert_write_600_done_once(&mut p, idx, &data);
 }
 
 /// Send doorbells of one QP rung by two threads at once (each run of the device services the
