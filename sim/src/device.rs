@@ -470,7 +470,7 @@ impl Inner {
                 if self.posted_whole.load(Ordering::Relaxed) {
                     continue;
                 }
-                let now = Instant::now();
+                let now = crate::port::run_now();
                 if now < h.timers_due {
                     // A shared run that found the published time due saw one the whole device
                     // has run since (it holds the truth now).
@@ -505,7 +505,8 @@ impl Inner {
             waiting &= waiting - 1;
             let frames = self.port.take_rx(q);
             if !frames.is_empty() {
-                self.port.process(h, &frames, Instant::now());
+                crate::port::run_clock_moves();
+                self.port.process(h, &frames, crate::port::run_now());
                 any = true;
             }
             self.port.recycle_rx(q, frames);
@@ -542,7 +543,7 @@ impl Inner {
                 break;
             }
         }
-        let (wake, due) = self.clock.leaving_shared(Instant::now(), lane.due.take());
+        let (wake, due) = self.clock.leaving_shared(crate::port::run_now(), lane.due.take());
         if due && !self.timers_wanted.load(Ordering::Relaxed) {
             self.timers_wanted.store(true, Ordering::Relaxed);
         }
@@ -597,7 +598,8 @@ impl Inner {
         let frames = self.port.take_rx(q);
         let any = !frames.is_empty();
         if any {
-            self.port.process_on(dp, &frames, Instant::now());
+            crate::port::run_clock_moves();
+            self.port.process_on(dp, &frames, crate::port::run_now());
         }
         self.port.recycle_rx(q, frames);
         while_held();
@@ -746,6 +748,9 @@ impl SimDevice {
             self.inner.post(offset, value);
             return;
         };
+        // The doorbell is part of the run that follows it: one read of the clock serves both
+        // (`port::run_now`).
+        let _running = crate::port::Running::enter(&self.inner.port);
         // Writes posted before this one go first.
         self.inner.execute_posted(&mut h);
         h.bar_write64(offset, value);

@@ -127,7 +127,7 @@ impl<'a> DataPath<'a> {
             _ => false,
         };
         if rang {
-            self.sq_service(qpn, Instant::now());
+            self.sq_service(qpn, crate::port::run_now());
         } else {
             self.lane.device_stats.bad_doorbells += 1;
         }

@@ -95,7 +95,7 @@ impl DataPath<'_> {
             }
             qp.sq_rang = false;
             drop(qp);
-            self.serve_sq(&mut t, Instant::now());
+            self.serve_sq(&mut t, crate::port::run_now());
         };
         TRANSPORTS_HELD.set(TRANSPORTS_HELD.get().saturating_sub(1));
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
