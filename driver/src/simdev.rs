@@ -32,10 +32,15 @@ impl std::fmt::Debug for SimBackend {
     }
 }
 
+/// A new software ConnectX with `cfg`, or the operating system's refusal of its engine thread.
+fn power_on(cfg: SimConfig) -> Result<SimDevice> {
+    SimDevice::try_new(cfg).map_err(|e| Error::Os { op: "starting the sim's engine thread".into(), source: e })
+}
+
 impl SimBackend {
     /// Powers on a new software ConnectX with `cfg` and connects its MSI-X vectors to eventfds.
     pub fn new(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
-        Self::attach(name, SimDevice::new(cfg))
+        Self::attach(name, power_on(cfg)?)
     }
 
     /// Attaches to an existing device model (e.g. one wired to a fabric).
@@ -56,7 +61,7 @@ impl SimBackend {
     /// driver's own data-path cost, as rdma-core's figures are measured with the doorbell
     /// pointing at plain memory. Commands, EQ and CQ doorbells still reach the device.
     pub fn with_plain_doorbells(name: &str, cfg: SimConfig) -> Result<Arc<SimBackend>> {
-        Self::attach_with_plain_doorbells(name, SimDevice::new(cfg))
+        Self::attach_with_plain_doorbells(name, power_on(cfg)?)
     }
 
     /// [`SimBackend::attach`] with plain doorbells, as [`SimBackend::with_plain_doorbells`].

@@ -681,7 +681,17 @@ pub struct ObjectCounts {
 
 impl SimDevice {
     /// Powers on a device with `cfg`.
+    ///
+    /// # Panics
+    /// If the operating system refuses the device its engine thread: [`SimDevice::try_new`]
+    /// returns that error instead (what the tools and `verbs` use).
     pub fn new(cfg: SimConfig) -> SimDevice {
+        SimDevice::try_new(cfg).unwrap_or_else(|e| panic!("starting the sim's engine thread: {e}"))
+    }
+
+    /// Powers on a device with `cfg`; fails with the operating system's error when it refuses
+    /// the device its engine thread (too many threads, too little memory).
+    pub fn try_new(cfg: SimConfig) -> std::io::Result<SimDevice> {
         // The creating thread is usually the application's, which rings the doorbells.
         prepare_thread();
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
@@ -700,11 +710,8 @@ impl SimDevice {
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
         let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new()
-            .name("umlx-sim-engine".into())
-            .spawn(move || engine(weak))
-            .expect("spawning the sim engine thread");
-        SimDevice { inner }
+        std::thread::Builder::new().name("umlx-sim-engine".into()).spawn(move || engine(weak))?;
+        Ok(SimDevice { inner })
     }
 
     /// Locks the device state. The lock is never held across a call out of the device.
@@ -1078,6 +1085,42 @@ fn engine_look(inner: &Inner) -> Instant {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device the operating system refuses its engine thread is an error, not a panic: shown
+    /// in a child process (this test's binary again) whose address space is limited to what it
+    /// has mapped plus 1 MiB, too little for a thread's 2 MiB stack.
+    #[test]
+    fn a_device_refused_its_engine_thread_is_an_error() {
+        const CHILD: &str = "UMLX_SIM_TEST_NO_THREAD_ROOM";
+        const NAME: &str = "device::tests::a_device_refused_its_engine_thread_is_an_error";
+        if std::env::var_os(CHILD).is_some() {
+            let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+            let kib: u64 = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmSize:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .expect("VmSize");
+            let limit = libc::rlimit { rlim_cur: (kib << 10) + (1 << 20), rlim_max: libc::RLIM_INFINITY };
+            // SAFETY: `limit` is a valid rlimit that outlives the call.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+            match SimDevice::try_new(SimConfig::default()) {
+                Ok(_) => println!("child: started"),
+                Err(e) => println!("child: refused: {e}"),
+            }
+            return;
+        }
+        let me = std::env::current_exe().expect("the test binary");
+        let out = std::process::Command::new(me)
+            .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .expect("running the child");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "the child failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("child: refused: "), "{stdout}");
+        // Unlimited, the same device starts.
+        assert!(SimDevice::try_new(SimConfig::default()).is_ok());
+    }
 
     /// The timers run next when something is due: with nothing timed, when the firmware next
     /// touches a page it holds, and no later than that period after the last run. (They ran

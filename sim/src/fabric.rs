@@ -84,7 +84,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Fabric {
     /// A fabric with the given impairments.
+    ///
+    /// # Panics
+    /// If the operating system refuses the fabric its timer thread: [`Fabric::try_new`]
+    /// returns that error instead (what the tools use).
     pub fn new(cfg: FabricConfig) -> Fabric {
+        Fabric::try_new(cfg).unwrap_or_else(|e| panic!("starting the fabric's thread: {e}"))
+    }
+
+    /// A fabric with the given impairments; fails with the operating system's error when it
+    /// refuses the fabric its timer thread.
+    pub fn try_new(cfg: FabricConfig) -> std::io::Result<Fabric> {
         let shared = Arc::new(FabricShared {
             ports: Mutex::new(Vec::new()),
             state: Mutex::new(State {
@@ -97,12 +107,9 @@ impl Fabric {
             timer: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
-        let h = std::thread::Builder::new()
-            .name("umlx-sim-fabric".into())
-            .spawn(move || timer(weak))
-            .expect("spawning the fabric thread");
+        let h = std::thread::Builder::new().name("umlx-sim-fabric".into()).spawn(move || timer(weak))?;
         *lock(&shared.timer) = Some(h.thread().clone());
-        Fabric { shared }
+        Ok(Fabric { shared })
     }
 
     /// A fabric without impairments.

@@ -25,7 +25,7 @@ const MR_LEN: usize = 1 << 20;
 fn node(fabric: &Fabric, n: u8, name: &str) -> Result<(Node, Duration, usize), String> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
-    let dev = SimDevice::new(cfg);
+    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: starting its engine thread: {e}"))?;
     fabric.attach(&dev.port());
     let t = Instant::now();
     let ctx = Context::attach_sim(dev, name, ips).map_err(|e| e.to_string())?;
@@ -208,7 +208,7 @@ pub struct DemoArgs {
 pub fn run(a: &DemoArgs) -> Result<(), String> {
     let quick = a.quick;
     println!("umlx demo: two software ConnectX adapters (ConnectX-6 Dx model) on an in-process RoCEv2 fabric\n");
-    let fabric = Fabric::perfect();
+    let fabric = crate::simbench::perfect_fabric()?;
     let pcap = std::env::temp_dir().join(format!("umlx-demo-{}.pcap", std::process::id()));
     let (mut a, up_a, steps) = node(&fabric, 1, "a")?;
     let (mut b, up_b, _) = node(&fabric, 2, "b")?;

@@ -23,7 +23,7 @@ use std::result::Result;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use umlx_sim::fabric::Fabric;
+use umlx_sim::fabric::{Fabric, FabricConfig};
 use umlx_sim::{SimConfig, SimDevice};
 use umlx_verbs::*;
 
@@ -116,11 +116,16 @@ struct Node {
 /// Bytes of the source (and of the sink) area of each node's MR.
 const BUF: usize = 64 << 10;
 
+/// A fabric without impairments (the demo's), or the operating system's refusal of its thread.
+pub(crate) fn perfect_fabric() -> Result<Fabric, String> {
+    Fabric::try_new(FabricConfig::default()).map_err(|e| format!("starting the in-process fabric's thread: {e}"))
+}
+
 /// Adapter `n` on `fabric`, opened as `name`.
 fn adapter(fabric: &Fabric, n: u8, name: &str) -> Result<Context, String> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
-    let dev = SimDevice::new(cfg);
+    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: starting its engine thread: {e}"))?;
     fabric.attach(&dev.port());
     Context::attach_sim(dev, name, ips).map_err(|e| format!("adapter {name}: {e}"))
 }
@@ -384,7 +389,7 @@ struct InProcess {
 }
 
 fn in_process(msgs: u64, bulk_bytes: u64, say: &dyn Fn(&str)) -> Result<InProcess, String> {
-    let fabric = Fabric::perfect();
+    let fabric = perfect_fabric()?;
     let (mut a, b) = pair(&fabric)?;
     let small = Stream { size: 64, msgs, window: 256, signal: 32 };
     let warm = WARMUP.min(msgs);
@@ -431,7 +436,7 @@ fn parallel_pairs() -> usize {
 fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
     let setups = (0..pairs).map(|_| {
         || {
-            let fabric = Fabric::perfect();
+            let fabric = perfect_fabric()?;
             pair(&fabric).map(|(a, b)| (a, b, Some(fabric)))
         }
     });
@@ -442,7 +447,7 @@ fn in_parallel(pairs: usize, s: Stream) -> Result<Duration, String> {
 /// of its own ([`streams`]): what several cores do with one device's queues, next to
 /// [`in_parallel`]'s pairs of devices.
 fn in_one_pair(flows: usize, s: Stream) -> Result<Duration, String> {
-    let fabric = Fabric::perfect();
+    let fabric = perfect_fabric()?;
     let setups = self::flows(&fabric, flows)?.into_iter().map(|(a, b)| move || Ok((a, b, None)));
     streams(setups.collect(), s)
 }

@@ -70,14 +70,20 @@ pub struct SimWireOptions {
     pub plain_doorbells: bool,
 }
 
-/// A sim numbered `index` with `ips` (default 10.77.0.(index+1)).
-pub fn sim_device(index: u8, ips: &[IpAddr]) -> (SimDevice, Vec<IpAddr>) {
+/// A sim numbered `index` with `ips` (default 10.77.0.(index+1)); fails when the operating
+/// system refuses the sim its engine thread.
+pub fn sim_device(index: u8, ips: &[IpAddr]) -> std::io::Result<(SimDevice, Vec<IpAddr>)> {
     let mut cfg = SimConfig::numbered(index);
     if !ips.is_empty() {
         cfg.ips = ips.to_vec();
     }
     let ips = cfg.ips.clone();
-    (SimDevice::new(cfg), ips)
+    Ok((SimDevice::try_new(cfg)?, ips))
+}
+
+/// The operating system refused a new sim its engine thread.
+fn sim_refused(e: std::io::Error) -> Error {
+    Error::new(ErrorKind::NoDevice, format!("starting the sim's engine thread: {e}"))
 }
 
 fn wire_error(message: String) -> Error {
@@ -90,7 +96,7 @@ impl Context {
     pub fn open_sim_on_wire(o: &SimWireOptions) -> Result<Context> {
         let (dev, ips) = match &o.wire {
             SimWire::Udp(local, peer) => {
-                let (dev, ips) = sim_device(o.index.unwrap_or(0), &o.ips);
+                let (dev, ips) = sim_device(o.index.unwrap_or(0), &o.ips).map_err(sim_refused)?;
                 dev.port().connect_udp(*local, *peer).map_err(|e| wire_error(format!("wire: binding {local}: {e}")))?;
                 (dev, ips)
             }
@@ -98,7 +104,7 @@ impl Context {
                 let lan = LoopbackLan::join(AUTO_WIRE_BASE_PORT, AUTO_WIRE_MEMBERS).map_err(|e| {
                     wire_error(format!("wire: joining the loopback LAN: {e}; name the wire (udp:LOCAL,PEER)"))
                 })?;
-                let (dev, ips) = sim_device(o.index.unwrap_or(lan.member() as u8), &o.ips);
+                let (dev, ips) = sim_device(o.index.unwrap_or(lan.member() as u8), &o.ips).map_err(sim_refused)?;
                 dev.port().connect_lan(lan).map_err(|e| wire_error(format!("wire: the loopback LAN: {e}")))?;
                 (dev, ips)
             }
