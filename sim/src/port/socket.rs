@@ -1,0 +1,572 @@
+//! The UDP wire's socket: its options (large buffers, `UDP_GRO`, the `UDP_SEGMENT` probe),
+//! batched receives (`recvmmsg`, a segmented datagram split again) and sends (`sendmmsg`, frames
+//! to one address as one segmented datagram), and the receive thread that serves the socket
+//! while no application polls it. These system calls are the `unsafe` of the port.
+
+use super::*;
+
+/// The socket buffers a UDP wire asks for: a burst of a multi-packet message (an 8 MiB READ's
+/// responses are 8192 datagrams) waits there while the receiving sim's thread is not running;
+/// the kernel grants at most `net.core.rmem_max` / `wmem_max`.
+const WIRE_SOCKET_BUFFER: libc::c_int = 16 << 20;
+
+/// Asks the kernel to deliver a segmented datagram (`UDP_SEGMENT`, as [`send_datagrams`] sends
+/// frames) to `sock` as one datagram with its segment size (`UDP_GRO`), which [`recv_batch`]
+/// splits: one pass through the receive path for the whole burst. A kernel without it (before
+/// Linux 5.0) delivers the frames one per datagram, as it does to any other socket.
+pub(super) fn enable_gro(sock: &UdpSocket) {
+    set_int_option(sock, libc::SOL_UDP, libc::UDP_GRO, 1);
+}
+
+/// Sets the `int` socket option `level`/`name` of `sock` to `value`; says whether the kernel
+/// took it.
+fn set_int_option(sock: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `&value`, a local that outlives
+    // the call; the descriptor is the socket's own, open while `sock` is borrowed.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// Asks for [`WIRE_SOCKET_BUFFER`] bytes of receive and send buffer: beyond the sysctl limits
+/// where the process may (`SO_RCVBUFFORCE`, CAP_NET_ADMIN), else up to them (best effort: a
+/// smaller grant only means earlier drops, which the RC transport retransmits).
+pub(super) fn enlarge_buffers(sock: &UdpSocket) {
+    for (forced, capped) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        if !set_int_option(sock, libc::SOL_SOCKET, forced, WIRE_SOCKET_BUFFER) {
+            set_int_option(sock, libc::SOL_SOCKET, capped, WIRE_SOCKET_BUFFER);
+        }
+    }
+}
+
+/// How long a UDP wire's receive thread keeps polling its socket without blocking after the
+/// last frame: a frame of a conversation in progress is taken as soon as it arrives, not after a
+/// scheduler wake-up; an idle wire sleeps in `recv`.
+const UDP_RX_SPIN: Duration = Duration::from_millis(2);
+
+/// A gap this long between two looks of a spinning receive thread means it was preempted.
+const UDP_RX_PREEMPTED: Duration = Duration::from_micros(200);
+
+/// How long a receive thread that was preempted while spinning blocks instead.
+const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How long a UDP wire's receive thread sleeps, instead of waiting at its socket, when an
+/// application polled the wire since its last look ([`Port::poll_wire`]). Waking at each
+/// datagram only to find it taken would take a core from the polling threads (on a machine
+/// with as many busy pollers as cores, every datagram would cost a context switch there). When
+/// the polling stops, a datagram waits at most this long for the receive thread (and pausing
+/// stops for a while: [`UDP_RX_PAUSE_HOLDOFF`]).
+const UDP_RX_POLLED_PAUSE: Duration = Duration::from_millis(1);
+
+/// How long a UDP wire's receive thread stops pausing for pollers after two pauses within
+/// [`UDP_RX_PAUSE_MISS_WINDOW`] ended with datagrams waiting ([`Pause::Missed`]). An
+/// application that alternates polling with watching memory then waits two pauses in this
+/// long; one that was preempted while it polled, twice in that window, loses the pauses for
+/// this long.
+const UDP_RX_PAUSE_HOLDOFF: Duration = Duration::from_millis(100);
+const UDP_RX_PAUSE_MISS_WINDOW: Duration = Duration::from_millis(50);
+
+/// How long datagrams found waiting at the end of a pause are left to the application before
+/// the receive thread decides it stopped polling: a poller busy with the frames it took (the
+/// device's work, the application's own) comes back well within it.
+const UDP_RX_PAUSE_GRACE: Duration = Duration::from_micros(100);
+
+/// Most datagrams a UDP wire's receive thread queues before it has the device handle them.
+pub(super) const UDP_RX_BATCH: usize = 64;
+
+/// How many datagrams one `recvmmsg` call takes at most, and the size of each receive slot (a
+/// longer datagram is truncated: counted as a truncated frame and dropped).
+pub(super) const RECV_BATCH: usize = 16;
+const RECV_SLOT: usize = 65536;
+
+/// Control-message space per received datagram: room for the `UDP_GRO` segment size (an
+/// `int`), in `u64`s for the alignment of a `cmsghdr`.
+const RECV_CONTROL_WORDS: usize = 8;
+
+/// Receive slots for [`recv_batch`]: [`RECV_BATCH`] buffers of [`RECV_SLOT`] bytes (zeroed
+/// memory the kernel maps in as it is first written), and the `recvmmsg` headers, zeroed once
+/// (not at each call: most calls of a busy poller find nothing).
+pub(crate) struct RecvSlots {
+    data: Vec<u8>,
+    headers: Box<RecvHeaders>,
+    /// The leading headers the last call may have changed (the kernel shortens a filled
+    /// message's name and control lengths): set again before the next. All of them at first.
+    stale: usize,
+    /// How many datagrams the next call asks for: one after a call that found none (what comes
+    /// to an idle poller is usually one datagram, a ping-pong's; a call for more would look
+    /// for a second one, in vain, at the cost of a quarter of a microsecond), else
+    /// [`RECV_BATCH`] (a stream may be under way).
+    ask: usize,
+}
+
+/// The headers of [`RecvSlots`]: [`recv_batch`] points each message's header at its name, its
+/// iovec (pointed at its slot of `data`) and its control buffer.
+struct RecvHeaders {
+    names: [libc::sockaddr_storage; RECV_BATCH],
+    iovs: [libc::iovec; RECV_BATCH],
+    msgs: [libc::mmsghdr; RECV_BATCH],
+    control: [[u64; RECV_CONTROL_WORDS]; RECV_BATCH],
+}
+
+impl RecvSlots {
+    pub(crate) fn new() -> RecvSlots {
+        // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
+        // (integers, arrays and null pointers).
+        let headers: Box<RecvHeaders> = Box::new(unsafe { std::mem::zeroed() });
+        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers, stale: RECV_BATCH, ask: RECV_BATCH }
+    }
+}
+
+/// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], or one after a call that found
+/// none: `RecvSlots::ask`; one `recvmmsg` with `MSG_DONTWAIT`: the socket stays blocking for
+/// the other users of its descriptor) and calls `each(frame, sender, truncated)` for each
+/// frame; returns how many datagrams it took. A datagram the kernel coalesced from a segmented
+/// send (`UDP_GRO`, see [`enable_gro`]) is split back into its frames at the segment size it
+/// reports.
+pub(super) fn recv_batch(
+    sock: &UdpSocket,
+    slots: &mut RecvSlots,
+    mut each: impl FnMut(&[u8], Option<SocketAddr>, bool),
+) -> usize {
+    use std::os::fd::AsRawFd;
+    let h = &mut *slots.headers;
+    // Only the headers the last call filled (and the one it stopped at) changed: an empty poll
+    // sets one header again, not all of them.
+    for (k, slot) in slots.data.chunks_exact_mut(RECV_SLOT).enumerate().take(slots.stale.min(RECV_BATCH)) {
+        h.iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
+        let hdr = &mut h.msgs[k].msg_hdr;
+        hdr.msg_name = (&raw mut h.names[k]).cast();
+        // The kernel shortens these lengths to what it wrote.
+        hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = &raw mut h.iovs[k];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = h.control[k].as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&h.control[k]);
+    }
+    // SAFETY: each header points at its own name, iovec and control buffer in `headers` (with
+    // these lengths), each iovec at its own `RECV_SLOT` bytes of `data`, all exclusively
+    // borrowed through `slots` for the call; the kernel writes at most those. No timeout is
+    // passed. The descriptor is the socket's own, open while `sock` is borrowed.
+    let n = unsafe {
+        libc::recvmmsg(
+            sock.as_raw_fd(),
+            h.msgs.as_mut_ptr(),
+            slots.ask.min(RECV_BATCH) as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    let n = if n > 0 { n as usize } else { 0 };
+    slots.stale = n + 1;
+    slots.ask = if n == 0 { 1 } else { RECV_BATCH };
+    for k in 0..n {
+        let len = (h.msgs[k].msg_len as usize).min(RECV_SLOT);
+        let truncated = h.msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let data = &slots.data[k * RECV_SLOT..k * RECV_SLOT + len];
+        let from = sockaddr_of(&h.names[k]);
+        match gro_segment_size(&h.msgs[k].msg_hdr) {
+            Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, from, false)),
+            _ => each(data, from, truncated),
+        }
+    }
+    n
+}
+
+/// The segment size of a datagram the kernel coalesced (its `UDP_GRO` control message), if
+/// `hdr`, as `recvmmsg` left it, carries one.
+fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `hdr` is a header `recvmmsg` filled: its control pointer and length describe the
+    // control messages the kernel wrote into the caller's buffer (or nothing), which the
+    // CMSG_* functions walk within that length; a UDP_GRO message carries an `int`, read
+    // unaligned.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                let size = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+                return usize::try_from(size).ok().filter(|&s| s > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    None
+}
+
+/// The socket address the kernel wrote into `addr`, if IPv4 or IPv6.
+fn sockaddr_of(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match libc::c_int::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET), which fits in and is
+            // aligned within `sockaddr_storage`.
+            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a `sockaddr_in6` (family AF_INET6).
+            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Most datagrams one `sendmmsg` call sends.
+const SEND_BATCH: usize = 64;
+
+/// Most frames, and most bytes, one segmented datagram carries (`UDP_SEGMENT`: the kernel's
+/// limits are 64 segments and a UDP datagram's 65,507 bytes).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 60 * 1024;
+
+/// Frames at least this long are not sent segmented: 0 when the kernel has no `UDP_SEGMENT`
+/// ([`probe_gso`]) or refused it for a route (a device without checksum offload), else the
+/// shortest segment size the kernel refused as longer than a route's MTU (a segment is never
+/// fragmented, where a lone datagram is). Starts unlimited.
+static GSO_SEGMENT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Turns segmented sends off when the kernel does not know `UDP_SEGMENT` (before Linux 4.18),
+/// found by setting it as a socket option (to 0, "no default segment size", which changes
+/// nothing): such a kernel would ignore the control message and send a batch of frames as one
+/// datagram.
+pub(super) fn probe_gso(sock: &UdpSocket) {
+    if !set_int_option(sock, libc::SOL_UDP, libc::UDP_SEGMENT, 0) {
+        GSO_SEGMENT_LIMIT.store(0, Ordering::Relaxed);
+    }
+}
+
+/// One datagram of a [`send_datagrams`] batch: consecutive entries of its `dests`, all to
+/// one address, whose frames are as long as the first except a shorter last one.
+#[derive(Clone, Copy, Default)]
+struct Datagram {
+    /// Its first entry of `dests` and its first iovec.
+    first: usize,
+    iov: usize,
+    /// Its frames, the length of its first, and its bytes.
+    frames: usize,
+    segment: usize,
+    bytes: usize,
+}
+
+impl Datagram {
+    /// Whether `len` more bytes to the same address join this datagram as one more segment
+    /// (segments shorter than `limit`).
+    fn takes(&self, len: usize, limit: usize) -> bool {
+        self.segment < limit
+            && self.bytes == self.frames * self.segment
+            && len <= self.segment
+            && self.frames < GSO_MAX_SEGMENTS
+            && self.bytes + len <= GSO_MAX_BYTES
+    }
+}
+
+/// The `sendmmsg` headers of [`send_datagrams`] (about 15 KB): zeroed once per thread and kept
+/// in [`SEND_HEADERS`], not zeroed at each call; a call writes every field of the entries it
+/// uses.
+struct SendHeaders {
+    names: [libc::sockaddr_storage; SEND_BATCH],
+    iovs: [libc::iovec; SEND_BATCH],
+    msgs: [libc::mmsghdr; SEND_BATCH],
+    control: [[u64; 4]; SEND_BATCH],
+    grams: [Datagram; SEND_BATCH],
+}
+
+impl SendHeaders {
+    fn new() -> Box<SendHeaders> {
+        // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
+        // (integers, arrays and null pointers) and of `Datagram` (integers).
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+}
+
+thread_local! {
+    /// This thread's [`SendHeaders`].
+    static SEND_HEADERS: std::cell::RefCell<Option<Box<SendHeaders>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Sends `frames[i]` to `addr` for each `(i, addr)` of `dests`, up to [`SEND_BATCH`] datagrams
+/// per `sendmmsg` call. Consecutive frames to one address go as one segmented datagram
+/// (`UDP_SEGMENT`, generic segmentation offload) where they can: the kernel then carries them
+/// through its stack once and delivers them as separate datagrams (or as one, to a socket that
+/// asked for `UDP_GRO`, see [`recv_batch`]); a receiver sees the same frames either way. A
+/// datagram the kernel refuses is skipped, as a wire loses a frame (the RC transport
+/// retransmits); a refused segmented send is sent again one frame per datagram (and
+/// [`GSO_SEGMENT_LIMIT`] learns from the refusal). On a `connected` socket every address of
+/// `dests` is its peer, and the datagrams go without one, so that the kernel uses the route the
+/// socket keeps.
+pub(super) fn send_datagrams(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], connected: bool) {
+    let limit = GSO_SEGMENT_LIMIT.load(Ordering::Relaxed);
+    SEND_HEADERS.with(|h| match h.try_borrow_mut() {
+        Ok(mut h) => send_datagrams_with(sock, frames, dests, connected, limit, h.get_or_insert_with(SendHeaders::new)),
+        // A send from within a send of this thread (none today): without the batch headers.
+        Err(_) => send_one_by_one(sock, frames, dests, connected),
+    });
+}
+
+/// Sends each frame of `dests` as a datagram of its own, one `send` (`sendto`) each: the way
+/// a segmented datagram the kernel refused goes again.
+fn send_one_by_one(sock: &UdpSocket, frames: &[Vec<u8>], dests: &[(usize, SocketAddr)], connected: bool) {
+    for &(i, addr) in dests {
+        if let Some(frame) = frames.get(i) {
+            // A refused datagram is lost, as on a wire (the RC transport retransmits); so is
+            // one a connected socket refuses for an ICMP error that reached it (a peer not
+            // listening yet).
+            let _ = if connected { sock.send(frame) } else { sock.send_to(frame, addr) };
+        }
+    }
+}
+
+/// [`send_datagrams`] with the thread's headers `h`, segments shorter than `limit` (0: one
+/// frame per datagram).
+fn send_datagrams_with(
+    sock: &UdpSocket,
+    frames: &[Vec<u8>],
+    dests: &[(usize, SocketAddr)],
+    connected: bool,
+    limit: usize,
+    h: &mut SendHeaders,
+) {
+    use std::os::fd::AsRawFd;
+    let mut next = 0;
+    while next < dests.len() {
+        let (mut n, mut k) = (0, 0);
+        let mut last_addr = None;
+        // Up to SEND_BATCH frames (iovecs) per call, grouped into datagrams.
+        while next < dests.len() && k < SEND_BATCH {
+            let (i, addr) = dests[next];
+            next += 1;
+            let Some(frame) = frames.get(i) else { continue };
+            h.iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+            if n > 0 && last_addr == Some(addr) && h.grams[n - 1].takes(frame.len(), limit) {
+                let g = &mut h.grams[n - 1];
+                g.frames += 1;
+                g.bytes += frame.len();
+            } else {
+                h.msgs[n].msg_hdr.msg_namelen = if connected { 0 } else { put_sockaddr(&mut h.names[n], addr) };
+                let len = frame.len();
+                h.grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
+                last_addr = Some(addr);
+                n += 1;
+            }
+            k += 1;
+        }
+        for m in 0..n {
+            let g = h.grams[m];
+            let hdr = &mut h.msgs[m].msg_hdr;
+            hdr.msg_name = if connected { std::ptr::null_mut() } else { (&raw mut h.names[m]).cast() };
+            hdr.msg_iov = &raw mut h.iovs[g.iov];
+            hdr.msg_iovlen = g.frames;
+            hdr.msg_flags = 0;
+            if g.frames > 1 {
+                hdr.msg_control = h.control[m].as_mut_ptr().cast();
+                // The segment size is a u16; a frame is never longer than 64 KiB.
+                let segment = g.segment as u16;
+                // SAFETY: `h.control[m]` (32 bytes, aligned for a `cmsghdr`) holds the one
+                // control message of CMSG_SPACE(2) = 24 bytes written here: its header and, at
+                // CMSG_DATA, the two bytes of the segment size.
+                unsafe {
+                    hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                    let cmsg = libc::CMSG_FIRSTHDR(hdr);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+                }
+            } else {
+                hdr.msg_control = std::ptr::null_mut();
+                hdr.msg_controllen = 0;
+            }
+        }
+        let mut sent = 0;
+        while sent < n {
+            // SAFETY: `h.msgs[sent..n]` are headers whose every field was written above, whose
+            // name (null with length 0 on a connected socket), iovec and control pointers point
+            // into `h.names`, `h.iovs` and `h.control` (borrowed for the call, within their
+            // lengths) and whose buffers are the borrowed
+            // `frames`, which the kernel only reads; the descriptor is the socket's own, open
+            // while `sock` is borrowed.
+            let r = unsafe { libc::sendmmsg(sock.as_raw_fd(), h.msgs.as_mut_ptr().add(sent), (n - sent) as u32, 0) };
+            if r > 0 {
+                sent += r as usize;
+                continue;
+            }
+            let g = h.grams[sent];
+            if g.frames > 1 {
+                // EMSGSIZE (EINVAL before Linux 5.x): a segment longer than the route's MTU;
+                // EIO: a device without checksum offload. Either way the frames go again one
+                // per datagram.
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EMSGSIZE | libc::EINVAL) => GSO_SEGMENT_LIMIT.fetch_min(g.segment, Ordering::Relaxed),
+                    Some(libc::EIO) => GSO_SEGMENT_LIMIT.swap(0, Ordering::Relaxed),
+                    _ => 0,
+                };
+                let end = if sent + 1 < n { h.grams[sent + 1].first } else { next };
+                send_one_by_one(sock, frames, &dests[g.first..end], connected);
+            }
+            sent += 1;
+        }
+    }
+}
+
+/// Writes `addr` as a C socket address into `out`; returns its length.
+fn put_sockaddr(out: &mut libc::sockaddr_storage, addr: SocketAddr) -> libc::socklen_t {
+    match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a `sockaddr_in` fits in and is aligned within a `sockaddr_storage`.
+            unsafe { (&raw mut *out).cast::<libc::sockaddr_in>().write(sin) };
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: a `sockaddr_in6` fits in and is aligned within a `sockaddr_storage`.
+            unsafe { (&raw mut *out).cast::<libc::sockaddr_in6>().write(sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Waits up to `timeout` for a datagram to be waiting at `sock` (`poll(2)`; an error or a
+/// signal only ends the wait early), and says whether one waits.
+pub(super) fn wait_readable(sock: &UdpSocket, timeout: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: poll reads and writes the one `pollfd` of the exclusively borrowed local `pfd`,
+    // which outlives the call; the descriptor is the socket's own, open while `sock` is
+    // borrowed.
+    let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+    ready > 0 && pfd.revents & libc::POLLIN != 0
+}
+
+/// What a receive thread's [`pause_for_poller`] found.
+enum Pause {
+    /// No application polled the wire since the last look: the thread serves the socket.
+    NotPolled,
+    /// An application polled, and the thread paused; it took what arrived, or still polls.
+    Polled,
+    /// The thread paused, and datagrams still wait a grace after its end, with no poll since:
+    /// the application stopped polling. If it waits for the device some other way (watching
+    /// memory an RDMA WRITE fills, as `ib_write_lat` does), pausing only delays it.
+    Missed,
+}
+
+/// When an application polled the wire since the receive thread's last look, sleeps
+/// [`UDP_RX_POLLED_PAUSE`] without watching the socket, and says whether datagrams were left
+/// waiting for the thread. `None` when the port is gone or moved to another socket or wire.
+fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<UdpSocket>) -> Option<Pause> {
+    let port = weak.upgrade()?;
+    if !port.polled.swap(false, Ordering::Relaxed) {
+        return Some(Pause::NotPolled);
+    }
+    if !lock(&port.link).receives_on(sock) {
+        return None;
+    }
+    drop(port);
+    std::thread::sleep(UDP_RX_POLLED_PAUSE);
+    if !wait_readable(sock, Duration::ZERO) {
+        return Some(Pause::Polled);
+    }
+    // Datagrams wait: the application may be busy with what it took, or have stopped polling.
+    // One that polls again within the grace takes them.
+    weak.upgrade()?.polled.store(false, Ordering::Relaxed);
+    std::thread::sleep(UDP_RX_PAUSE_GRACE);
+    if weak.upgrade()?.polled.load(Ordering::Relaxed) || !wait_readable(sock, Duration::ZERO) {
+        return Some(Pause::Polled);
+    }
+    Some(Pause::Missed)
+}
+
+/// A UDP wire's receive thread: waits for datagrams, queues those waiting (up to
+/// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
+/// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks. A
+/// thread preempted while spinning (the cores are wanted by others, e.g. applications that
+/// busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]: spinning then only
+/// delays those applications by a scheduler time slice. While an application polls the wire
+/// itself ([`Port::poll_wire`]), the thread leaves the socket to it ([`pause_for_poller`]).
+pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<UdpSocket>) {
+    crate::device::prepare_own_thread();
+    let mut slots = RecvSlots::new();
+    let mut last_frame: Option<Instant> = None;
+    let mut last_look: Option<Instant> = None;
+    let mut spin_off_until: Option<Instant> = None;
+    let mut pause_off_until: Option<Instant> = None;
+    let mut last_miss: Option<Instant> = None;
+    loop {
+        if pause_off_until.is_none_or(|t| Instant::now() >= t) {
+            match pause_for_poller(&weak, &sock) {
+                None => return,
+                Some(Pause::NotPolled) => {}
+                Some(Pause::Polled) => {
+                    // Neither a sign of preemption nor of a conversation to spin for.
+                    (last_look, last_frame) = (None, None);
+                    continue;
+                }
+                Some(Pause::Missed) => {
+                    // One miss may only mean the application was preempted, or busy with what
+                    // it took, while it polled; a second one soon after means it stopped.
+                    let now = Instant::now();
+                    if last_miss.is_some_and(|t| now.duration_since(t) < UDP_RX_PAUSE_MISS_WINDOW) {
+                        pause_off_until = Some(now + UDP_RX_PAUSE_HOLDOFF);
+                        last_miss = None;
+                    } else {
+                        last_miss = Some(now);
+                    }
+                    (last_look, last_frame) = (None, None);
+                }
+            }
+        }
+        let now = Instant::now();
+        // A look that comes this late after the previous one means the thread waited for a
+        // core: other threads (a busy-polling application) need the CPUs, so stop spinning
+        // for a while and let a datagram's arrival wake the thread instead.
+        if last_look.is_some_and(|t| now.duration_since(t) > UDP_RX_PREEMPTED) {
+            spin_off_until = Some(now + UDP_RX_SPIN_BACKOFF);
+        }
+        let spinning =
+            last_frame.is_some_and(|t| now.duration_since(t) < UDP_RX_SPIN) && spin_off_until.is_none_or(|t| now >= t);
+        last_look = spinning.then_some(now);
+        if !spinning {
+            let _ = wait_readable(&sock, Duration::from_millis(50));
+        }
+        let Some(port) = weak.upgrade() else { return };
+        let got = {
+            let _drain = lock(&port.drain);
+            port.drain_wire(&sock, &mut slots)
+        };
+        // Stop when the port moved to another socket or wire.
+        let Some(got) = got else { return };
+        if got > 0 {
+            port.notify();
+            last_frame = Some(Instant::now());
+        } else if spinning {
+            std::thread::yield_now();
+        }
+    }
+}
