@@ -457,6 +457,8 @@ impl Inner {
             // follows them. Executed here, they kept the device whole, and the threads that
             // rang them idle, for as long as those threads kept ringing.
             if self.posted_whole.load(Ordering::Relaxed) {
+                // Other threads' writes, posted while this run went on: their time is now.
+                crate::port::run_clock_moves();
                 self.execute_posted(h);
             }
             if !self.port.acks_may_wait() {

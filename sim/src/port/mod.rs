@@ -295,8 +295,8 @@ pub(crate) fn running_any() -> bool {
 }
 
 /// The time for what this thread's run of a device does now: the clock is read when the run
-/// first needs the time and then only for each batch of frames it receives
-/// ([`run_clock_moves`]); outside a run, every call reads it. A run's doorbell, the timers
+/// first needs the time and then only for each batch of frames it receives, or of writes
+/// other threads posted for it ([`run_clock_moves`]); outside a run, every call reads it. A run's doorbell, the timers
 /// it arms and its look at the due timers before it lets go took a read each (about 40 ns
 /// apiece here), two to four per one-way trip of a ping-pong. Sending is not waited on, so the
 /// time stays that of the run's start or of its last batch: what a timer armed or found due
@@ -315,7 +315,8 @@ pub(crate) fn run_now() -> Instant {
     })
 }
 
-/// The run is about to handle a batch of received frames: [`run_now`] reads the clock again.
+/// The run is about to handle a batch of received frames (or writes other threads posted
+/// meanwhile): [`run_now`] reads the clock again.
 pub(crate) fn run_clock_moves() {
     RUN_CLOCK.with(|c| c.set(None));
 }
