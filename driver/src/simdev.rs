@@ -34,7 +34,7 @@ impl std::fmt::Debug for SimBackend {
 
 /// A new software ConnectX with `cfg`, or the operating system's refusal of its engine thread.
 fn power_on(cfg: SimConfig) -> Result<SimDevice> {
-    SimDevice::try_new(cfg).map_err(|e| Error::Os { op: "starting the sim's engine thread".into(), source: e })
+    SimDevice::try_new(cfg).map_err(|e| Error::Os { op: "powering on the software ConnectX".into(), source: e })
 }
 
 impl SimBackend {

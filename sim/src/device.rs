@@ -688,11 +688,12 @@ impl SimDevice {
     /// If the operating system refuses the device its engine thread: [`SimDevice::try_new`]
     /// returns that error instead (what the tools and `verbs` use).
     pub fn new(cfg: SimConfig) -> SimDevice {
-        SimDevice::try_new(cfg).unwrap_or_else(|e| panic!("starting the sim's engine thread: {e}"))
+        SimDevice::try_new(cfg).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// Powers on a device with `cfg`; fails with the operating system's error when it refuses
-    /// the device its engine thread (too many threads, too little memory).
+    /// Powers on a device with `cfg`; fails when the operating system refuses the device its
+    /// engine thread (too many threads, too little memory), with the OS error's kind and a
+    /// message that says what failed ("starting the sim's engine thread: ...").
     pub fn try_new(cfg: SimConfig) -> std::io::Result<SimDevice> {
         // The creating thread is usually the application's, which rings the doorbells.
         prepare_thread();
@@ -712,7 +713,10 @@ impl SimDevice {
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
         let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new().name("umlx-sim-engine".into()).spawn(move || engine(weak))?;
+        std::thread::Builder::new()
+            .name("umlx-sim-engine".into())
+            .spawn(move || engine(weak))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("starting the sim's engine thread: {e}")))?;
         Ok(SimDevice { inner })
     }
 
@@ -1119,7 +1123,7 @@ mod tests {
             .expect("running the child");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "the child failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains("child: refused: "), "{stdout}");
+        assert!(stdout.contains("child: refused: starting the sim's engine thread: "), "{stdout}");
         // Unlimited, the same device starts.
         assert!(SimDevice::try_new(SimConfig::default()).is_ok());
     }

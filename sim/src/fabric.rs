@@ -89,11 +89,11 @@ impl Fabric {
     /// If the operating system refuses the fabric its timer thread: [`Fabric::try_new`]
     /// returns that error instead (what the tools use).
     pub fn new(cfg: FabricConfig) -> Fabric {
-        Fabric::try_new(cfg).unwrap_or_else(|e| panic!("starting the fabric's thread: {e}"))
+        Fabric::try_new(cfg).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// A fabric with the given impairments; fails with the operating system's error when it
-    /// refuses the fabric its timer thread.
+    /// A fabric with the given impairments; fails when the operating system refuses the fabric
+    /// its timer thread, with the OS error's kind and a message that says what failed.
     pub fn try_new(cfg: FabricConfig) -> std::io::Result<Fabric> {
         let shared = Arc::new(FabricShared {
             ports: Mutex::new(Vec::new()),
@@ -107,7 +107,10 @@ impl Fabric {
             timer: Mutex::new(None),
         });
         let weak = Arc::downgrade(&shared);
-        let h = std::thread::Builder::new().name("umlx-sim-fabric".into()).spawn(move || timer(weak))?;
+        let h = std::thread::Builder::new()
+            .name("umlx-sim-fabric".into())
+            .spawn(move || timer(weak))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("starting the fabric's timer thread: {e}")))?;
         *lock(&shared.timer) = Some(h.thread().clone());
         Ok(Fabric { shared })
     }

@@ -25,7 +25,7 @@ const MR_LEN: usize = 1 << 20;
 fn node(fabric: &Fabric, n: u8, name: &str) -> Result<(Node, Duration, usize), String> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
-    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: starting its engine thread: {e}"))?;
+    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: {e}"))?;
     fabric.attach(&dev.port());
     let t = Instant::now();
     let ctx = Context::attach_sim(dev, name, ips).map_err(|e| e.to_string())?;

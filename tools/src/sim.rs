@@ -118,7 +118,7 @@ pub fn run(o: &SimArgs) -> Result<(), String> {
     let WireArg::Udp(local, peer) = o.wire else {
         return Err("--wire udp:LOCAL,PEER: the sim needs explicit endpoints".into());
     };
-    let (dev, ips) = sim_device(o.index, &o.ips).map_err(|e| format!("starting the sim's engine thread: {e}"))?;
+    let (dev, ips) = sim_device(o.index, &o.ips).map_err(|e| e.to_string())?;
     let port = dev.port();
     let bound = port.connect_udp(local, peer).map_err(|e| format!("--wire: binding {local}: {e}"))?;
     if let Some(p) = &o.pcap {

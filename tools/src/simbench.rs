@@ -118,14 +118,14 @@ const BUF: usize = 64 << 10;
 
 /// A fabric without impairments (the demo's), or the operating system's refusal of its thread.
 pub(crate) fn perfect_fabric() -> Result<Fabric, String> {
-    Fabric::try_new(FabricConfig::default()).map_err(|e| format!("starting the in-process fabric's thread: {e}"))
+    Fabric::try_new(FabricConfig::default()).map_err(|e| e.to_string())
 }
 
 /// Adapter `n` on `fabric`, opened as `name`.
 fn adapter(fabric: &Fabric, n: u8, name: &str) -> Result<Context, String> {
     let cfg = SimConfig::numbered(n);
     let ips = cfg.ips.clone();
-    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: starting its engine thread: {e}"))?;
+    let dev = SimDevice::try_new(cfg).map_err(|e| format!("adapter {name}: {e}"))?;
     fabric.attach(&dev.port());
     Context::attach_sim(dev, name, ips).map_err(|e| format!("adapter {name}: {e}"))
 }

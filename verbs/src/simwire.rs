@@ -81,9 +81,9 @@ pub fn sim_device(index: u8, ips: &[IpAddr]) -> std::io::Result<(SimDevice, Vec<
     Ok((SimDevice::try_new(cfg)?, ips))
 }
 
-/// The operating system refused a new sim its engine thread.
+/// The operating system refused a new sim its engine thread (the error says so).
 fn sim_refused(e: std::io::Error) -> Error {
-    Error::new(ErrorKind::NoDevice, format!("starting the sim's engine thread: {e}"))
+    Error::new(ErrorKind::NoDevice, e.to_string())
 }
 
 fn wire_error(message: String) -> Error {
