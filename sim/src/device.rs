@@ -507,8 +507,7 @@ impl Inner {
             waiting &= waiting - 1;
             let frames = self.port.take_rx(q);
             if !frames.is_empty() {
-                crate::port::run_clock_moves();
-                self.port.process(h, &frames, crate::port::run_now());
+                self.port.process(h, &frames, crate::port::run_now_for_batch());
                 any = true;
             }
             self.port.recycle_rx(q, frames);
@@ -600,8 +599,7 @@ impl Inner {
         let frames = self.port.take_rx(q);
         let any = !frames.is_empty();
         if any {
-            crate::port::run_clock_moves();
-            self.port.process_on(dp, &frames, crate::port::run_now());
+            self.port.process_on(dp, &frames, crate::port::run_now_for_batch());
         }
         self.port.recycle_rx(q, frames);
         while_held();

@@ -321,6 +321,13 @@ pub(crate) fn run_clock_moves() {
     RUN_CLOCK.with(|c| c.set(None));
 }
 
+/// The time for a batch of received frames: the clock read anew ([`run_clock_moves`]), and kept
+/// for what the run does next.
+pub(crate) fn run_now_for_batch() -> Instant {
+    run_clock_moves();
+    run_now()
+}
+
 /// Marks a port's device as run to completion by this thread until dropped.
 pub(crate) struct Running(usize);
 
@@ -1059,8 +1066,7 @@ mod tests {
                 // A device this run runs in the same thread (the in-process fabric) shares it.
                 let _inner = Running::enter(&b);
                 assert_eq!(run_now(), start, "a nested run");
-                run_clock_moves();
-                batch = run_now();
+                batch = run_now_for_batch();
                 assert!(batch > start, "a batch of received frames reads it again");
                 after(batch);
                 assert_eq!(run_now(), batch);
