@@ -2,11 +2,11 @@
 //!
 //! This crate owns every fact the driver and the software ConnectX share about the device:
 //!
-//! * [`ifc`]: firmware-interface structures (command inputs and outputs, contexts such as `qpc`,
+//! * [`ifc`](mod@ifc): firmware-interface structures (command inputs and outputs, contexts such as `qpc`,
 //!   `cqc`, `eqc`, `mkc`, `cmd_hca_cap`), declared field by field in PRM order with the
 //!   `mlx5_ifc.h` names, with compile-time checks of sizes and reserved offsets. Every field is a
 //!   [`Field`] constant with `get`/`set` over any byte buffer.
-//! * [`plain`]: byte-layout structures of BAR0 and the data path (init segment, command queue
+//! * [`plain`](mod@plain): byte-layout structures of BAR0 and the data path (init segment, command queue
 //!   entry, mailbox, EQE, CQE, WQE segments, doorbell records) as `#[repr(C)]` big-endian structs.
 //! * [`enums`]: open enumerations (command opcodes and statuses, WQE and CQE opcodes, syndromes,
 //!   event types, QP states, MTU, access flags) that keep unknown values intact.

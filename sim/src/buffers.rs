@@ -15,7 +15,7 @@
 //! as many from there before it allocates: one lock per magazine, not per buffer (the magazine
 //! and depot design of Bonwick and Adams' allocator). A thread that runs a device only now
 //! and then (a device's engine) passes all its spare buffers to the depot when it goes idle
-//! ([`release`]): kept in its list, they would be lost to the threads that run the data path,
+//! (`release`): kept in its list, they would be lost to the threads that run the data path,
 //! which would allocate new ones in their place until the idle list filled.
 //!
 //! Everything is bounded: a buffer is kept only up to [`SPARE_BUFFER_BYTES`] (more than any
@@ -27,7 +27,7 @@
 //! them again as it refills. A thread's list is kept short because it fills only slowly (from
 //! the buffers other threads took): a long one showed as resident memory still growing
 //! millions of messages after a warm-up. The lists themselves are allocated whole, when a
-//! thread that runs devices starts ([`prepare_thread`]) or else on their first use, so that
+//! thread that runs devices starts (`prepare_thread`) or else on their first use, so that
 //! moving buffers between them never allocates.
 
 use std::cell::RefCell;

@@ -18,7 +18,7 @@
 //! doorbells, as on hardware.
 //!
 //! A copy of [`BULK_COPY_MIN`] bytes or more (a packet's payload) is made instead by an `asm!`
-//! loop of 16-byte SSE2 loads and stores, 64 bytes at a time ([`copy_bulk`]), as a DMA engine
+//! loop of 16-byte SSE2 loads and stores, 64 bytes at a time (`copy_bulk`), as a DMA engine
 //! moves a burst: the word loop cannot be vectorised (the compiler may not merge atomic
 //! accesses), and on a 1 KiB payload it took three times as long (95 against 31 ns here). An
 //! `asm!` block is opaque to the compiler, which can neither tear, merge, repeat nor drop its
@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 const WORD: usize = size_of::<u64>();
 
-/// The shortest copy made by [`copy_bulk`] rather than by words (one block of its loop): a
+/// The shortest copy made by `copy_bulk` rather than by words (one block of its loop): a
 /// 64-byte payload and up.
 pub const BULK_COPY_MIN: usize = 64;
 
@@ -182,7 +182,7 @@ pub unsafe fn write(dst: *mut u8, data: &[u8]) {
 /// Sets `n` bytes of host memory at `dst` to `byte`.
 ///
 /// # Safety
-/// As for [`write`] of `n` bytes.
+/// As for [`write()`] of `n` bytes.
 pub unsafe fn fill(dst: *mut u8, byte: u8, n: usize) {
     let (head, words) = split(dst.addr(), n);
     let word = u64::from_ne_bytes([byte; WORD]);
@@ -209,7 +209,7 @@ pub unsafe fn fill(dst: *mut u8, byte: u8, n: usize) {
 /// publishes an ownership bit (CQE `op_own`, EQE `owner`) after the entry's body.
 ///
 /// # Safety
-/// As for [`write`] of one byte.
+/// As for [`write()`] of one byte.
 pub unsafe fn store_u8_release(dst: *mut u8, value: u8) {
     // SAFETY: `dst` is valid for a one-byte write (caller's contract).
     unsafe { AtomicU8::from_ptr(dst) }.store(value, Ordering::Release);

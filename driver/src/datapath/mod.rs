@@ -23,7 +23,7 @@
 //! beside the consumer counter (two loads to look), and the poller's [`QpCache`] is keyed by
 //! the CQE's whole `sop_drop_qpn` dword ([`SopDropQpn`]: QP and send opcode), so a hit also
 //! answers what the completion's opcode is. [`CqCursor::take_requesters`] takes runs of
-//! requester successes for batches, with a [`BoundQpCache`] checked once per poll.
+//! requester successes for batches, with a [`QpCache`] checked once per poll.
 //!
 //! This module holds what the queues share (the layouts' word shifts, SGEs, the work-request
 //! rings, the queue memory); each queue has a module of its own: `sq`, `rq`, `cq` and
@@ -122,7 +122,7 @@ const _: () = {
 };
 
 /// The send WQE opcodes the data path posts, as `u8` for the control segment (values from
-/// hwdesc's [`WqeOpcode`]).
+/// hwdesc's [`WqeOpcode`](umlx_hwdesc::enums::WqeOpcode)).
 pub mod opcode {
     use umlx_hwdesc::enums::WqeOpcode;
     /// NOP.

@@ -24,7 +24,7 @@
 //!
 //! Unsafe code lives in [`sys`] and [`mmio`] (and [`crate::dma`]). This file has two unsafe
 //! blocks: `Backend::dma_map` is an `unsafe fn`, and its body forwards the caller's contract to
-//! [`sys::map_dma`]; [`borrow_fd`] lends the descriptor a vfio-ioctls object owns (the crate
+//! [`sys::map_dma`]; `borrow_fd` lends the descriptor a vfio-ioctls object owns (the crate
 //! implements `AsRawFd` only) as a `BorrowedFd` tied to that object's lifetime.
 
 pub mod mmio;

@@ -430,7 +430,7 @@ impl Hca {
 
     /// The UAR of a 64-bit write at BAR0 + `offset` that is a send doorbell (it starts a
     /// BlueFlame buffer of a UAR page): the one BAR write the data path takes on a shared
-    /// borrow of the device ([`DataPath::uar_sq_doorbell`]).
+    /// borrow of the device (`DataPath::uar_sq_doorbell`).
     pub fn sq_doorbell_uar(offset: u64) -> Option<u32> {
         Hca::uar_of(offset).filter(|&(_, off)| is_bf_buffer_start(off as usize)).map(|(uar, _)| uar)
     }

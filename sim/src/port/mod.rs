@@ -2,7 +2,7 @@
 //!
 //! A [`Port`] has a MAC and the device's addresses. It owns the frames in both directions
 //! outside the device lock: a frame arriving from a wire waits in its receive queue, and the
-//! port asks its device ([`Receiver`]) to handle it at once in the arriving thread; when another
+//! port asks its device (`Receiver`) to handle it at once in the arriving thread; when another
 //! thread holds the device, that thread or the device's engine thread (which the port wakes)
 //! takes it. Frames the transport built are handed to the port under the device lock. It
 //! answers ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]),

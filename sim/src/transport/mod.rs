@@ -211,7 +211,7 @@ impl HcaTransport {
 #[derive(Debug, Default)]
 pub struct Lane {
     /// Frames built by the run, sent by the device after it, or, on a run that sends as it
-    /// goes ([`crate::firmware::DataPath::send_built`]), before the QP they were built for is
+    /// goes (`DataPath::send_built`), before the QP they were built for is
     /// let go of.
     pub outbox: Vec<Vec<u8>>,
     /// The ports the frames sent as they went reached: the run has them handle the frames when
