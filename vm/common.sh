@@ -21,12 +21,13 @@ copy_modules() {
   done
 }
 
-# build_umlx SUITE: builds the release umlx binary of the repository at $ROOT (log in
-# $LOGS/cargo-build.log) and sets BIN to it; on failure says "SUITE: FAILED" and exits.
+# build_umlx SUITE: builds the release binaries of the repository at $ROOT, umlx and the VFIO
+# suite's umlx-vfio-selftest (log in $LOGS/cargo-build.log), and sets BIN and SELFTEST_BIN to
+# them; on failure says "SUITE: FAILED" and exits.
 build_umlx() {
   local suite=$1 target_dir
-  echo "== cargo build --release -p umlx-tools --bin umlx (log: $LOGS/cargo-build.log)"
-  if ! (cd "$ROOT" && cargo build --release -p umlx-tools --bin umlx) > "$LOGS/cargo-build.log" 2>&1; then
+  echo "== cargo build --release -p umlx-tools --bins (log: $LOGS/cargo-build.log)"
+  if ! (cd "$ROOT" && cargo build --release -p umlx-tools --bins) > "$LOGS/cargo-build.log" 2>&1; then
     tail -30 "$LOGS/cargo-build.log"
     echo "$suite: FAILED (cargo build; log $LOGS/cargo-build.log)"
     exit 1
@@ -34,5 +35,8 @@ build_umlx() {
   target_dir=${CARGO_TARGET_DIR:-$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')}
   BIN=$target_dir/release/umlx
-  [ -x "$BIN" ] || { echo "$suite: FAILED (no binary at $BIN)"; exit 1; }
+  SELFTEST_BIN=$target_dir/release/umlx-vfio-selftest
+  for b in "$BIN" "$SELFTEST_BIN"; do
+    [ -x "$b" ] || { echo "$suite: FAILED (no binary at $b)"; exit 1; }
+  done
 }

@@ -11,7 +11,7 @@
 #   - edu   behind PCIe root port 1 (own IOMMU group, bus reset),
 #   - e1000e behind PCIe root port 2 (MSI-X, bus reset),
 #   - edu + e1000 sharing the multifunction slot 00:05 (one IOMMU group; e1000 keeps its driver).
-# The guest (guest/vfio-suite.sh) runs `umlx vfio-selftest --rebind` on each device, then once
+# The guest (guest/vfio-suite.sh) runs `umlx-vfio-selftest --rebind` on each device, then once
 # more on the first edu as an unprivileged user with a memlock limit; every
 # check prints one PASS/FAIL/SKIP line. This script then requires: the guest finished, no FAIL
 # line, and the key checks (below) passed at least once.
@@ -46,19 +46,24 @@ echo "   (guest ready at $(elapsed))"
 
 # 2. The umlx binary.
 build_umlx "VFIO suite"
-echo "   ($BIN ready at $(elapsed))"
+echo "   ($SELFTEST_BIN ready at $(elapsed))"
 
-# 3. The per-run archive: umlx (debug info stripped), its shared libraries, /test.sh.
+# 3. The per-run archive: umlx-vfio-selftest (debug info stripped), its shared libraries,
+# /test.sh.
 OV=$W/overlay
 rm -rf "$OV"; mkdir -p "$OV"
-if command -v strip >/dev/null; then strip -o "$OV/umlx" "$BIN"; else cp "$BIN" "$OV/umlx"; fi
-ldd "$BIN" | awk '/=>/ && $3 ~ /^\// {print $3} /^[ \t]*\/lib64\// {print $1}' | sort -u | while read -r lib; do
+if command -v strip >/dev/null; then
+  strip -o "$OV/umlx-vfio-selftest" "$SELFTEST_BIN"
+else
+  cp "$SELFTEST_BIN" "$OV/umlx-vfio-selftest"
+fi
+ldd "$SELFTEST_BIN" | awk '/=>/ && $3 ~ /^\// {print $3} /^[ \t]*\/lib64\// {print $1}' | sort -u | while read -r lib; do
   mkdir -p "$OV$(dirname "$lib")"; cp -L "$lib" "$OV$lib"
 done
 install -m 755 "${UMLX_VM_TEST:-$ROOT/vm/guest/vfio-suite.sh}" "$OV/test.sh"
 # Linux unpacks concatenated cpio archives in order: the base, then this one.
 { cat "$W/initramfs-base.cpio.gz"; (cd "$OV" && find . | cpio -o -H newc --quiet | gzip -1); } > "$W/initrd.cpio.gz"
-echo "== guest archive: umlx $(du -h "$OV/umlx" | cut -f1) + $(find "$OV" -name '*.so*' | wc -l) libraries"
+echo "== guest archive: umlx-vfio-selftest $(du -h "$OV/umlx-vfio-selftest" | cut -f1) + $(find "$OV" -name '*.so*' | wc -l) libraries"
 
 # 4. One boot. Serial console to a file; QEMU never reads standard input.
 echo "== booting (TCG, q35, intel-iommu; console: $LOGS/console.log)"

@@ -20,7 +20,6 @@ mod perf;
 mod pingpong;
 mod sim;
 mod simbench;
-mod vfio_selftest;
 mod wire;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -71,9 +70,6 @@ pub enum Cmd {
     UdPingpong(pingpong::UdArgs),
     /// A software ConnectX on a UDP wire (a peer for a VM or a process)
     Sim(sim::SimArgs),
-    /// The VFIO backend against vfio-pci + IOMMU with QEMU's edu/e1000e (in a VM)
-    #[command(name = "vfio-selftest")]
-    VfioSelftest(vfio_selftest::SelftestArgs),
     /// A shell completion script on stdout (bash, zsh, fish, elvish, powershell)
     Completions {
         /// The shell.
@@ -94,7 +90,6 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::RcPingpong(a) => pingpong::run_rc(&a),
         Cmd::UdPingpong(a) => pingpong::run_ud(&a),
         Cmd::Sim(a) => sim::run(&a),
-        Cmd::VfioSelftest(a) => vfio_selftest::run(&a),
         Cmd::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "umlx", &mut std::io::stdout());
             Ok(())

@@ -193,7 +193,6 @@ const COMMANDS: &[&str] = &[
     "rc-pingpong",
     "ud-pingpong",
     "sim",
-    "vfio-selftest",
     "completions",
 ];
 

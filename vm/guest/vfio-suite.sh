@@ -1,6 +1,6 @@
 #!/bin/sh
 # The guest side of run-vfio-suite.sh: finds QEMU's edu and e1000e devices and runs
-# `umlx vfio-selftest --rebind` on each. The VM (see run-vfio-suite.sh) has
+# `umlx-vfio-selftest --rebind` on each. The VM (see run-vfio-suite.sh) has
 #   - an edu alone behind PCIe root port 1 (own IOMMU group; secondary bus reset possible),
 #   - an e1000e alone behind PCIe root port 2 (MSI-X; bus reset),
 #   - an edu at 00:05.0 sharing a multifunction slot (and so an IOMMU group) with an e1000 at
@@ -28,8 +28,8 @@ done
 fails=0; runs=0
 run() {
   runs=$((runs + 1))
-  echo "=== umlx vfio-selftest $*"
-  /umlx vfio-selftest "$@" || fails=$((fails + 1))
+  echo "=== umlx-vfio-selftest $*"
+  /umlx-vfio-selftest "$@" || fails=$((fails + 1))
 }
 for need in EDU_RP E1000E EDU_MF; do
   eval "v=\$$need"; [ -n "$v" ] || { echo "FAIL topology: no device for $need"; fails=$((fails + 1)); }
@@ -53,9 +53,9 @@ if [ -n "$EDU_RP" ]; then
   echo 'tester:x:1000:1000:tester:/tmp:/bin/sh' >> /etc/passwd
   echo 'tester:x:1000:' >> /etc/group
   chown 1000:1000 "/dev/vfio/$G"
-  echo "=== (uid 1000, ulimit -l 16384) umlx vfio-selftest $EDU_RP --device edu"
+  echo "=== (uid 1000, ulimit -l 16384) umlx-vfio-selftest $EDU_RP --device edu"
   runs=$((runs + 1))
-  (ulimit -l 16384 && exec su tester -c "/umlx vfio-selftest $EDU_RP --device edu") || fails=$((fails + 1))
+  (ulimit -l 16384 && exec su tester -c "/umlx-vfio-selftest $EDU_RP --device edu") || fails=$((fails + 1))
 fi
 echo "--- guest kernel log (DMAR, vfio)"
 dmesg | grep -E "DMAR: \[|DMAR-IR|vfio|iommu" | tail -20

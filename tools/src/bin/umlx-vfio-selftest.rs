@@ -1,6 +1,8 @@
-//! `umlx vfio-selftest <pci> [--device edu|e1000e|auto] [--rebind]`: the driver's VFIO backend
+//! `umlx-vfio-selftest <pci> [--device edu|e1000e|auto] [--rebind]`: the driver's VFIO backend
 //! against Linux vfio-pci and a real (emulated) IOMMU, with QEMU's `edu` (1234:11e8) and
-//! `e1000e` (8086:10d3) devices in a VM (`vm/run-vfio-suite.sh` runs it).
+//! `e1000e` (8086:10d3) devices in a VM (`vm/run-vfio-suite.sh` runs it). A test harness with
+//! drivers of its own for those two devices, so a binary of its own beside `umlx`, not one of
+//! the user's commands.
 //!
 //! Everything goes through the driver's own code: [`VfioBackend::open_any`] (the same sysfs
 //! checks, container, group and device set-up as the ConnectX path), its BAR0 accessors,
@@ -28,6 +30,9 @@
 //! `--rebind` changes driver bindings through sysfs (`driver_override`, `unbind`,
 //! `drivers_probe`) and leaves the device and its group on vfio-pci: meant for the VM.
 
+#![forbid(unsafe_code)]
+
+use clap::Parser;
 use std::fmt::Display;
 use std::fs;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -83,8 +88,9 @@ pub enum DeviceChoice {
     E1000e,
 }
 
-/// The options of `umlx vfio-selftest`.
-#[derive(clap::Args, Debug)]
+/// The VFIO backend against vfio-pci + IOMMU with QEMU's edu/e1000e (in a VM)
+#[derive(Parser, Debug)]
+#[command(name = "umlx-vfio-selftest")]
 pub struct SelftestArgs {
     /// The PCI function
     #[arg(value_name = "PCI")]
@@ -1290,7 +1296,18 @@ fn device_checks(r: &mut Report, pci: &str, kind: Kind, ids: (u16, u16)) {
     };
 }
 
-/// Runs `umlx vfio-selftest`.
+fn main() -> std::process::ExitCode {
+    let args = SelftestArgs::parse();
+    match run(&args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("umlx-vfio-selftest: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the self-test.
 pub fn run(opts: &SelftestArgs) -> Result<(), String> {
     let t0 = Instant::now();
     let pci = sysfs::normalize_pci(&opts.pci).map_err(|e| e.to_string())?;
@@ -1340,11 +1357,8 @@ mod tests {
     use super::*;
 
     fn parse(v: &[&str]) -> Result<SelftestArgs, String> {
-        let argv = ["umlx", "vfio-selftest"].into_iter().chain(v.iter().copied());
-        match crate::parse_from(argv).map_err(|e| e.to_string())?.cmd {
-            crate::Cmd::VfioSelftest(a) => Ok(a),
-            other => panic!("{other:?}"),
-        }
+        let argv = ["umlx-vfio-selftest"].into_iter().chain(v.iter().copied());
+        SelftestArgs::try_parse_from(argv).map_err(|e| e.to_string())
     }
 
     fn args(v: &[&str]) -> SelftestArgs {
@@ -1364,7 +1378,7 @@ mod tests {
         assert!(parse(&["x", "--frob"]).unwrap_err().contains("unexpected argument '--frob'"));
         assert!(parse(&["x", "y"]).unwrap_err().contains("unexpected argument 'y'"));
         let e = parse(&[]).unwrap_err();
-        assert!(e.contains("required arguments were not provided") && e.contains("Usage: umlx vfio-selftest"), "{e}");
+        assert!(e.contains("required arguments were not provided") && e.contains("Usage: umlx-vfio-selftest"), "{e}");
         assert!(parse(&["x", "--device"]).unwrap_err().contains("a value is required for '--device"));
     }
 
