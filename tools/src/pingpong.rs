@@ -796,6 +796,9 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     let mut c = Counts { scnt: 0, rcnt: 0, routs };
     let mut num_cq_events = 0u32;
     let mut wc = [Wc::default(); 2];
+    // Alone on its CPU, the poller yields at every 256th empty poll; at each while the CPU is
+    // shared (with the peer process of a ping-pong on a machine of few cores, say).
+    let yielder = crate::common::Yielder::new(256);
     while c.rcnt < o.iters || c.scnt < o.iters {
         let ne = if let Some(ch) = &channel {
             let waited = Instant::now();
@@ -824,12 +827,10 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
                     break n;
                 }
                 spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(256) {
-                    if o.timeout.is_some_and(|t| waited.elapsed() >= t) {
-                        return Err(stalled(&c, o.iters, o.timeout));
-                    }
-                    std::thread::yield_now();
+                if spins.is_multiple_of(256) && o.timeout.is_some_and(|t| waited.elapsed() >= t) {
+                    return Err(stalled(&c, o.iters, o.timeout));
                 }
+                yielder.idle();
                 std::hint::spin_loop();
             }
         };

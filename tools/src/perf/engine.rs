@@ -227,16 +227,13 @@ pub struct Resources {
     test: Test,
     inline_size: u32,
     fetch_add: bool,
-    yield_idle: bool,
-    /// Polls that found nothing, counted for [`POLLS_PER_YIELD`].
-    idle_polls: std::cell::Cell<u32>,
+    /// When the polling loops give the CPU away, if they do ([`Resources::set_yield_when_idle`]).
+    yielder: Option<crate::common::Yielder>,
 }
 
-/// Empty polls between two yields of the CPU when yielding is on
-/// ([`Resources::set_yield_when_idle`]). A yield on every empty poll put a `sched_yield` (about
-/// 0.4 µs here) between the looks of a ping-pong: the median 64-byte `send-lat` went from
-/// 5.15 to 5.57 µs. One in 64 (one per 40 µs or so of waiting) still gives the CPU to the
-/// sims' threads, and to other processes, when the wait is long.
+/// Empty polls between two yields of the CPU when yielding is on and the CPU is the poller's
+/// alone ([`crate::common::Yielder`]): one per 40 µs or so of waiting still gives the CPU to
+/// the sims' threads when the wait is long.
 const POLLS_PER_YIELD: u32 = 64;
 
 fn ns(t0: Instant, now: Instant) -> u64 {
@@ -296,25 +293,20 @@ impl Resources {
             test: p.test,
             inline_size,
             fetch_add: p.fetch_add,
-            yield_idle: false,
-            idle_polls: std::cell::Cell::new(0),
+            yielder: None,
         })
     }
 
-    /// Gives the CPU away now and then while polls find nothing (for the software ConnectX,
-    /// whose engine threads share the CPUs with the polling loop): every [`POLLS_PER_YIELD`]th
-    /// empty poll.
+    /// Gives the CPU away while polls find nothing (for the software ConnectX, whose engine
+    /// threads, and the peer of a ping-pong, may share the CPUs with the polling loop): every
+    /// [`POLLS_PER_YIELD`]th empty poll, or every one while the CPU is found shared.
     pub fn set_yield_when_idle(&mut self, on: bool) {
-        self.yield_idle = on;
+        self.yielder = on.then(|| crate::common::Yielder::new(POLLS_PER_YIELD));
     }
 
     fn idle(&self) {
-        if self.yield_idle {
-            let n = self.idle_polls.get().wrapping_add(1);
-            self.idle_polls.set(n);
-            if n.is_multiple_of(POLLS_PER_YIELD) {
-                std::thread::yield_now();
-            }
+        if let Some(y) = &self.yielder {
+            y.idle();
         }
     }
 
