@@ -227,14 +227,8 @@ pub struct Resources {
     test: Test,
     inline_size: u32,
     fetch_add: bool,
-    /// When the polling loops give the CPU away, if they do ([`Resources::set_yield_when_idle`]).
-    yielder: Option<crate::common::Yielder>,
+    yield_idle: bool,
 }
-
-/// Empty polls between two yields of the CPU when yielding is on and the CPU is the poller's
-/// alone ([`crate::common::Yielder`]): one per 40 µs or so of waiting still gives the CPU to
-/// the sims' threads when the wait is long.
-const POLLS_PER_YIELD: u32 = 64;
 
 fn ns(t0: Instant, now: Instant) -> u64 {
     now.duration_since(t0).as_nanos() as u64
@@ -293,20 +287,19 @@ impl Resources {
             test: p.test,
             inline_size,
             fetch_add: p.fetch_add,
-            yielder: None,
+            yield_idle: false,
         })
     }
 
-    /// Gives the CPU away while polls find nothing (for the software ConnectX, whose engine
-    /// threads, and the peer of a ping-pong, may share the CPUs with the polling loop): every
-    /// [`POLLS_PER_YIELD`]th empty poll, or every one while the CPU is found shared.
+    /// Gives the CPU away whenever a poll finds nothing (for the software ConnectX, whose
+    /// engine threads share the CPUs with the polling loop).
     pub fn set_yield_when_idle(&mut self, on: bool) {
-        self.yielder = on.then(|| crate::common::Yielder::new(POLLS_PER_YIELD));
+        self.yield_idle = on;
     }
 
     fn idle(&self) {
-        if let Some(y) = &self.yielder {
-            y.idle();
+        if self.yield_idle {
+            std::thread::yield_now();
         }
     }
 
