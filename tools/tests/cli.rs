@@ -162,6 +162,8 @@ checks = [
     (num('target_rss_anon_kib_growth') == 0, 'target_rss_anon_kib_growth'),
     (all(isinstance(d.get(k), dict) and d[k] for k in ('ratio_to_target', 'pass')), 'ratio_to_target, pass'),
     (isinstance(d.get('all_pass'), bool), 'all_pass'),
+    (d.get('two_process_cpus') is None or (isinstance(d['two_process_cpus'], list) and len(d['two_process_cpus']) == 2
+     and d['two_process_cpus'][0] != d['two_process_cpus'][1]), 'two_process_cpus'),
 ]
 print(' '.join(m for good, m in checks if not good) or 'ok')
 "#,
