@@ -724,10 +724,10 @@ static PAIR_CPUS: std::sync::OnceLock<Option<[usize; 2]>> = std::sync::OnceLock:
 /// one each: the first two this process may run on, when it may run on two and `taskset` is
 /// there. Unpinned, the scheduler kept both busy-polling processes of a pair on one core of
 /// two for whole runs now and then, each turn of the ping-pong then waiting for the other's
-/// yield: 8.2 - 8.4 µs `send-lat`/`write-lat` medians (the figure with both pinned to one
-/// core) in 7 of 12 runs of the binary of `8d63463`, against 5.1 - 6.8 with each pinned to a
-/// core of its own.
-pub fn pair_cpus() -> Option<[usize; 2]> {
+/// yield: `send-lat`/`write-lat` medians of 8.3 - 11.5 µs (8.4 with both pinned to one core)
+/// in 5 and 7 of the 12 latency figures of two sets of six full runs of the binary of
+/// `8d63463`, against 5.1 - 6.8 µs in six runs with each process on a core of its own.
+fn pair_cpus() -> Option<[usize; 2]> {
     *PAIR_CPUS.get_or_init(|| {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
