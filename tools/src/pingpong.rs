@@ -115,10 +115,10 @@ pub struct CommonArgs {
     /// Connect to the server at HOST; without it, start a server and wait for a connection
     #[arg(value_name = "HOST")]
     pub servername: Option<String>,
-    /// Listen on / connect to TCP port <port>
+    /// Listen on / connect to TCP port `<port>`
     #[arg(short = 'p', long, value_name = "port", default_value = "18515", value_parser = c_number::<u16, 0, 65535>)]
     pub port: u16,
-    /// Use port <port> of the IB device
+    /// Use port `<port>` of the IB device
     #[arg(short = 'i', long = "ib-port", value_name = "port", default_value = "1", value_parser = c_number::<u8, 1, 255>)]
     pub ib_port: u8,
     /// Number of receives to post at a time
