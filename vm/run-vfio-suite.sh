@@ -44,7 +44,7 @@ fi
 tail -2 "$LOGS/build-guest.log"
 echo "   (guest ready at $(elapsed))"
 
-# 2. The umlx binary.
+# 2. The binaries (the suite ships umlx-vfio-selftest).
 build_umlx "VFIO suite"
 echo "   ($SELFTEST_BIN ready at $(elapsed))"
 

@@ -717,9 +717,6 @@ fn run_pair(tool: &[&str], args: &[String], ready: &str) -> Result<Vec<String>, 
     run_two(&side(ua, ub, "0"), &cargs, ready)
 }
 
-/// The two CPUs the processes of a pair run on, one each ([`pair_cpus`]).
-static PAIR_CPUS: std::sync::OnceLock<Option<[usize; 2]>> = std::sync::OnceLock::new();
-
 /// The CPUs the two processes of each pair (the raw reference's and the tests') are pinned to,
 /// one each: the first two this process may run on, when it may run on two and `taskset` is
 /// there. Unpinned, the scheduler kept both busy-polling processes of a pair on one core of
@@ -728,6 +725,8 @@ static PAIR_CPUS: std::sync::OnceLock<Option<[usize; 2]>> = std::sync::OnceLock:
 /// in 5 and 7 of the 12 latency figures of two sets of six full runs of the binary of
 /// `8d63463`, against 5.1 - 6.8 µs in six runs with each process on a core of its own.
 fn pair_cpus() -> Option<[usize; 2]> {
+    // Found once: every pair of the run is placed alike.
+    static PAIR_CPUS: std::sync::OnceLock<Option<[usize; 2]>> = std::sync::OnceLock::new();
     *PAIR_CPUS.get_or_init(|| {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
