@@ -161,6 +161,17 @@ struct EqState<B: Backend> {
     log_size: u32,
 }
 
+impl<B: Backend> EqState<B> {
+    /// Whether the EQE at the consumer index is the device's to hand over: its owner bit
+    /// matches the pass the consumer index is on.
+    fn next_is_ready(&self) -> bool {
+        let n = 1u32 << self.log_size;
+        let idx = (self.ci & (n - 1)) as usize;
+        let owner = self.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & eqk::EQE_OWNER_MASK;
+        owner as u32 == (self.ci >> self.log_size) & 1
+    }
+}
+
 struct Health {
     last_counter: u32,
     last_change: Instant,
@@ -690,12 +701,8 @@ impl<B: Backend> Hca<B> {
             let Some(eq) = g.as_mut() else { return Ok(()) };
             let n = 1u32 << eq.log_size;
             let mut consumed = 0;
-            loop {
+            while eq.next_is_ready() {
                 let idx = (eq.ci & (n - 1)) as usize;
-                let owner = eq.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & eqk::EQE_OWNER_MASK;
-                if owner as u32 != (eq.ci >> eq.log_size) & 1 {
-                    break;
-                }
                 dma_rmb();
                 let mut raw = [0u8; eqe::SIZE];
                 eq.buf.read_bytes(idx * eqk::EQE_SIZE, &mut raw)?;
@@ -758,6 +765,11 @@ impl<B: Backend> Hca<B> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the async EQ holds an EQE the driver has not consumed.
+    fn async_eq_has_event(&self) -> bool {
+        self.eq.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(EqState::next_is_ready)
     }
 
     fn push_event(&self, e: AsyncEvent) {
@@ -886,12 +898,16 @@ impl<B: Backend> Hca<B> {
         loop {
             if self.queue.done(slot) {
                 let out = self.queue.finish(slot);
-                // The completion EQE (and anything else pending) is consumed now, so the EQ
-                // never fills up with completions of commands that finished before we waited.
-                if let Some(fd) = &fd
-                    && crate::event::wait_readable(fd, Duration::ZERO)
-                {
+                // The completion EQE (and anything else pending) is consumed now, so the async
+                // EQ never fills up with the completions of commands. That takes a look at the
+                // EQ itself, not only at its interrupt: polled commands have none, and another
+                // thread may have taken the interrupt (an application's async-event thread
+                // reading the same eventfd) and not yet drained the EQ.
+                let signalled = fd.as_ref().is_some_and(|fd| crate::event::wait_readable(fd, Duration::ZERO));
+                if let Some(fd) = fd.as_ref().filter(|_| signalled) {
                     crate::event::drain(fd);
+                }
+                if serve_events && (signalled || self.async_eq_has_event()) {
                     self.process_events()?;
                 }
                 return out;
