@@ -903,10 +903,13 @@ impl<B: Backend> Hca<B> {
                 // EQ itself, not only at its interrupt: polled commands have none, and another
                 // thread may have taken the interrupt (an application's async-event thread
                 // reading the same eventfd) and not yet drained the EQ.
-                let signalled = fd.as_ref().is_some_and(|fd| crate::event::wait_readable(fd, Duration::ZERO));
-                if let Some(fd) = fd.as_ref().filter(|_| signalled) {
-                    crate::event::drain(fd);
-                }
+                let signalled = match &fd {
+                    Some(fd) if crate::event::wait_readable(fd, Duration::ZERO) => {
+                        crate::event::drain(fd);
+                        true
+                    }
+                    _ => false,
+                };
                 if serve_events && (signalled || self.async_eq_has_event()) {
                     self.process_events()?;
                 }

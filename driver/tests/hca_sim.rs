@@ -3,6 +3,7 @@
 use std::time::Duration;
 use umlx_driver::{Error, Hca, HcaOptions, SimBackend};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, HealthSyndrome};
+use umlx_hwdesc::ifc::{query_issi_in, query_issi_out};
 use umlx_sim::{FailCommand, SimConfig};
 
 mod common;
@@ -121,7 +122,7 @@ fn commands_consume_their_completion_events() {
         }
         let before = b.device().stats();
         for i in 0..600 {
-            h.command(CmdOpcode::QUERY_ISSI, 0, 16, 112, |_| {})
+            h.command(CmdOpcode::QUERY_ISSI, 0, query_issi_in::SIZE_BYTES, query_issi_out::SIZE_BYTES, |_| {})
                 .unwrap_or_else(|e| panic!("command {i} ({case}): {e}"));
         }
         let after = b.device().stats();
