@@ -162,14 +162,20 @@ struct EqState<B: Backend> {
 }
 
 impl<B: Backend> EqState<B> {
-    /// Whether the EQE at the consumer index is the device's to hand over: its owner bit
-    /// matches the pass the consumer index is on.
-    fn next_is_ready(&self) -> bool {
-        let n = 1u32 << self.log_size;
-        let idx = (self.ci & (n - 1)) as usize;
-        let owner = self.buf.read_u8_at(idx * eqk::EQE_SIZE + eqe::owner) & eqk::EQE_OWNER_MASK;
-        owner as u32 == (self.ci >> self.log_size) & 1
+    /// The byte offset of the EQE at the consumer index, if the device has handed it over
+    /// ([`ready_eqe`]).
+    fn next_ready(&self) -> Option<usize> {
+        ready_eqe(&self.buf, self.ci, self.log_size)
     }
+}
+
+/// The byte offset in `buf` (an EQ of 2^`log_size` EQEs) of the EQE at consumer index `ci`,
+/// if the device has handed it over: its owner bit matches the pass `ci` is on. The async EQ
+/// and the completion EQs read their entries through this.
+pub(crate) fn ready_eqe<B: Backend>(buf: &DmaBuffer<B>, ci: u32, log_size: u32) -> Option<usize> {
+    let offset = (ci & ((1u32 << log_size) - 1)) as usize * eqk::EQE_SIZE;
+    let owner = buf.read_u8_at(offset + eqe::owner) & eqk::EQE_OWNER_MASK;
+    (owner as u32 == (ci >> log_size) & 1).then_some(offset)
 }
 
 struct Health {
@@ -699,13 +705,11 @@ impl<B: Backend> Hca<B> {
         {
             let mut g = self.eq.lock().unwrap_or_else(|e| e.into_inner());
             let Some(eq) = g.as_mut() else { return Ok(()) };
-            let n = 1u32 << eq.log_size;
             let mut consumed = 0;
-            while eq.next_is_ready() {
-                let idx = (eq.ci & (n - 1)) as usize;
+            while let Some(offset) = eq.next_ready() {
                 dma_rmb();
                 let mut raw = [0u8; eqe::SIZE];
-                eq.buf.read_bytes(idx * eqk::EQE_SIZE, &mut raw)?;
+                eq.buf.read_bytes(offset, &mut raw)?;
                 eq.ci = eq.ci.wrapping_add(1);
                 consumed += 1;
                 let Ok(e) = eqe::read_from_bytes(&raw[..]) else { continue };
@@ -769,7 +773,7 @@ impl<B: Backend> Hca<B> {
 
     /// Whether the async EQ holds an EQE the driver has not consumed.
     fn async_eq_has_event(&self) -> bool {
-        self.eq.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(EqState::next_is_ready)
+        self.eq.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|eq| eq.next_ready().is_some())
     }
 
     fn push_event(&self, e: AsyncEvent) {

@@ -232,15 +232,10 @@ impl<B: Backend> CompEq<B> {
     /// the consumer index is written without arming every `NUM_SPARE_EQE` entries (Linux
     /// `mlx5_eq_comp_int` / `eq_update_ci`, rdma-core), so the device never sees the EQ full.
     pub fn drain(&self, mut f: impl FnMut(u32)) -> Result<usize> {
-        let n = 1u32 << self.log_size;
         let mut count = 0;
         loop {
             let ci = self.ci.load(Ordering::Relaxed);
-            let idx = (ci & (n - 1)) as usize;
-            let base = idx * eqk::EQE_SIZE;
-            if (self.buf.read_u8_at(base + eqe::owner) & eqk::EQE_OWNER_MASK) as u32 != (ci >> self.log_size) & 1 {
-                break;
-            }
+            let Some(base) = crate::hca::ready_eqe(&self.buf, ci, self.log_size) else { break };
             crate::dma::dma_rmb();
             let ty = self.buf.read_u8(base + eqe::type_)?;
             let cqn = self.buf.read_u32_be(base + eqe::data + eqe_comp::cqn)? & cqk::NUM_MASK_24;
