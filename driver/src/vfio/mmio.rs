@@ -15,8 +15,8 @@
 //!
 //! # Unsafe
 //!
-//! One of the driver's seven unsafe modules (`datapath`, `dma`, `event`, `simdev`, `vfio`,
-//! `vfio::sys`, `vfio::mmio`): every unsafe block has a `SAFETY:` comment.
+//! One of the driver's eight unsafe modules (`backend`, `datapath`, `dma`, `event`, `simdev`,
+//! `vfio`, `vfio::sys`, `vfio::mmio`): every unsafe block has a `SAFETY:` comment.
 
 use super::sys::SparseArea;
 use std::io;
