@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use umlx_driver::dma::DmaBuffer;
 use umlx_driver::objects::{Access, MemoryRegion, Mkey, Pd};
-use umlx_driver::{Hca, HcaOptions, SimBackend};
+use umlx_driver::{Hca, HcaOptions, OpenHca, SimBackend};
 use umlx_sim::SimConfig;
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -98,5 +98,5 @@ fn main() {
         Err(e) => println!("MR registration, 1 GiB: skipped ({e})"),
     }
     drop(pd);
-    let _: Arc<Hca<SimBackend>> = h;
+    let _: Arc<OpenHca<SimBackend>> = h;
 }

@@ -1,6 +1,7 @@
-//! Waiting on interrupt eventfds. One of the driver's `unsafe` modules (a `poll(2)` call).
+//! Eventfds: waiting on interrupt eventfds (`poll(2)`), creating, signalling and draining
+//! them. One of the driver's `unsafe` modules.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 /// Waits until `fd` is readable or `timeout` passes; returns whether it is readable.
@@ -20,6 +21,44 @@ pub fn drain(fd: impl AsFd) -> u64 {
     // (borrowed for the call).
     let r = unsafe { libc::read(fd.as_fd().as_raw_fd(), v.as_mut_ptr().cast(), 8) };
     if r == 8 { u64::from_ne_bytes(v) } else { 0 }
+}
+
+/// Waits until `a` (when given) or `b` is readable, or `timeout` passes; says which are
+/// readable (`a`, `b`).
+pub fn wait_either(a: Option<BorrowedFd<'_>>, b: BorrowedFd<'_>, timeout: Duration) -> (bool, bool) {
+    // poll(2) skips an entry whose descriptor is negative.
+    let mut pfds = [
+        libc::pollfd { fd: a.map_or(-1, |fd| fd.as_raw_fd()), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: b.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `pfds` is an array of two valid pollfds for the duration of the call, and nfds is
+    // its length; each non-negative descriptor is open (borrowed for the call).
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    let ready = |p: &libc::pollfd| r > 0 && p.revents & libc::POLLIN != 0;
+    (ready(&pfds[0]), ready(&pfds[1]))
+}
+
+/// A new eventfd (close-on-exec; non-blocking when asked).
+pub fn new_eventfd(nonblocking: bool) -> std::io::Result<OwnedFd> {
+    let flags = libc::EFD_CLOEXEC | if nonblocking { libc::EFD_NONBLOCK } else { 0 };
+    // SAFETY: eventfd takes no pointer; on success it returns a new descriptor that nothing
+    // else owns, which `OwnedFd` takes over.
+    let fd = unsafe { libc::eventfd(0, flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the new, open descriptor eventfd returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter (makes it readable); says whether the write was taken.
+pub fn signal(fd: impl AsFd) -> bool {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: writes the 8 bytes of the local `one`, the size an eventfd write needs; the
+    // descriptor is open (borrowed for the call).
+    let r = unsafe { libc::write(fd.as_fd().as_raw_fd(), one.as_ptr().cast(), 8) };
+    r == 8
 }
 
 /// An eventfd registered with tokio's reactor (the `tokio` feature): what the verbs API's

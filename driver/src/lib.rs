@@ -25,6 +25,6 @@ pub mod wqsize;
 
 pub use backend::AnyBackend;
 pub use error::{Error, Result};
-pub use hca::{Hca, HcaOptions};
+pub use hca::{Hca, HcaOptions, OpenHca};
 #[cfg(feature = "sim")]
 pub use simdev::SimBackend;

@@ -9,7 +9,7 @@
 
 use crate::backend::Backend;
 use crate::dma::{DmaBuffer, DmaMemory};
-use crate::{Error, Hca, Result};
+use crate::{Error, Hca, OpenHca, Result};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use umlx_hwdesc::Field;
@@ -41,13 +41,13 @@ fn pages_of<B: Backend>(buf: &DmaBuffer<B>) -> impl Iterator<Item = u64> + '_ {
 
 /// A UAR page: doorbells for CQs and SQs.
 pub struct Uar<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     index: u32,
 }
 
 impl<B: Backend> Uar<B> {
     /// ALLOC_UAR.
-    pub fn new(hca: &Arc<Hca<B>>) -> Result<Uar<B>> {
+    pub fn new(hca: &Arc<OpenHca<B>>) -> Result<Uar<B>> {
         let out = hca.command(CmdOpcode::ALLOC_UAR, 0, alloc_uar_in::SIZE_BYTES, alloc_uar_out::SIZE_BYTES, |_| {})?;
         Ok(Uar { hca: hca.clone(), index: alloc_uar_out::uar.get(&out) as u32 })
     }
@@ -63,7 +63,7 @@ impl<B: Backend> Uar<B> {
     }
 
     /// The HCA.
-    pub fn hca(&self) -> &Arc<Hca<B>> {
+    pub fn hca(&self) -> &Arc<OpenHca<B>> {
         &self.hca
     }
 }
@@ -80,13 +80,13 @@ impl<B: Backend> Drop for Uar<B> {
 
 /// A protection domain.
 pub struct Pd<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     pdn: u32,
 }
 
 impl<B: Backend> Pd<B> {
     /// ALLOC_PD.
-    pub fn new(hca: &Arc<Hca<B>>) -> Result<Arc<Pd<B>>> {
+    pub fn new(hca: &Arc<OpenHca<B>>) -> Result<Arc<Pd<B>>> {
         let out = hca.command(CmdOpcode::ALLOC_PD, 0, alloc_pd_in::SIZE_BYTES, alloc_pd_out::SIZE_BYTES, |_| {})?;
         Ok(Arc::new(Pd { hca: hca.clone(), pdn: alloc_pd_out::pd.get(&out) as u32 }))
     }
@@ -97,7 +97,7 @@ impl<B: Backend> Pd<B> {
     }
 
     /// The HCA.
-    pub fn hca(&self) -> &Arc<Hca<B>> {
+    pub fn hca(&self) -> &Arc<OpenHca<B>> {
         &self.hca
     }
 }
@@ -114,13 +114,13 @@ impl<B: Backend> Drop for Pd<B> {
 
 /// A transport domain.
 pub struct TransportDomain<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     tdn: u32,
 }
 
 impl<B: Backend> TransportDomain<B> {
     /// ALLOC_TRANSPORT_DOMAIN.
-    pub fn new(hca: &Arc<Hca<B>>) -> Result<TransportDomain<B>> {
+    pub fn new(hca: &Arc<OpenHca<B>>) -> Result<TransportDomain<B>> {
         let out = hca.command(
             CmdOpcode::ALLOC_TRANSPORT_DOMAIN,
             0,
@@ -155,7 +155,7 @@ impl<B: Backend> Drop for TransportDomain<B> {
 /// A completion EQ on its own MSI-X vector: CQs bound to it raise their completion events
 /// there (a completion channel).
 pub struct CompEq<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     eqn: u32,
     vector: u32,
     buf: DmaBuffer<B>,
@@ -166,7 +166,7 @@ pub struct CompEq<B: Backend> {
 impl<B: Backend> CompEq<B> {
     /// CREATE_EQ on `vector` with no event subscriptions (completion events always go to the
     /// CQ's EQ), armed.
-    pub fn new(hca: &Arc<Hca<B>>, vector: u32, log_size: u32) -> Result<Arc<CompEq<B>>> {
+    pub fn new(hca: &Arc<OpenHca<B>>, vector: u32, log_size: u32) -> Result<Arc<CompEq<B>>> {
         if vector == 0 || vector >= hca.backend().irq_count() {
             return Err(Error::InvalidArgument(format!(
                 "completion vector {vector}: the device has vectors 1..{} (0 is the async EQ)",
@@ -295,7 +295,7 @@ static MKEY_VARIANT: AtomicU32 = AtomicU32::new(0x5a);
 /// A memory key over pinned, mapped memory (MTT translation, one entry per memory page: huge
 /// pages give few entries).
 pub struct Mkey<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     _pd: Arc<Pd<B>>,
     index: u32,
     key: u32,
@@ -457,7 +457,7 @@ pub struct QueueMem<B: Backend> {
 }
 
 impl<B: Backend> QueueMem<B> {
-    fn new(hca: &Arc<Hca<B>>, bytes: usize) -> Result<Arc<QueueMem<B>>> {
+    fn new(hca: &Arc<OpenHca<B>>, bytes: usize) -> Result<Arc<QueueMem<B>>> {
         Ok(Arc::new(QueueMem {
             buf: DmaBuffer::new(
                 hca.dma_space(),
@@ -480,7 +480,7 @@ pub struct ResizedCqMem<B: Backend> {
 
 /// A completion queue: 64-byte CQEs in a ring, a doorbell record, bound to an EQ.
 pub struct Cq<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     cqn: u32,
     log_size: u32,
     mem: Arc<QueueMem<B>>,
@@ -495,7 +495,7 @@ impl<B: Backend> Cq<B> {
     }
 
     /// CREATE_CQ with 2^`log_size` CQEs; completion events go to `eq` (or to the async EQ).
-    pub fn new(hca: &Arc<Hca<B>>, log_size: u32, eq: Option<Arc<CompEq<B>>>) -> Result<Cq<B>> {
+    pub fn new(hca: &Arc<OpenHca<B>>, log_size: u32, eq: Option<Arc<CompEq<B>>>) -> Result<Cq<B>> {
         let max = hca.caps().general_cap(cmd_hca_cap::log_max_cq_sz) as u32;
         if log_size > max {
             return Err(Error::InvalidArgument(format!("CQ of 2^{log_size} entries exceeds the device's 2^{max}")));
@@ -537,7 +537,7 @@ impl<B: Backend> Cq<B> {
     }
 
     /// The HCA.
-    pub fn hca(&self) -> &Arc<Hca<B>> {
+    pub fn hca(&self) -> &Arc<OpenHca<B>> {
         &self.hca
     }
 
@@ -596,7 +596,7 @@ impl<B: Backend> Drop for Cq<B> {
 
 /// A shared receive queue.
 pub struct Srq<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     srqn: u32,
     mem: Arc<QueueMem<B>>,
     /// log2 entries.
@@ -733,7 +733,7 @@ impl Transition {
 
 /// A queue pair: RQ then SQ in one buffer, a doorbell record, its CQs, PD and UAR.
 pub struct Qp<B: Backend> {
-    hca: Arc<Hca<B>>,
+    hca: Arc<OpenHca<B>>,
     qpn: u32,
     /// Buffer (RQ at 0, SQ after it) and doorbell record.
     mem: Arc<QueueMem<B>>,
@@ -860,7 +860,7 @@ impl<B: Backend> Qp<B> {
     }
 
     /// The HCA.
-    pub fn hca(&self) -> &Arc<Hca<B>> {
+    pub fn hca(&self) -> &Arc<OpenHca<B>> {
         &self.hca
     }
 }

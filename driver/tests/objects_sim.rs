@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 use umlx_driver::objects::{Access, CompEq, Cq, MemoryRegion, Pd, Qp, QpConfig, Srq, Transition, Uar};
-use umlx_driver::{Error, Hca, HcaOptions, SimBackend};
+use umlx_driver::{Error, Hca, HcaOptions, OpenHca, SimBackend};
 use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, QpServiceType, QpState};
 use umlx_hwdesc::ifc::{ads, qpc};
 use umlx_sim::SimConfig;
 
-fn open() -> (Arc<SimBackend>, Arc<Hca<SimBackend>>) {
+fn open() -> (Arc<SimBackend>, Arc<OpenHca<SimBackend>>) {
     let b = SimBackend::new("obj", SimConfig::default()).unwrap();
     let h = Hca::open(b.clone(), HcaOptions { ips: vec!["10.77.0.1".parse().unwrap()], ..Default::default() }).unwrap();
     (b, h)
@@ -256,7 +256,7 @@ fn the_blueflame_half_size_comes_from_log_bf_reg_size() {
 fn an_interrupt_eventfd_stays_open_while_held_after_its_backend_is_gone() {
     use std::io::Write;
     let (b, h) = open();
-    let fd = h.async_event_fd().expect("the async vector has an eventfd");
+    let fd = umlx_driver::backend::Backend::irq_eventfd(&*b, 0).expect("the async vector has an eventfd");
     let again = umlx_driver::backend::Backend::irq_eventfd(&*b, 0).expect("vector 0");
     assert!(Arc::ptr_eq(&fd, &again), "one eventfd per vector, shared with the caller");
     h.teardown().unwrap();

@@ -14,7 +14,7 @@ use umlx_driver::hca::PortInfo;
 use umlx_driver::objects::{Pd as DrvPd, Uar};
 use umlx_driver::vfio::VfioBackend;
 use umlx_driver::wqsize;
-use umlx_driver::{Hca, HcaOptions};
+use umlx_driver::{Hca, HcaOptions, OpenHca};
 use umlx_hwdesc::ifc::cmd_hca_cap;
 #[cfg(feature = "sim")]
 use umlx_sim::{SimConfig, SimDevice};
@@ -77,7 +77,7 @@ pub struct AsyncEvent {
 pub type Resolver = Arc<dyn Fn(IpAddr) -> Option<[u8; 6]> + Send + Sync>;
 
 pub(crate) struct Shared {
-    pub hca: Arc<Hca<Dev>>,
+    pub hca: Arc<OpenHca<Dev>>,
     pub uar: Arc<Uar<Dev>>,
     pub qps: QpTable,
     pub port: PortInfo,
@@ -189,7 +189,7 @@ impl Context {
     }
 
     /// The driver's HCA (bring-up trace, capabilities, commands).
-    pub fn hca(&self) -> &Arc<Hca<Dev>> {
+    pub fn hca(&self) -> &Arc<OpenHca<Dev>> {
         &self.shared.hca
     }
 
@@ -354,17 +354,25 @@ impl Context {
         Ok(crate::qp::Pd { ctx: self.clone(), pd: DrvPd::new(&self.shared.hca)? })
     }
 
-    /// `ibv_get_async_event` (non-blocking): the next port, CQ, QP or SRQ event.
+    /// `ibv_get_async_event` (non-blocking): the next port, CQ, QP, SRQ or device event. A
+    /// device that died gives its fatal event (`INTERNAL_ERROR`, `IBV_EVENT_DEVICE_FATAL`)
+    /// once, after the events queued before it, and then the device's error.
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {
-        self.shared.hca.process_events()?;
-        Ok(self.shared.hca.next_event().map(|e| AsyncEvent {
+        let drained = self.shared.hca.process_events();
+        let next = self.shared.hca.next_event().map(|e| AsyncEvent {
             event_type: e.event_type,
             object: e.object,
             sub_type: e.sub_type,
-        }))
+        });
+        match (next, drained) {
+            (Some(e), _) => Ok(Some(e)),
+            (None, Err(e)) => Err(e.into()),
+            (None, Ok(())) => Ok(None),
+        }
     }
 
-    /// The async event file descriptor (readable when events may be pending), open while held.
+    /// The async event file descriptor, open while held: readable when an event is queued
+    /// (it can also wake once with none: look again after clearing it).
     pub fn async_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
         self.shared.hca.async_event_fd()
     }

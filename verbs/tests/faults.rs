@@ -79,6 +79,9 @@ fn a_health_failure_during_traffic_fails_every_object_and_leaves_nothing_mapped(
     // The next control operation reports the fatal state, naming the syndrome.
     let e = a.ctx.alloc_pd().unwrap_err();
     assert!(e.to_string().contains("fatal") && e.to_string().contains("HW_FTL_ERR"), "{e}");
+    // The async events give the fatal event once (IBV_EVENT_DEVICE_FATAL), then the error.
+    let ev = a.ctx.get_async_event().unwrap().expect("the fatal event");
+    assert_eq!((ev.event_type, ev.object), (umlx_hwdesc::enums::EventType::INTERNAL_ERROR, 0));
     let e = a.ctx.get_async_event().unwrap_err();
     assert_eq!((e.kind(), e.errno()), (ErrorKind::DeviceFatal, libc::EIO), "{e}");
     assert!(matches!(e.driver_error(), Some(umlx_driver::Error::DeviceFatal { .. })), "{e:?}");
@@ -92,6 +95,26 @@ fn a_health_failure_during_traffic_fails_every_object_and_leaves_nothing_mapped(
     let dev = a.dev.clone();
     drop(a);
     assert_eq!(dev.page_accounting().mappings, 0, "every DMA mapping is gone after the fatal device is closed");
+}
+
+/// A program that waits on the async event fd while its device dies is woken by the device's
+/// event thread (its health poll), with the fatal event, though it issues no call meanwhile.
+#[test]
+fn a_device_that_dies_while_the_program_waits_wakes_it_with_the_fatal_event() {
+    let (_f, mut a, b) = pair(76);
+    traffic(&mut a, &b, 4, |_| {});
+    let fd = a.ctx.async_fd().expect("the async event fd");
+    assert!(!umlx_driver::event::wait_readable(&*fd, Duration::ZERO), "no event before");
+    let waiter = std::thread::spawn(move || umlx_driver::event::wait_readable(&*fd, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(50));
+    a.dev.inject_fatal(HealthSyndrome::HW_FTL_ERR);
+    assert!(waiter.join().unwrap(), "the wait ended with the fd readable");
+    let ev = a.ctx.get_async_event().unwrap().expect("the fatal event");
+    assert_eq!(ev.event_type, umlx_hwdesc::enums::EventType::INTERNAL_ERROR);
+    assert_eq!(a.ctx.get_async_event().unwrap_err().kind(), ErrorKind::DeviceFatal);
+    let dev = a.dev.clone();
+    drop(a);
+    assert_eq!(dev.page_accounting().mappings, 0);
 }
 
 #[test]

@@ -1064,6 +1064,38 @@ mod tests {
         }
     }
 
+    /// A device that dies while a C program waits in `ibv_get_async_event` (blocking, as the
+    /// async fd is by default) wakes it with `IBV_EVENT_DEVICE_FATAL`, once; the next call
+    /// fails with EIO instead of waiting forever.
+    #[test]
+    fn a_device_that_dies_gives_the_waiting_program_device_fatal() {
+        use super::events::*;
+        let cfg = umlx_sim::SimConfig::numbered(91);
+        let ips = cfg.ips.clone();
+        let dev = umlx_sim::SimDevice::new(cfg);
+        let ctx = new_context(Context::attach_sim(dev.clone(), "fatal", ips).expect("sim"), &devices()[0]);
+        let ctx_addr = ctx as usize;
+        let waiter = std::thread::spawn(move || {
+            let mut ev = ibv_async_event { element: async_element { port_num: -1 }, event_type: u32::MAX };
+            // SAFETY: the context handle stays open until the main thread joins this one.
+            let r = unsafe { ibv_get_async_event(ctx_addr as *mut ibv_context, &mut ev) };
+            // SAFETY: a device event's element is the port number 0.
+            (r, ev.event_type, unsafe { ev.element.port_num })
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        dev.inject_fatal(umlx_hwdesc::enums::HealthSyndrome::HW_FTL_ERR);
+        let (r, event_type, port) = waiter.join().unwrap();
+        assert_eq!((r, event_type, port), (0, event_type::DEVICE_FATAL, 0));
+        // SAFETY: `ctx` is the live context this test opened; `ev` a local.
+        unsafe {
+            let mut ev = std::mem::zeroed::<ibv_async_event>();
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), -1, "no second fatal event");
+            assert_eq!(*libc::__errno_location(), libc::EIO);
+            assert_eq!(ibv_close_device(ctx), 0);
+        }
+        assert_eq!(dev.page_accounting().mappings, 0);
+    }
+
     #[test]
     fn the_new_post_send_api_writes_through_an_extended_qp() {
         let ctx = sim_context();

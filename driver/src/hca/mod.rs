@@ -14,6 +14,7 @@ use crate::dma::{DmaBuffer, DmaSpace, dma_rmb};
 use crate::pages::FwPages;
 use crate::{Error, Result};
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,6 +26,11 @@ use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain::page::ADAPTER_PAGE_SIZE;
 use umlx_hwdesc::plain::{eq as eqk, eqe, eqe_cq_err, eqe_page_req, eqe_port_state, eqe_qp_srq, iseg, uar as uark};
 use zerocopy::FromBytes;
+
+mod events;
+pub use events::HEALTH_POLL;
+use events::{EqState, EventThread};
+pub(crate) use events::{eq_doorbell_offset, eq_doorbell_value, ready_eqe};
 
 /// How long a command may take before it is a timeout, unless the device reports its own in
 /// the init segment (Linux `MLX5_TO_CMD_MS` default, rdma-core `MLX5_CMD_TIMEOUT_MSEC`).
@@ -75,11 +81,21 @@ pub struct HcaOptions {
     /// IP addresses of the port: each becomes a RoCEv2 GID (after the link-local GID at index
     /// 0). A VFIO function has no netdev, so the user names them.
     pub ips: Vec<std::net::IpAddr>,
+    /// Run the device's event thread once it is up: it drains the async EQ when its interrupt
+    /// fires (or every few milliseconds without interrupts), serves the firmware's page
+    /// requests, checks the device's health every [`HEALTH_POLL`] and queues a fatal event
+    /// when it dies, whether or not the program calls into the driver (the work Linux does in
+    /// its EQ interrupt handler and health poll). [`Hca::async_event_fd`] is then an eventfd
+    /// signalled when a user event is queued. Without it, the program drains the EQ itself
+    /// ([`Hca::process_events`] when the async eventfd is readable), as rdma-core's VFIO
+    /// provider asks of its programs (`mlx5dv_vfio_process_events`), and a device that dies
+    /// while it issues no command is seen at its next call.
+    pub event_thread: bool,
 }
 
 impl Default for HcaOptions {
     fn default() -> Self {
-        HcaOptions { interrupts: true, cmd_timeout: None, trace: true, ips: Vec::new() }
+        HcaOptions { interrupts: true, cmd_timeout: None, trace: true, ips: Vec::new(), event_thread: true }
     }
 }
 
@@ -154,30 +170,6 @@ pub struct PortInfo {
     pub gids: Vec<GidEntry>,
 }
 
-struct EqState<B: Backend> {
-    eqn: u32,
-    buf: DmaBuffer<B>,
-    ci: u32,
-    log_size: u32,
-}
-
-impl<B: Backend> EqState<B> {
-    /// The byte offset of the EQE at the consumer index, if the device has handed it over
-    /// ([`ready_eqe`]).
-    fn next_ready(&self) -> Option<usize> {
-        ready_eqe(&self.buf, self.ci, self.log_size)
-    }
-}
-
-/// The byte offset in `buf` (an EQ of 2^`log_size` EQEs) of the EQE at consumer index `ci`,
-/// if the device has handed it over: its owner bit matches the pass `ci` is on. The async EQ
-/// and the completion EQs read their entries through this.
-pub(crate) fn ready_eqe<B: Backend>(buf: &DmaBuffer<B>, ci: u32, log_size: u32) -> Option<usize> {
-    let offset = (ci & ((1u32 << log_size) - 1)) as usize * eqk::EQE_SIZE;
-    let owner = buf.read_u8_at(offset + eqe::owner) & eqk::EQE_OWNER_MASK;
-    (owner as u32 == (ci >> log_size) & 1).then_some(offset)
-}
-
 struct Health {
     last_counter: u32,
     last_change: Instant,
@@ -196,7 +188,14 @@ pub struct Hca<B: Backend> {
     page_slot: Mutex<Slot<B>>,
     pages: Mutex<FwPages<B>>,
     eq: Mutex<Option<EqState<B>>>,
+    /// Held through a whole `process_events`, the page requests it serves included.
+    drain: Mutex<()>,
     events: Mutex<VecDeque<AsyncEvent>>,
+    /// The eventfd the program waits on for user events when the event thread runs: signalled
+    /// when one is queued (and again when one is taken and more wait).
+    events_fd: Option<Arc<OwnedFd>>,
+    /// The event thread, while it runs.
+    event_thread: Mutex<Option<EventThread>>,
     event_mode: AtomicBool,
     fatal: Mutex<Option<String>>,
     /// Set with `fatal`, for a cheap check on the data path (a plain load).
@@ -229,7 +228,7 @@ fn cmd_in(opcode: CmdOpcode, op_mod: u16, size: usize) -> Vec<u8> {
 
 impl<B: Backend> Hca<B> {
     /// Brings the device up through its firmware and returns the HCA.
-    pub fn open(backend: Arc<B>, opts: HcaOptions) -> Result<Arc<Hca<B>>> {
+    pub fn open(backend: Arc<B>, opts: HcaOptions) -> Result<Arc<OpenHca<B>>> {
         let space = DmaSpace::new(backend.clone());
         let t0 = Instant::now();
         // Step: wait for firmware (before touching the command queue).
@@ -258,6 +257,14 @@ impl<B: Backend> Hca<B> {
         let cmd_timeout = opts.cmd_timeout.or(exec_to).unwrap_or(CMD_TIMEOUT);
         let regular = queue.slot(0)?;
         let page_slot = queue.slot(queue.size - 1)?;
+        // The program's async event fd: blocking, as a verbs program expects it to be until it
+        // asks otherwise (the driver only writes to it).
+        let events_fd = if opts.event_thread {
+            let fd = crate::event::new_eventfd(false).map_err(|source| Error::Os { op: "eventfd".into(), source })?;
+            Some(Arc::new(fd))
+        } else {
+            None
+        };
         let hca = Arc::new(Hca {
             pages: Mutex::new(FwPages::new(space.clone())),
             backend: backend.clone(),
@@ -266,7 +273,10 @@ impl<B: Backend> Hca<B> {
             cmd: Mutex::new(CmdState { regular }),
             page_slot: Mutex::new(page_slot),
             eq: Mutex::new(None),
+            drain: Mutex::new(()),
             events: Mutex::new(VecDeque::new()),
+            events_fd,
+            event_thread: Mutex::new(None),
             event_mode: AtomicBool::new(false),
             fatal: Mutex::new(None),
             fatal_flag: Arc::new(AtomicBool::new(false)),
@@ -288,12 +298,13 @@ impl<B: Backend> Hca<B> {
             t0,
             format!("log_cmdq_size {log_size} stride {log_stride} at IOVA {iova:#x}; command timeout {cmd_timeout:?}"),
         );
-        if let Err(e) = hca.bring_up() {
+        let up = hca.bring_up().and_then(|()| if hca.opts.event_thread { hca.start_event_thread() } else { Ok(()) });
+        if let Err(e) = up {
             // Leave nothing behind: tear down what was brought up (errors there are secondary).
             let _ = hca.teardown();
             return Err(e);
         }
-        Ok(hca)
+        Ok(Arc::new(OpenHca { hca }))
     }
 
     fn step(&self, step: &'static str, since: Instant, detail: String) {
@@ -649,148 +660,6 @@ impl<B: Backend> Hca<B> {
         Ok(alloc_uar_out::uar.get(&out) as u32)
     }
 
-    fn create_async_eq(&self, uar: u32) -> Result<u32> {
-        let n = 1usize << ASYNC_EQ_LOG_SIZE;
-        let buf = DmaBuffer::new(&self.space, n * eqk::EQE_SIZE, false)?;
-        for i in 0..n {
-            buf.write_u8(i * eqk::EQE_SIZE + eqe::owner, eqk::EQE_OWNER_INIT_VAL)?;
-        }
-        let npages = buf.len().div_ceil(ADAPTER_PAGE_SIZE);
-        let mut inp = cmd_in(CmdOpcode::CREATE_EQ, 0, create_eq_in::SIZE_BYTES + 8 * npages);
-        let ctx = create_eq_in::eq_context_entry;
-        ctx.inner(eqc::log_eq_size).set(&mut inp, ASYNC_EQ_LOG_SIZE as u64);
-        ctx.inner(eqc::uar_page).set(&mut inp, uar as u64);
-        ctx.inner(eqc::intr).set(&mut inp, ASYNC_VECTOR as u64);
-        ctx.inner(eqc::log_page_size).set(&mut inp, 0);
-        let mask: u64 = [
-            EventType::CMD,
-            EventType::PAGE_REQUEST,
-            EventType::PORT_CHANGE,
-            EventType::CQ_ERROR,
-            EventType::PATH_MIG,
-            EventType::COMM_EST,
-            EventType::SQ_DRAINED,
-            EventType::WQ_CATAS_ERROR,
-            EventType::PATH_MIG_FAILED,
-            EventType::WQ_INVAL_REQ_ERROR,
-            EventType::WQ_ACCESS_ERROR,
-            EventType::SRQ_CATAS_ERROR,
-            EventType::SRQ_LAST_WQE,
-            EventType::SRQ_RQ_LIMIT,
-        ]
-        .iter()
-        .fold(0, |m, t| m | (1u64 << t.0));
-        create_eq_in::event_bitmask.elem(0).set(&mut inp, mask);
-        for i in 0..npages {
-            let off = create_eq_in::SIZE_BYTES + 8 * i;
-            inp[off..off + 8].copy_from_slice(&(buf.iova() + (ADAPTER_PAGE_SIZE * i) as u64).to_be_bytes());
-        }
-        let out = self.exec(&inp, create_eq_out::SIZE_BYTES)?;
-        let eqn = create_eq_out::eq_number.get(&out) as u32;
-        *self.eq.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(EqState { eqn, buf, ci: 0, log_size: ASYNC_EQ_LOG_SIZE });
-        self.eq_doorbell(eqn, 0, true);
-        Ok(eqn)
-    }
-
-    fn eq_doorbell(&self, eqn: u32, ci: u32, arm: bool) {
-        self.backend.write32(eq_doorbell_offset(self.uar(), arm), eq_doorbell_value(eqn, ci));
-    }
-
-    /// Drains the async EQ: completes nothing itself for commands (their owners see the
-    /// ownership bit), serves page requests, queues user events, re-arms the EQ, checks health.
-    pub fn process_events(&self) -> Result<()> {
-        self.check_health()?;
-        let mut page_reqs = Vec::new();
-        {
-            let mut g = self.eq.lock().unwrap_or_else(|e| e.into_inner());
-            let Some(eq) = g.as_mut() else { return Ok(()) };
-            let mut consumed = 0;
-            while let Some(offset) = eq.next_ready() {
-                dma_rmb();
-                let mut raw = [0u8; eqe::SIZE];
-                eq.buf.read_bytes(offset, &mut raw)?;
-                eq.ci = eq.ci.wrapping_add(1);
-                consumed += 1;
-                let Ok(e) = eqe::read_from_bytes(&raw[..]) else { continue };
-                let ty = EventType(e.type_);
-                let data = &e.data[..];
-                match ty {
-                    EventType::CMD => {}
-                    EventType::PAGE_REQUEST => {
-                        if let Ok((p, _)) = eqe_page_req::read_from_prefix(data) {
-                            page_reqs.push(p.num_pages.get());
-                        }
-                    }
-                    EventType::PORT_CHANGE => {
-                        if let Ok((p, _)) = eqe_port_state::read_from_prefix(data) {
-                            self.push_event(AsyncEvent {
-                                event_type: ty,
-                                sub_type: e.sub_type,
-                                object: ((p.port >> eqk::PORT_STATE_PORT_SHIFT) & eqk::PORT_STATE_PORT_MASK) as u32,
-                                syndrome: 0,
-                            })
-                        }
-                    }
-                    EventType::CQ_ERROR => {
-                        if let Ok((c, _)) = eqe_cq_err::read_from_prefix(data) {
-                            self.push_event(AsyncEvent {
-                                event_type: ty,
-                                sub_type: 0,
-                                object: c.cqn.get() & umlx_hwdesc::plain::cq::NUM_MASK_24,
-                                syndrome: c.syndrome,
-                            })
-                        }
-                    }
-                    _ => {
-                        if let Ok((q, _)) = eqe_qp_srq::read_from_prefix(data) {
-                            self.push_event(AsyncEvent {
-                                event_type: ty,
-                                sub_type: e.sub_type,
-                                object: q.qp_srq_n.get() & umlx_hwdesc::plain::cq::NUM_MASK_24,
-                                syndrome: 0,
-                            })
-                        }
-                    }
-                }
-                if consumed % 64 == 0 {
-                    let (eqn, ci) = (eq.eqn, eq.ci);
-                    self.eq_doorbell(eqn, ci, false);
-                }
-            }
-            let (eqn, ci) = (eq.eqn, eq.ci);
-            self.eq_doorbell(eqn, ci, true);
-        }
-        for n in page_reqs {
-            if n > 0 {
-                self.give_pages(n as usize)?;
-            } else if n < 0 {
-                self.take_pages(n.unsigned_abs() as usize)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether the async EQ holds an EQE the driver has not consumed.
-    fn async_eq_has_event(&self) -> bool {
-        self.eq.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|eq| eq.next_ready().is_some())
-    }
-
-    fn push_event(&self, e: AsyncEvent) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push_back(e);
-    }
-
-    /// Takes the next user-visible async event, if any (call `process_events` first, or wait
-    /// on the async eventfd).
-    pub fn next_event(&self) -> Option<AsyncEvent> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
-    }
-
-    /// The eventfd of the async EQ's vector (readable when events are pending).
-    pub fn async_event_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
-        self.backend.irq_eventfd(ASYNC_VECTOR)
-    }
-
     /// Checks the health buffer and counter; a fatal error moves the device to its error state.
     pub fn check_health(&self) -> Result<()> {
         if let Some(r) = self.fatal.lock().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -835,8 +704,23 @@ impl<B: Backend> Hca<B> {
             }
         };
         if let Some(r) = reason {
-            *self.fatal.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+            let first = {
+                let mut f = self.fatal.lock().unwrap_or_else(|e| e.into_inner());
+                let first = f.is_none();
+                f.get_or_insert_with(|| r.clone());
+                first
+            };
             self.fatal_flag.store(true, Ordering::Release);
+            if first {
+                // Linux's health poll tells the RDMA stack, which delivers
+                // IBV_EVENT_DEVICE_FATAL to every context: the event a program waits for.
+                self.push_event(AsyncEvent {
+                    event_type: EventType::INTERNAL_ERROR,
+                    sub_type: 0,
+                    object: 0,
+                    syndrome: synd.0,
+                });
+            }
             return Err(Error::DeviceFatal { device: self.name().into(), reason: r });
         }
         Ok(())
@@ -895,7 +779,9 @@ impl<B: Backend> Hca<B> {
 
     fn wait(&self, slot: &mut Slot<B>, serve_events: bool) -> Result<Vec<u8>> {
         let start = Instant::now();
-        let events = self.event_mode.load(Ordering::Acquire) && serve_events;
+        // The event thread, when it runs, takes the async EQ's interrupts: the command then
+        // waits without them, and drains the EQ itself when it finds an event there.
+        let events = self.event_mode.load(Ordering::Acquire) && serve_events && !self.event_thread_runs();
         let fd = if events { self.backend.irq_eventfd(ASYNC_VECTOR) } else { None };
         let mut spins = 0u32;
         let mut last_health = Instant::now();
@@ -928,6 +814,10 @@ impl<B: Backend> Hca<B> {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
+                // A page request the firmware raised for this command is served here too.
+                if serve_events && self.async_eq_has_event() {
+                    self.process_events()?;
+                }
                 std::thread::sleep(Duration::from_micros(20));
             }
             if last_health.elapsed() > Duration::from_millis(100) {
@@ -952,6 +842,7 @@ impl<B: Backend> Hca<B> {
         if self.torn_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.stop_event_thread();
         self.event_mode.store(false, Ordering::Release);
         if self.is_fatal() {
             // A dead device executes nothing: reset it so it stops touching memory, then let
@@ -1056,6 +947,34 @@ impl<B: Backend> Drop for Hca<B> {
     }
 }
 
+/// An opened HCA, as [`Hca::open`] returns it (shared as `Arc<OpenHca>`): it derefs to the
+/// [`Hca`]. Dropping the last one tears the device down there and then, its event thread
+/// stopped first; the event thread holds the [`Hca`] itself, never this handle, so the teardown
+/// never moves into that thread.
+pub struct OpenHca<B: Backend> {
+    hca: Arc<Hca<B>>,
+}
+
+impl<B: Backend> std::ops::Deref for OpenHca<B> {
+    type Target = Hca<B>;
+
+    fn deref(&self) -> &Hca<B> {
+        &self.hca
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for OpenHca<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.hca.fmt(f)
+    }
+}
+
+impl<B: Backend> Drop for OpenHca<B> {
+    fn drop(&mut self) {
+        let _ = self.hca.teardown();
+    }
+}
+
 /// Converts an init-segment timeout register (`cmd_exec_to`, `cmd_q_init_to`): bits 19:0
 /// count units, bits 31:29 (two of them used) give the unit: milliseconds, seconds, minutes,
 /// hours (Linux `lib/tout.c`).
@@ -1077,16 +996,6 @@ fn device_timeouts<B: Backend>(b: &B) -> (Option<Duration>, Option<Duration>) {
         return (None, None);
     }
     (Some(iseg_timeout(init)), Some(iseg_timeout(b.read32(iseg::CMD_EXEC_TO))))
-}
-
-/// BAR0 offset of the EQ doorbell of `uar` (with or without arming).
-pub(crate) fn eq_doorbell_offset(uar: u32, arm: bool) -> usize {
-    (uar as usize) * uark::UAR_PAGE_SIZE + if arm { uark::EQ_DOORBELL_ARM } else { uark::EQ_DOORBELL_NO_ARM }
-}
-
-/// The value written to an EQ doorbell.
-pub(crate) fn eq_doorbell_value(eqn: u32, ci: u32) -> u32 {
-    (eqn << eqk::DB_EQN_SHIFT) | (ci & eqk::DB_CI_MASK)
 }
 
 /// Polls the `initializing` bit until it clears.
