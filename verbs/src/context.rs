@@ -358,16 +358,15 @@ impl Context {
     /// device that died gives its fatal event (`INTERNAL_ERROR`, `IBV_EVENT_DEVICE_FATAL`)
     /// once, after the events queued before it, and then the device's error.
     pub fn get_async_event(&self) -> Result<Option<AsyncEvent>> {
-        let drained = self.shared.hca.process_events();
-        let next = self.shared.hca.next_event().map(|e| AsyncEvent {
-            event_type: e.event_type,
-            object: e.object,
-            sub_type: e.sub_type,
-        });
-        match (next, drained) {
-            (Some(e), _) => Ok(Some(e)),
-            (None, Err(e)) => Err(e.into()),
-            (None, Ok(())) => Ok(None),
+        let hca = &self.shared.hca;
+        let next = || {
+            hca.next_event().map(|e| AsyncEvent { event_type: e.event_type, object: e.object, sub_type: e.sub_type })
+        };
+        match hca.process_events() {
+            Ok(()) => Ok(next()),
+            // A dead device's events, its fatal event last, come before its error.
+            Err(e) if hca.is_fatal() => next().map(Some).ok_or_else(|| e.into()),
+            Err(e) => Err(e.into()),
         }
     }
 
