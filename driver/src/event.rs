@@ -6,21 +6,8 @@ use std::time::Duration;
 
 /// Waits until `fd` is readable or `timeout` passes; returns whether it is readable.
 pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd: fd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1; the descriptor
-    // is open (borrowed for the call).
-    let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-    r > 0 && pfd.revents & libc::POLLIN != 0
-}
-
-/// Reads (resets) an eventfd's counter; returns the count, 0 if it was not signalled.
-pub fn drain(fd: impl AsFd) -> u64 {
-    let mut v = [0u8; 8];
-    // SAFETY: `v` is 8 writable bytes, the size an eventfd read needs; the descriptor is open
-    // (borrowed for the call).
-    let r = unsafe { libc::read(fd.as_fd().as_raw_fd(), v.as_mut_ptr().cast(), 8) };
-    if r == 8 { u64::from_ne_bytes(v) } else { 0 }
+    let mut pfd = [libc::pollfd { fd: fd.as_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    poll_in(&mut pfd, timeout)[0]
 }
 
 /// Waits until `a` (when given) or `b` is readable, or `timeout` passes; says which are
@@ -31,12 +18,27 @@ pub fn wait_either(a: Option<BorrowedFd<'_>>, b: BorrowedFd<'_>, timeout: Durati
         libc::pollfd { fd: a.map_or(-1, |fd| fd.as_raw_fd()), events: libc::POLLIN, revents: 0 },
         libc::pollfd { fd: b.as_raw_fd(), events: libc::POLLIN, revents: 0 },
     ];
+    let [a, b] = poll_in(&mut pfds, timeout);
+    (a, b)
+}
+
+/// `poll(2)` for input on `pfds` (descriptors open, or negative to skip) for at most `timeout`;
+/// which of them are readable.
+fn poll_in<const N: usize>(pfds: &mut [libc::pollfd; N], timeout: Duration) -> [bool; N] {
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `pfds` is an array of two valid pollfds for the duration of the call, and nfds is
-    // its length; each non-negative descriptor is open (borrowed for the call).
-    let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-    let ready = |p: &libc::pollfd| r > 0 && p.revents & libc::POLLIN != 0;
-    (ready(&pfds[0]), ready(&pfds[1]))
+    // SAFETY: `pfds` is an array of N valid pollfds, exclusively borrowed for the call, and
+    // nfds is its length; the callers' non-negative descriptors are open (borrowed by them).
+    let r = unsafe { libc::poll(pfds.as_mut_ptr(), N as libc::nfds_t, ms) };
+    pfds.map(|p| r > 0 && p.revents & libc::POLLIN != 0)
+}
+
+/// Reads (resets) an eventfd's counter; returns the count, 0 if it was not signalled.
+pub fn drain(fd: impl AsFd) -> u64 {
+    let mut v = [0u8; 8];
+    // SAFETY: `v` is 8 writable bytes, the size an eventfd read needs; the descriptor is open
+    // (borrowed for the call).
+    let r = unsafe { libc::read(fd.as_fd().as_raw_fd(), v.as_mut_ptr().cast(), 8) };
+    if r == 8 { u64::from_ne_bytes(v) } else { 0 }
 }
 
 /// A new eventfd (close-on-exec; non-blocking when asked).

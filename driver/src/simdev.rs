@@ -48,7 +48,7 @@ impl SimBackend {
         let n = dev.irq_count();
         let mut irqs = Vec::with_capacity(n as usize);
         for v in 0..n {
-            let fd = crate::vfio::sys::eventfd().map_err(|e| Error::Os { op: "eventfd".into(), source: e })?;
+            let fd = crate::event::new_eventfd(true).map_err(|e| Error::Os { op: "eventfd".into(), source: e })?;
             dev.set_irq_eventfd(v, Some(fd.as_fd()))
                 .map_err(|e| Error::Os { op: format!("connecting MSI-X vector {v}"), source: e })?;
             irqs.push(Arc::new(fd));

@@ -354,7 +354,7 @@ impl VfioBackend {
         let mut st = self.irq_state();
         self.disable_locked(&mut st)?;
         let fds = (0..n)
-            .map(|_| sys::eventfd())
+            .map(|_| crate::event::new_eventfd(true))
             .map(|fd| fd.map(Arc::new))
             .collect::<std::io::Result<Vec<Arc<OwnedFd>>>>()
             .map_err(|source| Error::Os { op: format!("{}: eventfd", self.name), source })?;

@@ -21,7 +21,7 @@
 
 use crate::backend::IovaRange;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use zerocopy::IntoBytes;
 
 const VFIO_TYPE: u32 = b';' as u32;
@@ -470,17 +470,6 @@ pub fn pwrite_exact(fd: BorrowedFd<'_>, data: &[u8], offset: u64) -> io::Result<
         return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {} bytes", data.len())));
     }
     Ok(())
-}
-
-/// A new non-blocking, close-on-exec eventfd.
-pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor we own and nobody else will close.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
