@@ -164,6 +164,12 @@ impl<B: Backend> Hca<B> {
     pub(super) fn push_event(&self, e: AsyncEvent) {
         let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(e);
+        self.signal_program();
+    }
+
+    /// Makes the program's async event fd readable (with the event thread; called with the
+    /// event queue locked, so a program's wait and the queue stay in step).
+    fn signal_program(&self) {
         if let Some(fd) = &self.events_fd {
             crate::event::signal(&**fd);
         }
@@ -177,11 +183,8 @@ impl<B: Backend> Hca<B> {
         // The program may have cleared the eventfd while more events waited: it stays readable
         // while any does. (The driver never clears it: the program's wait does, and a look
         // that then finds nothing is a spurious wake-up, as the program expects of any fd.)
-        if e.is_some()
-            && !q.is_empty()
-            && let Some(fd) = &self.events_fd
-        {
-            crate::event::signal(&**fd);
+        if e.is_some() && !q.is_empty() {
+            self.signal_program();
         }
         e
     }
@@ -270,14 +273,15 @@ fn event_thread<B: Backend>(hca: &Hca<B>, irq: Option<Arc<OwnedFd>>, stop: Owned
             crate::event::drain(fd);
         }
         // An error here is the device's (its health, a page request it could not be given):
-        // the next look, or the program's next call, reports it.
+        // the next look, or the program's next call, reports it. A drain checks health first.
         if interrupted || hca.async_eq_has_event() {
             let _ = hca.process_events();
-        }
-        if Instant::now() >= next_health {
+        } else if Instant::now() >= next_health {
             let _ = hca.check_health();
-            next_health = Instant::now() + HEALTH_POLL;
+        } else {
+            continue;
         }
+        next_health = Instant::now() + HEALTH_POLL;
         if hca.is_fatal() {
             return;
         }
