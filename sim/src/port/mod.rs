@@ -962,16 +962,17 @@ impl PortInner {
     /// port is still on that socket; `None` when it is not. Datagrams are only ever taken under
     /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
     fn drain_wire(&self, sock: &Arc<WireSocket>, slots: &mut RecvSlots) -> Option<usize> {
-        let lan = match &*lock(&self.link) {
+        let (lan, peer) = match &*lock(&self.link) {
             l if l.receives_on(sock) => match l {
-                Link::Lan(lan) => Some(lan.clone()),
-                _ => None,
+                Link::Lan(lan) => (Some(lan.clone()), None),
+                Link::Udp { peer, .. } => (None, Some(*peer)),
+                _ => (None, None),
             },
             _ => return None,
         };
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(sock, slots, |frame, from, truncated| {
+            let n = recv_batch(sock, slots, peer, |frame, from, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());
