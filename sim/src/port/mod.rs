@@ -24,7 +24,8 @@
 //! same encapsulation between any number of processes on one machine. The UDP sockets ask for
 //! large buffers (`setsockopt`), so that a burst of a long message survives while the
 //! receiving sim's thread waits for a core, and move datagrams in batches (`sendmmsg`,
-//! `recvmmsg`, `poll`): these calls are the `unsafe` of the port, all in its `socket` module.
+//! `recvmmsg`, `poll`; the one datagram of a ping-pong's turn with `send`): these calls are
+//! the `unsafe` of the port, all in its `socket` module.
 
 use crate::fabric::{FabricShared, Reached};
 use crate::firmware::{DataPath, Hca};
@@ -796,7 +797,7 @@ impl Port {
     /// application's [`Port::poll_wire`] runs the device. That application is busy-polling its
     /// CQ and will soon see what these frames completed; what it then posts (the reply of a
     /// ping-pong) leaves with the ACKs, in one datagram, and a one-way trip costs one
-    /// `sendmmsg` instead of two. The ACKs wait at most until the application's next look at an
+    /// send instead of two. The ACKs wait at most until the application's next look at an
     /// empty wire, the device's next transmit, or its engine's next look (1 ms). An RC
     /// requester waits far longer before it retransmits, and ACKs are cumulative, so a later
     /// one covers what a waiting one would have (the wire doc's §5.3).
