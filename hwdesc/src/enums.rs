@@ -631,6 +631,43 @@ crate::open_enum! {
         DOWN = 2,
     }
 
+    /// QUERY_VPORT_STATE `state`: the vport's operational state (Linux `MLX5_VPORT_STATE_*`).
+    pub struct VportState(u8) {
+        DOWN = 0,
+        UP = 1,
+    }
+
+    /// QUERY_VPORT_STATE `admin_state` and MODIFY_VPORT_STATE's (Linux
+    /// `MLX5_VPORT_ADMIN_STATE_*`).
+    pub struct VportAdminState(u8) {
+        DOWN = 0,
+        UP = 1,
+        /// Follows the uplink.
+        AUTO = 2,
+    }
+
+    /// `hca_vport_context.port_state` and `vport_state`: the InfiniBand port states (Linux
+    /// `enum ib_port_state`), which RoCE ports report too.
+    pub struct IbPortState(u8) {
+        DOWN = 1,
+        INIT = 2,
+        ARMED = 3,
+        ACTIVE = 4,
+    }
+
+    /// `hca_vport_context.port_physical_state` (Linux `enum ib_port_phys_state`).
+    pub struct PortPhysicalState(u8) {
+        SLEEP = 1,
+        /// Enabled, with no link partner: the cable is out.
+        POLLING = 2,
+        /// Administratively down.
+        DISABLED = 3,
+        PORT_CONFIGURATION_TRAINING = 4,
+        LINK_UP = 5,
+        LINK_ERROR_RECOVERY = 6,
+        PHY_TEST = 7,
+    }
+
     /// PTYS `proto_mask`: which protocol's fields a PTYS access is about (`MLX5_PTYS_*`).
     pub struct PtysProto(u8) {
         /// InfiniBand.

@@ -602,6 +602,9 @@ fn enum_values_match_the_contract() {
         [0x07, 0x09, 0x0b, 0x26]
     );
     assert_eq!([PortChangeSubtype::DOWN.0, PortChangeSubtype::ACTIVE.0], [1, 4]);
+    assert_eq!([VportState::DOWN.0, VportState::UP.0, VportAdminState::UP.0, VportAdminState::AUTO.0], [0, 1, 1, 2]);
+    assert_eq!([IbPortState::DOWN.0, IbPortState::ACTIVE.0], [1, 4]);
+    assert_eq!([PortPhysicalState::POLLING.0, PortPhysicalState::DISABLED.0, PortPhysicalState::LINK_UP.0], [2, 3, 5]);
     assert_eq!([QpState::RTS.0, QpState::ERR.0, QpState::SUSPENDED.0], [3, 6, 9]);
     assert_eq!([QpServiceType::RC.0, QpServiceType::UD.0, QpServiceType::SYNC_UMR.0], [0, 2, 0xe]);
     assert_eq!(IbMtu::MTU_256.bytes(), Some(256));

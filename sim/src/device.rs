@@ -627,6 +627,10 @@ impl crate::port::Receiver for Inner {
         }
         self.try_shared(|_| ())
     }
+
+    fn carrier_changed(&self, present: bool) {
+        self.lock().set_carrier(present);
+    }
 }
 
 /// A software ConnectX. Cloning gives another handle to the same device.

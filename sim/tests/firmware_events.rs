@@ -226,3 +226,103 @@ fn ptys_reports_the_link_mode_while_the_link_is_up() {
     ptys_reg::local_port.set(&mut q, 2);
     assert!(host.access_reg(AccessRegId::PTYS, false, &q).is_err(), "port 2");
 }
+
+#[test]
+fn a_pulled_cable_takes_the_link_down_with_port_change_events_until_it_is_back() {
+    use umlx_hwdesc::enums::{AccessRegId, IbPortState, PortPhysicalState, PortStatus, VportAdminState, VportState};
+    use umlx_hwdesc::ifc::paos_reg;
+    let (dev, mut host, uar) = initialized();
+    let mut eq = host.create_eq(uar, 3, 1 << EventType::PORT_CHANGE.0, 0).unwrap();
+    let fabric = umlx_sim::fabric::Fabric::perfect();
+    fabric.attach(&dev.port());
+    assert!(eq.poll().is_none(), "a port put on a wire was up already: no event");
+    let paos = |host: &mut CmdHost, admin: Option<PortStatus>| {
+        let mut reg = [0u8; paos_reg::SIZE_BYTES];
+        paos_reg::local_port.set(&mut reg, 1);
+        if let Some(admin) = admin {
+            paos_reg::admin_status.set(&mut reg, admin.0 as u64);
+        }
+        let r = host.access_reg(AccessRegId::PAOS, admin.is_some(), &reg).expect("PAOS");
+        (paos_reg::admin_status.get(&r) as u8, paos_reg::oper_status.get(&r) as u8)
+    };
+    // (PAOS admin and oper status, QUERY_VPORT_STATE state and admin state, the vport
+    // context's port state and physical state)
+    let states = |host: &mut CmdHost| {
+        let (admin, oper) = paos(host, None);
+        let v = host
+            .exec(
+                CmdOpcode::QUERY_VPORT_STATE,
+                0,
+                query_vport_state_in::SIZE_BYTES,
+                query_vport_state_out::SIZE_BYTES,
+                |_| {},
+            )
+            .expect("QUERY_VPORT_STATE");
+        let c = host
+            .exec(
+                CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
+                0,
+                query_hca_vport_context_in::SIZE_BYTES,
+                query_hca_vport_context_out::SIZE_BYTES,
+                |i| {
+                    query_hca_vport_context_in::port_num.set(i, 1);
+                },
+            )
+            .expect("QUERY_HCA_VPORT_CONTEXT");
+        let ctx = query_hca_vport_context_out::hca_vport_context;
+        (
+            (PortStatus(admin), PortStatus(oper)),
+            (
+                VportState(query_vport_state_out::state.get(&v) as u8),
+                VportAdminState(query_vport_state_out::admin_state.get(&v) as u8),
+            ),
+            (
+                IbPortState(ctx.inner(hca_vport_context::port_state).get(&c) as u8),
+                PortPhysicalState(ctx.inner(hca_vport_context::port_physical_state).get(&c) as u8),
+            ),
+        )
+    };
+    let up = (
+        (PortStatus::UP, PortStatus::UP),
+        (VportState::UP, VportAdminState::UP),
+        (IbPortState::ACTIVE, PortPhysicalState::LINK_UP),
+    );
+    assert_eq!(states(&mut host), up);
+
+    // The cable out: the link goes down with an event; the port stays administratively up.
+    dev.port().disconnect();
+    let e = eq.poll().expect("a port change EQE");
+    assert_eq!((eqe_type(&e), eqe(&e).sub_type), (EventType::PORT_CHANGE.0, PortChangeSubtype::DOWN.0));
+    let pulled = (
+        (PortStatus::UP, PortStatus::DOWN),
+        (VportState::DOWN, VportAdminState::UP),
+        (IbPortState::DOWN, PortPhysicalState::POLLING),
+    );
+    assert_eq!(states(&mut host), pulled);
+    dev.port().disconnect();
+    assert!(eq.poll().is_none(), "no event without a change");
+
+    // Administratively down and the cable back: the link stays down, with no event.
+    paos(&mut host, Some(PortStatus::DOWN));
+    fabric.attach(&dev.port());
+    assert!(eq.poll().is_none(), "the link was down and stays down");
+    let disabled = (
+        (PortStatus::DOWN, PortStatus::DOWN),
+        (VportState::DOWN, VportAdminState::DOWN),
+        (IbPortState::DOWN, PortPhysicalState::DISABLED),
+    );
+    assert_eq!(states(&mut host), disabled);
+
+    // Administratively up again: the link comes up.
+    paos(&mut host, Some(PortStatus::UP));
+    let e = eq.poll().expect("a port change EQE");
+    assert_eq!(eqe(&e).sub_type, PortChangeSubtype::ACTIVE.0);
+    assert_eq!(states(&mut host), up);
+
+    // The cable out and back in while up: down, then active.
+    dev.port().disconnect();
+    fabric.attach(&dev.port());
+    let subs: Vec<u8> = std::iter::from_fn(|| eq.poll()).map(|e| eqe(&e).sub_type).collect();
+    assert_eq!(subs, [PortChangeSubtype::DOWN.0, PortChangeSubtype::ACTIVE.0]);
+    assert_eq!(states(&mut host), up);
+}

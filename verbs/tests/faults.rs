@@ -136,3 +136,32 @@ fn a_failed_page_delivery_at_bring_up_is_reported_and_leaves_nothing_mapped() {
     assert!(matches!(e.driver_error(), Some(umlx_driver::Error::Command { .. })), "{e:?}");
     assert_eq!(dev.page_accounting().mappings, 0);
 }
+
+#[test]
+fn a_pulled_cable_takes_the_port_down_with_an_event_until_it_is_back() {
+    use umlx_hwdesc::enums::{EventType, PortChangeSubtype, PortPhysicalState};
+    let (fabric, mut a, b) = pair(78);
+    traffic(&mut a, &b, 4, |_| {});
+    let fd = a.ctx.async_fd().expect("the async event fd");
+    let next_event = |ctx: &Context| {
+        assert!(umlx_driver::event::wait_readable(&*fd, Duration::from_secs(10)), "an event within 10 s");
+        ctx.get_async_event().unwrap().expect("an event")
+    };
+    let port = a.ctx.query_port(1).unwrap();
+    assert_eq!((port.state, port.phys_state), (PortState::Active, PortPhysicalState::LINK_UP.0));
+
+    a.dev.port().disconnect();
+    let ev = next_event(&a.ctx);
+    assert_eq!((ev.event_type, ev.sub_type, ev.object), (EventType::PORT_CHANGE, PortChangeSubtype::DOWN.0, 1));
+    let port = a.ctx.query_port(1).unwrap();
+    assert_eq!((port.state, port.phys_state), (PortState::Down, PortPhysicalState::POLLING.0));
+
+    fabric.attach(&a.dev.port());
+    let ev = next_event(&a.ctx);
+    assert_eq!((ev.event_type, ev.sub_type, ev.object), (EventType::PORT_CHANGE, PortChangeSubtype::ACTIVE.0, 1));
+    let port = a.ctx.query_port(1).unwrap();
+    assert_eq!((port.state, port.phys_state), (PortState::Active, PortPhysicalState::LINK_UP.0));
+    assert!(a.ctx.get_async_event().unwrap().is_none(), "one event each way");
+    // The QPs were left as they were: traffic flows again.
+    traffic(&mut a, &b, 4, |_| {});
+}

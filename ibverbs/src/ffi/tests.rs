@@ -379,6 +379,45 @@ fn a_device_that_dies_gives_the_waiting_program_device_fatal() {
 }
 
 #[test]
+fn a_pulled_cable_gives_port_err_then_port_active() {
+    use super::events::*;
+    let fabric = umlx_sim::fabric::Fabric::perfect();
+    let cfg = umlx_sim::SimConfig::numbered(93);
+    let ips = cfg.ips.clone();
+    let dev = umlx_sim::SimDevice::new(cfg);
+    fabric.attach(&dev.port());
+    let ctx = new_context(Context::attach_sim(dev.clone(), "cable", ips).expect("sim"), &devices()[0]);
+    let next = |ctx: *mut ibv_context| {
+        let mut ev = ibv_async_event { element: async_element { port_num: -1 }, event_type: u32::MAX };
+        // SAFETY: `ctx` is the live context this test opened; `ev` a local; a port event's
+        // element is its port number.
+        unsafe {
+            assert_eq!(ibv_get_async_event(ctx, &mut ev), 0);
+            let got = (ev.event_type, ev.element.port_num);
+            ibv_ack_async_event(&mut ev);
+            got
+        }
+    };
+    let port = |ctx: *mut ibv_context| {
+        let mut attr = ibv_port_attr::default();
+        // SAFETY: `ctx` is the live context this test opened; `attr` a local.
+        assert_eq!(unsafe { ibv_query_port(ctx, 1, &mut attr) }, 0);
+        (attr.state, attr.phys_state)
+    };
+    use umlx_hwdesc::enums::PortPhysicalState;
+    let active = (umlx_verbs::PortState::Active as u32, PortPhysicalState::LINK_UP.0);
+    assert_eq!(port(ctx), active);
+    dev.port().disconnect();
+    assert_eq!(next(ctx), (event_type::PORT_ERR, 1));
+    assert_eq!(port(ctx), (umlx_verbs::PortState::Down as u32, PortPhysicalState::POLLING.0));
+    fabric.attach(&dev.port());
+    assert_eq!(next(ctx), (event_type::PORT_ACTIVE, 1));
+    assert_eq!(port(ctx), active);
+    // SAFETY: as above.
+    unsafe { assert_eq!(ibv_close_device(ctx), 0) };
+}
+
+#[test]
 fn the_new_post_send_api_writes_through_an_extended_qp() {
     let ctx = sim_context();
     let mut buf = vec![0u8; 8192];

@@ -269,10 +269,10 @@ impl Hca {
                         _ => {}
                     }
                 }
-                let status = if self.vport.is_up() { PortStatus::UP } else { PortStatus::DOWN };
+                let status = |up: bool| if up { PortStatus::UP.0 } else { PortStatus::DOWN.0 };
                 paos_reg::local_port.set(&mut reg, 1);
-                paos_reg::admin_status.set(&mut reg, status.0 as u64);
-                paos_reg::oper_status.set(&mut reg, status.0 as u64);
+                paos_reg::admin_status.set(&mut reg, u64::from(status(self.vport.is_admin_up())));
+                paos_reg::oper_status.set(&mut reg, u64::from(status(self.vport.is_up())));
                 o.extend_from_slice(&reg);
             }
             AccessRegId::PTYS => {

@@ -1,4 +1,5 @@
-//! The port and its vport: MAC, MTU, RoCE enable, port state with port-change events, and the
+//! The port and its vport: MAC, MTU, RoCE enable, port state (administrative, and the link as
+//! the cable leaves it) with port-change events, and the
 //! RoCE address (GID) table (SET/QUERY_ROCE_ADDRESS, QUERY_HCA_VPORT_GID).
 //!
 //! On Ethernet the GID table is software-managed: the driver writes each entry with
@@ -9,7 +10,9 @@ use super::exec::{CmdResult, bad_param, need_in, out};
 use super::objects::event_data;
 use super::{Hca, syndrome as sy};
 use crate::config::SimConfig;
-use umlx_hwdesc::enums::{CmdOpcode, EventType, IbMtu, PortChangeSubtype};
+use umlx_hwdesc::enums::{
+    CmdOpcode, EventType, IbMtu, IbPortState, PortChangeSubtype, PortPhysicalState, VportAdminState, VportState,
+};
 use umlx_hwdesc::ifc::*;
 use umlx_hwdesc::plain;
 
@@ -37,8 +40,13 @@ pub struct Vport {
     pub mtu: u32,
     /// RoCE enabled on the vport.
     pub roce_en: bool,
-    /// Link (operational) state.
-    up: bool,
+    /// The port's administrative state (INIT_HCA and PAOS writes bring it up, TEARDOWN_HCA
+    /// and PAOS writes down).
+    admin_up: bool,
+    /// Whether a link partner is there: false only while the port's cable is out
+    /// ([`crate::Port::disconnect`]); a port on no wire at all has its link up, its frames
+    /// going nowhere.
+    carrier: bool,
     /// RoCE address table.
     pub gids: Vec<Option<RoceAddr>>,
     node_guid: u64,
@@ -51,15 +59,30 @@ impl Vport {
             mac: cfg.mac,
             mtu: cfg.eth_mtu,
             roce_en: false,
-            up: false,
+            admin_up: false,
+            carrier: true,
             gids: vec![None; super::caps::limits::GID_TABLE_SIZE as usize],
             node_guid: cfg.node_guid,
         }
     }
 
-    /// Whether the link is up.
+    /// Whether the link is up (operational): administratively up, with a link partner.
     pub fn is_up(&self) -> bool {
-        self.up
+        self.admin_up && self.carrier
+    }
+
+    /// Whether the port is administratively up.
+    pub fn is_admin_up(&self) -> bool {
+        self.admin_up
+    }
+
+    /// The port's state and physical state as `hca_vport_context` reports them.
+    fn ib_port_states(&self) -> (IbPortState, PortPhysicalState) {
+        match (self.admin_up, self.carrier) {
+            (true, true) => (IbPortState::ACTIVE, PortPhysicalState::LINK_UP),
+            (true, false) => (IbPortState::DOWN, PortPhysicalState::POLLING),
+            (false, _) => (IbPortState::DOWN, PortPhysicalState::DISABLED),
+        }
     }
 
     /// The largest IB MTU (enum 1..5) that fits the Ethernet MTU with RoCEv2 headers (as rxe:
@@ -74,12 +97,29 @@ impl Vport {
 }
 
 impl Hca {
-    /// Brings the link up or down, posting a port-change event when it changes.
+    /// Brings the port administratively up or down, posting a port-change event when its
+    /// link changes.
     pub(crate) fn set_link(&mut self, up: bool) {
-        if self.vport.up == up {
+        let was = self.vport.is_up();
+        self.vport.admin_up = up;
+        self.link_changed(was);
+    }
+
+    /// The port's cable goes in (`present`) or out: its link follows while the port is
+    /// administratively up, with a port-change event, as a ConnectX posts one when its link
+    /// partner comes or goes.
+    pub fn set_carrier(&mut self, present: bool) {
+        let was = self.vport.is_up();
+        self.vport.carrier = present;
+        self.link_changed(was);
+    }
+
+    /// Posts a port-change event if the link is no longer `was` (up or down).
+    fn link_changed(&mut self, was: bool) {
+        let up = self.vport.is_up();
+        if up == was {
             return;
         }
-        self.vport.up = up;
         let port = plain::eqe_port_state { port: 1 << plain::eq::PORT_STATE_PORT_SHIFT, ..Default::default() };
         let sub = if up { PortChangeSubtype::ACTIVE } else { PortChangeSubtype::DOWN };
         self.post_event(EventType::PORT_CHANGE, sub.0, &event_data(&port));
@@ -161,11 +201,10 @@ impl Hca {
         )?;
         let mut o = out(query_hca_vport_context_out::SIZE_BYTES);
         let ctx = query_hca_vport_context_out::hca_vport_context;
-        // port_state / vport_state: 4 = ACTIVE, 1 = DOWN; physical state 5 = LinkUp, 3 = Disabled.
-        let (st, phys) = if self.vport.up { (4, 5) } else { (1, 3) };
-        ctx.inner(hca_vport_context::port_state).set(&mut o, st);
-        ctx.inner(hca_vport_context::vport_state).set(&mut o, st);
-        ctx.inner(hca_vport_context::port_physical_state).set(&mut o, phys);
+        let (st, phys) = self.vport.ib_port_states();
+        ctx.inner(hca_vport_context::port_state).set(&mut o, u64::from(st.0));
+        ctx.inner(hca_vport_context::vport_state).set(&mut o, u64::from(st.0));
+        ctx.inner(hca_vport_context::port_physical_state).set(&mut o, u64::from(phys.0));
         ctx.inner(hca_vport_context::port_guid).set(&mut o, self.vport.node_guid);
         ctx.inner(hca_vport_context::node_guid).set(&mut o, self.vport.node_guid);
         ctx.inner(hca_vport_context::system_image_guid).set(&mut o, self.vport.node_guid);
@@ -208,10 +247,10 @@ impl Hca {
             return Err(bad_param(op, sy::BAD_FIELD_VALUE));
         }
         let mut o = out(query_vport_state_out::SIZE_BYTES);
-        // 1 = up, 0 = down (vport state); admin follows.
-        let st = self.vport.up as u64;
-        query_vport_state_out::state.set(&mut o, st);
-        query_vport_state_out::admin_state.set(&mut o, st);
+        let state = if self.vport.is_up() { VportState::UP } else { VportState::DOWN };
+        let admin = if self.vport.admin_up { VportAdminState::UP } else { VportAdminState::DOWN };
+        query_vport_state_out::state.set(&mut o, u64::from(state.0));
+        query_vport_state_out::admin_state.set(&mut o, u64::from(admin.0));
         Ok(o)
     }
 

@@ -273,6 +273,9 @@ pub(crate) trait Receiver: Send + Sync {
     /// Handles the waiting frames now in this thread, unless another thread holds the device
     /// (then returns false, and the frames wait for that thread or the engine).
     fn try_receive(&self) -> bool;
+    /// The port's cable went in (`present`) or out ([`Port::disconnect`], a connect after it):
+    /// the device's link follows. Waits for the device; never called from a run of it.
+    fn carrier_changed(&self, present: bool);
 }
 
 thread_local! {
@@ -550,16 +553,22 @@ impl Port {
             self.inner.set_link(Link::Down);
             return Err(e);
         }
+        self.inner.carrier(true);
         Ok(())
     }
 
-    /// Disconnects the port from its wire.
+    /// Disconnects the port from its wire: its cable is pulled. The device's link goes down,
+    /// with a port-change event (IBV_EVENT_PORT_ERR through the drop-in), until the port is
+    /// connected to a wire again. A port never connected to one has its link up, its frames
+    /// going nowhere.
     pub fn disconnect(&self) {
         self.inner.set_link(Link::Down);
+        self.inner.carrier(false);
     }
 
     pub(crate) fn set_fabric(&self, f: Arc<FabricShared>) {
         self.inner.set_link(Link::Fabric(f));
+        self.inner.carrier(true);
     }
 
     /// Whether the frames the device sends now cross something that needs their IPv4 header
@@ -828,6 +837,13 @@ impl PortInner {
         let mut l = lock(&self.link);
         self.on_socket.store(link.socket().is_some(), Ordering::Relaxed);
         *l = link;
+    }
+
+    /// Tells the device whether the port's cable is in (see [`Receiver::carrier_changed`]).
+    fn carrier(&self, present: bool) {
+        if let Some(r) = self.receiver.get().and_then(Weak::upgrade) {
+            r.carrier_changed(present);
+        }
     }
 
     /// A frame arrives from the wire: it is queued and the device told.
