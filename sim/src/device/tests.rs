@@ -1,0 +1,164 @@
+//! Tests of the device's engine thread and timers (and of a device refused its engine).
+
+use super::*;
+
+/// A device the operating system refuses its engine thread is an error, not a panic: shown
+/// in a child process (this test's binary again) whose address space is limited to what it
+/// has mapped plus 1 MiB, too little for a thread's 2 MiB stack.
+#[test]
+fn a_device_refused_its_engine_thread_is_an_error() {
+    const CHILD: &str = "UMLX_SIM_TEST_NO_THREAD_ROOM";
+    const NAME: &str = "device::tests::a_device_refused_its_engine_thread_is_an_error";
+    if std::env::var_os(CHILD).is_some() {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmSize");
+        let limit = libc::rlimit { rlim_cur: (kib << 10) + (1 << 20), rlim_max: libc::RLIM_INFINITY };
+        // SAFETY: `limit` is a valid rlimit that outlives the call.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+        match SimDevice::try_new(SimConfig::default()) {
+            Ok(_) => println!("child: started"),
+            Err(e) => println!("child: refused: {e}"),
+        }
+        return;
+    }
+    let me = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(me)
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .expect("running the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the child failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("child: refused: starting the sim's engine thread: "), "{stdout}");
+    // Unlimited, the same device starts.
+    assert!(SimDevice::try_new(SimConfig::default()).is_ok());
+}
+
+/// The timers run next when something is due: with nothing timed, when the firmware next
+/// touches a page it holds, and no later than that period after the last run. (They ran
+/// every millisecond whatever was due, which took a device that threads ran side by side
+/// whole a thousand times a second.)
+#[test]
+fn the_timers_run_next_when_something_is_due_and_at_least_every_page_touch_period() {
+    let dev = SimDevice::new(SimConfig::default());
+    let mut h = dev.lock();
+    let now = Instant::now();
+    run_timers(&mut h, now);
+    assert_eq!(h.timers_due, now + PAGE_TOUCH_PERIOD, "nothing timed, no page held");
+    h.pages.held.insert(1 << 20);
+    h.pci_config[4] |= 0x04; // PCI command register: bus master
+    h.last_page_touch = now;
+    let later = now + Duration::from_millis(2);
+    run_timers(&mut h, later);
+    assert!(h.next_due(later).is_some(), "a page touch is timed");
+    assert_eq!(h.timers_due, now + PAGE_TOUCH_PERIOD, "the next page touch");
+}
+
+/// The window the clock closes: a thread letting go reads the engine's old plan (a look
+/// sooner than its timer: no wake) just before the engine plans a later look and finds the
+/// device still held. The engine must then sleep no later than the timer, where it used to
+/// sleep its whole idle period.
+#[test]
+fn an_engine_that_finds_the_device_held_wakes_for_the_timer_it_was_not_told_of() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    c.engine_plans(now + Duration::from_micros(200)); // the engine's old plan
+    let due = now + Duration::from_micros(400);
+    assert!(!c.leaving(now, due), "the old plan looks before the timer: no wake");
+    // The engine plans its idle look and finds the device held (the holder has not let go).
+    let planned = now + ENGINE_IDLE_PARK;
+    c.engine_plans(planned);
+    assert_eq!(c.engine_wake_when_held(now, planned), due);
+    // That look is now its plan: a holder letting go with the same timers need not wake it,
+    // one with a timer due sooner must.
+    assert!(!c.leaving(now, due), "the engine already looks when the timers are due");
+    assert!(c.leaving(now, due - Duration::from_micros(50)));
+}
+
+/// The other order: the engine planned first, so the thread letting go sees the plan and
+/// wakes it for a timer due sooner, and only then.
+#[test]
+fn a_thread_letting_go_wakes_the_engine_only_for_a_timer_due_before_its_plan() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    c.engine_plans(now + ENGINE_IDLE_PARK);
+    assert!(c.leaving(now, now + Duration::from_micros(300)));
+    assert!(!c.leaving(now, now + 2 * ENGINE_IDLE_PARK));
+    // While the engine runs the device, nothing wakes it: it looks at the timers after.
+    c.engine_runs();
+    assert!(!c.leaving(now, now + Duration::from_micros(300)));
+}
+
+/// An engine that wakes to nothing while a thread that ran the device left the timers due
+/// later leaves the device alone until then; it takes it when something waits, when the
+/// timers are due, or when no thread has left them yet.
+#[test]
+fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    let planned = now + ENGINE_IDLE_PARK;
+    c.engine_plans(planned);
+    assert_eq!(c.engine_idle_until(now, planned, true), None, "no thread has run the timers yet");
+    let due = now + Duration::from_micros(300);
+    assert!(c.leaving(now, due), "due before the engine's plan: it is woken");
+    // Once the grace of that thread's run has ended:
+    let t = now + ENGINE_GRACE;
+    assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
+    assert_eq!(c.engine_idle_until(t, planned, false), None, "a frame or a posted write waits");
+    assert_eq!(c.engine_idle_until(due, planned, true), None, "the timers are due");
+    // Its look at `due` is its plan: a thread leaving with the timers due then does not
+    // wake it, one leaving them due sooner does.
+    c.engine_plans(planned);
+    assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
+    assert!(!c.leaving(now, due));
+    assert!(c.leaving(now, due - Duration::from_micros(100)));
+    // Timers left later than the engine's idle period: it looks at its plan.
+    c.leaving(now, now + 3 * ENGINE_IDLE_PARK);
+    assert_eq!(c.engine_idle_until(t, planned, true), Some(planned));
+}
+
+/// Within the grace of a thread's run, the engine leaves the device to that thread even
+/// when a frame waits or the timers are due (the thread takes them), and looks again when
+/// the grace ends if something waits, else when the timers are due or the grace ends,
+/// whichever is later; never later than its plan.
+#[test]
+fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    let planned = now + ENGINE_IDLE_PARK;
+    let grace_ends = now + ENGINE_GRACE;
+    let due = now + Duration::from_micros(300);
+    c.engine_plans(planned);
+    c.leaving(now, due);
+    let soon = now + Duration::from_micros(10);
+    assert_eq!(c.engine_idle_until(soon, planned, true), Some(due), "nothing waits: until the timers");
+    assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends), "a frame on its way to that thread");
+    // Timers due within the grace, and already due when the engine looks.
+    c.leaving(now, now + Duration::from_micros(5));
+    assert_eq!(c.engine_idle_until(soon, planned, true), Some(grace_ends));
+    assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends));
+    assert_eq!(
+        c.engine_idle_until(soon, soon + Duration::from_micros(20), false),
+        Some(soon + Duration::from_micros(20))
+    );
+    // The grace over, the engine takes the device for what waits, or for the timers.
+    assert_eq!(c.engine_idle_until(grace_ends, planned, false), None);
+    assert_eq!(c.engine_idle_until(grace_ends, planned, true), None);
+}
+
+/// A held device with timers long past due (the holder runs them) or not armed: the engine
+/// neither spins nor oversleeps.
+#[test]
+fn an_engine_that_finds_the_device_held_sleeps_between_its_floor_and_its_plan() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    let planned = now + ENGINE_IDLE_PARK;
+    assert_eq!(c.engine_wake_when_held(now, planned), planned, "no timer published yet");
+    c.leaving(now, now);
+    let later = now + Duration::from_millis(5);
+    assert_eq!(c.engine_wake_when_held(later, later + ENGINE_IDLE_PARK), later + ENGINE_MIN_PARK);
+}
