@@ -41,6 +41,9 @@
 //! `completer_retry_err` counter rises; this responder treats the copy as a duplicate and
 //! re-ACKs it, which is what rxe needs to go on).
 
+mod completion;
+mod egress;
+mod memory;
 mod rx;
 pub use rx::RxHold;
 mod sq;
