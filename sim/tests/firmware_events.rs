@@ -249,26 +249,8 @@ fn a_pulled_cable_takes_the_link_down_with_port_change_events_until_it_is_back()
     // context's port state and physical state)
     let states = |host: &mut CmdHost| {
         let (admin, oper) = paos(host, None);
-        let v = host
-            .exec(
-                CmdOpcode::QUERY_VPORT_STATE,
-                0,
-                query_vport_state_in::SIZE_BYTES,
-                query_vport_state_out::SIZE_BYTES,
-                |_| {},
-            )
-            .expect("QUERY_VPORT_STATE");
-        let c = host
-            .exec(
-                CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
-                0,
-                query_hca_vport_context_in::SIZE_BYTES,
-                query_hca_vport_context_out::SIZE_BYTES,
-                |i| {
-                    query_hca_vport_context_in::port_num.set(i, 1);
-                },
-            )
-            .expect("QUERY_HCA_VPORT_CONTEXT");
+        let v = query_vport_state(host).expect("QUERY_VPORT_STATE");
+        let c = query_hca_vport(host, 1).expect("QUERY_HCA_VPORT_CONTEXT");
         let ctx = query_hca_vport_context_out::hca_vport_context;
         (
             (PortStatus(admin), PortStatus(oper)),

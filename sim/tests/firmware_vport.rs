@@ -4,7 +4,7 @@
 mod firmware_common;
 
 use firmware_common::*;
-use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, QpServiceType};
+use umlx_hwdesc::enums::{CmdOpcode, CmdStatus, IbPortState, PortPhysicalState, QpServiceType, VportState};
 use umlx_hwdesc::ifc::*;
 use umlx_sim::config::mac_to_guid;
 
@@ -210,33 +210,13 @@ fn nic_vport_mac_and_mtu() {
 fn hca_vport_context_and_state() {
     let mut env = Env::new();
     let h = &mut env.host;
-    let o = h
-        .exec(
-            CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
-            0,
-            query_hca_vport_context_in::SIZE_BYTES,
-            query_hca_vport_context_out::SIZE_BYTES,
-            |i| {
-                query_hca_vport_context_in::port_num.set(i, 1);
-            },
-        )
-        .expect("QUERY_HCA_VPORT_CONTEXT");
+    let o = query_hca_vport(h, 1).expect("QUERY_HCA_VPORT_CONTEXT");
     let c = query_hca_vport_context_out::hca_vport_context;
-    assert_eq!(c.inner(hca_vport_context::port_state).get(&o), 4, "ACTIVE after INIT_HCA");
-    assert_eq!(c.inner(hca_vport_context::port_physical_state).get(&o), 5, "LinkUp");
+    assert_eq!(c.inner(hca_vport_context::port_state).get(&o), IbPortState::ACTIVE.0.into(), "after INIT_HCA");
+    assert_eq!(c.inner(hca_vport_context::port_physical_state).get(&o), PortPhysicalState::LINK_UP.0.into());
     assert_eq!(c.inner(hca_vport_context::port_guid).get(&o), mac_to_guid(SimConfig::default().mac));
-    let o = h
-        .exec(
-            CmdOpcode::QUERY_VPORT_STATE,
-            0,
-            query_vport_state_in::SIZE_BYTES,
-            query_vport_state_out::SIZE_BYTES,
-            |_| {},
-        )
-        .expect("QUERY_VPORT_STATE");
-    assert_eq!(query_vport_state_out::state.get(&o), 1);
-    let r = h.exec(CmdOpcode::QUERY_HCA_VPORT_CONTEXT, 0, 16, query_hca_vport_context_out::SIZE_BYTES, |i| {
-        query_hca_vport_context_in::port_num.set(i, 2);
-    });
+    let o = query_vport_state(h).expect("QUERY_VPORT_STATE");
+    assert_eq!(query_vport_state_out::state.get(&o), VportState::UP.0.into());
+    let r = query_hca_vport(h, 2);
     expect_fail(r, CmdOpcode::QUERY_HCA_VPORT_CONTEXT, CmdStatus::BAD_PARAM_ERR, sy::BAD_FIELD_VALUE);
 }

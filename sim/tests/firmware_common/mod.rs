@@ -41,6 +41,30 @@ impl Env {
     }
 }
 
+/// QUERY_HCA_VPORT_CONTEXT of `port`: the command's output.
+pub fn query_hca_vport(host: &mut CmdHost, port: u64) -> Result<Vec<u8>, CmdError> {
+    host.exec(
+        CmdOpcode::QUERY_HCA_VPORT_CONTEXT,
+        0,
+        query_hca_vport_context_in::SIZE_BYTES,
+        query_hca_vport_context_out::SIZE_BYTES,
+        |i| {
+            query_hca_vport_context_in::port_num.set(i, port);
+        },
+    )
+}
+
+/// QUERY_VPORT_STATE of the function's own vport: the command's output.
+pub fn query_vport_state(host: &mut CmdHost) -> Result<Vec<u8>, CmdError> {
+    host.exec(
+        CmdOpcode::QUERY_VPORT_STATE,
+        0,
+        query_vport_state_in::SIZE_BYTES,
+        query_vport_state_out::SIZE_BYTES,
+        |_| {},
+    )
+}
+
 /// Asserts a command failed with `status` and the sim syndrome reason `reason` for `opcode`.
 #[track_caller]
 pub fn expect_fail<T: Debug>(r: Result<T, CmdError>, opcode: CmdOpcode, status: CmdStatus, reason: u16) {
