@@ -71,6 +71,9 @@ pub struct SimConfig {
     pub init_pages: u32,
     /// Ethernet MTU of the port (bytes of IP packet).
     pub eth_mtu: u32,
+    /// The general caps' current `log_max_qp` after reset (at most the max cap's, 18): the
+    /// device allows 2^this QPs until the driver raises it with SET_HCA_CAP.
+    pub log_max_qp: u8,
     /// Hostile behaviour (off by default).
     pub hostile: Hostile,
 }
@@ -95,6 +98,7 @@ impl SimConfig {
             boot_pages: 32,
             init_pages: 256,
             eth_mtu: 1500,
+            log_max_qp: 18,
             hostile: Hostile::default(),
         }
     }

@@ -351,3 +351,19 @@ fn reset_then_destroy() {
     let r = h.exec(CmdOpcode::RST2INIT_QP, 0, 0x20, 16, |_| {});
     expect_fail(r, CmdOpcode::RST2INIT_QP, CmdStatus::BAD_INP_LEN_ERR, sy::BAD_INPUT_LEN);
 }
+
+#[test]
+fn the_current_log_max_qp_bounds_the_live_qps() {
+    // A device whose firmware starts with room for 2^2 QPs, which no SET_HCA_CAP raised.
+    let mut env = Env::with_config(SimConfig { log_max_qp: 2, ..SimConfig::default() });
+    let cq = create_cq(&mut env.host, env.uar, env.eq.eqn, 6).unwrap();
+    let spec = QpSpec::rc(env.pd, env.uar, cq.cqn);
+    let mut qps: Vec<QpHandle> =
+        (0..4).map(|_| create_qp(&mut env.host, spec).expect("CREATE_QP within 2^2")).collect();
+    expect_status(create_qp(&mut env.host, spec), CmdStatus::NO_RES_ERR);
+    // A QP destroyed makes room for one more.
+    let gone = qps.pop().unwrap();
+    destroy_qp(&mut env.host, gone.qpn).unwrap();
+    qps.push(create_qp(&mut env.host, spec).expect("CREATE_QP after a DESTROY_QP"));
+    expect_status(create_qp(&mut env.host, spec), CmdStatus::NO_RES_ERR);
+}

@@ -89,3 +89,16 @@ fn memory_registration_access_rules() {
     let back = mr.dereg().unwrap();
     assert_eq!(&back[..4], b"umlx");
 }
+
+#[test]
+fn bring_up_raises_log_max_qp_to_the_max_cap_as_linux_does() {
+    // Firmware that starts with room for 2^2 QPs: bring-up asks for the max cap's 2^18.
+    let c =
+        Context::open_sim(umlx_sim::SimConfig { log_max_qp: 2, ..umlx_sim::SimConfig::numbered(6) }).expect("open sim");
+    assert_eq!(c.query_device().unwrap().max_qp, 1 << 18);
+    let pd = c.alloc_pd().unwrap();
+    let cq = c.create_cq(64, None).unwrap();
+    let qps: Vec<_> =
+        (0..8).map(|k| pd.create_qp(QpType::Rc, &cq).build().unwrap_or_else(|e| panic!("QP {k}: {e}"))).collect();
+    assert_eq!(qps.len(), 8);
+}

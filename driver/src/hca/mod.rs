@@ -453,9 +453,15 @@ impl<B: Backend> Hca<B> {
             self.exec(&inp, set_hca_cap_out::SIZE_BYTES).map(|_| ())
         };
         let mut general = query(HcaCapType::GENERAL, true)?;
-        let _max = query(HcaCapType::GENERAL, false)?;
+        let max = query(HcaCapType::GENERAL, false)?;
         cmd_hca_cap::cmdif_checksum.set(&mut general, 0);
         cmd_hca_cap::log_uar_page_sz.set(&mut general, 0);
+        // As Linux's default profile: as many QPs as the device allows, up to 2^18 (the
+        // firmware's current value may be lower).
+        cmd_hca_cap::log_max_qp.set(&mut general, cmd_hca_cap::log_max_qp.get(&max).min(PROFILE_LOG_MAX_QP));
+        if let Some(v) = cache_line_128byte(cmd_hca_cap::cache_line_128byte.get(&max), host_cache_line_bytes()) {
+            cmd_hca_cap::cache_line_128byte.set(&mut general, v);
+        }
         set(HcaCapType::GENERAL, &general)?;
         let general = query(HcaCapType::GENERAL, true)?;
         let mut roce = Vec::new();
@@ -967,5 +973,39 @@ mod roce_caps_tests {
         assert!(e.contains("VERSION_1"), "{e}");
         // The old sim's value (bit 1, neither version) is refused too.
         assert!(require_roce_v2("sim0", &caps(RoceVersionCaps(2))).is_err());
+    }
+}
+
+/// The `log_max_qp` bring-up asks for when the device allows it: Linux's default profile
+/// (`mlx5_core` profile 2, `LOG_MAX_SUPPORTED_QPS`: the max cap, at most 18).
+const PROFILE_LOG_MAX_QP: u64 = 18;
+
+/// The `cache_line_128byte` bring-up sets, as Linux does: 1 on a host with 128-byte cache
+/// lines, else 0, when the max cap allows it; `None` (left as it is) when it does not.
+fn cache_line_128byte(max_cap: u64, host_line: u64) -> Option<u64> {
+    (max_cap == 1).then_some(u64::from(host_line >= 128))
+}
+
+/// The host CPU's cache line in bytes (what `cache_line_128byte` tells the device, as Linux's
+/// `cache_line_size()` does): the first CPU's L1 data cache's coherency line, 64 when sysfs
+/// does not say.
+fn host_cache_line_bytes() -> u64 {
+    std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index0/coherency_line_size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_line_128byte_follows_the_host_where_the_device_allows_it() {
+        assert_eq!(cache_line_128byte(0, 128), None, "a device without the cap is left alone");
+        assert_eq!(cache_line_128byte(1, 64), Some(0));
+        assert_eq!(cache_line_128byte(1, 128), Some(1));
+        let line = host_cache_line_bytes();
+        assert!(line.is_power_of_two() && (32..=256).contains(&line), "{line}");
     }
 }

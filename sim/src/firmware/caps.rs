@@ -67,7 +67,7 @@ pub struct Caps {
 
 /// The device's limits, used both for the caps and for checks on commands.
 pub mod limits {
-    /// log2 max QPs.
+    /// log2 max QPs (the max cap; the current cap, which bounds the QPs, may be lower).
     pub const LOG_MAX_QP: u64 = 18;
     /// log2 max WQEs (SQ in WQEBBs, RQ in WQEs) per queue.
     pub const LOG_MAX_QP_SZ: u64 = 15;
@@ -114,7 +114,7 @@ impl Caps {
         let general: &[(Field, u64)] = &[
             (c::log_max_srq_sz, LOG_MAX_SRQ_SZ),
             (c::log_max_qp_sz, LOG_MAX_QP_SZ),
-            (c::log_max_qp, LOG_MAX_QP),
+            (c::log_max_qp, u64::from(cfg.log_max_qp).min(LOG_MAX_QP)),
             (c::log_max_srq, LOG_MAX_SRQ),
             (c::log_max_cq_sz, LOG_MAX_CQ_SZ),
             (c::log_max_cq, LOG_MAX_CQ),
@@ -173,6 +173,7 @@ impl Caps {
         }
         let mut gmax = g.clone();
         // What the max caps allow beyond the defaults.
+        c::log_max_qp.set(&mut gmax, LOG_MAX_QP);
         c::mkey_by_name.set(&mut gmax, 0);
         c::cmdif_checksum.set(&mut gmax, 3);
         c::disable_link_up.set(&mut gmax, 1);

@@ -233,10 +233,16 @@ impl Hca {
         let pas = read_pas(op, input, create_qp_in::SIZE_BYTES, npages)?;
         let mut ctx = base.bytes(input).map(|b| b.to_vec()).unwrap_or_else(|| vec![0; qpc::SIZE_BYTES]);
         qpc::state.set(&mut ctx, QpState::RST.0 as u64);
+        // At most 2^log_max_qp QPs (the current cap, which the driver may raise up to the max),
+        // numbered from FIRST_QPN within the 24-bit QPN space.
+        let log_max_qp = self.caps.general(umlx_hwdesc::ifc::cmd_hca_cap::log_max_qp).min(limits::LOG_MAX_QP);
+        if self.objects.qps.len() as u64 >= 1 << log_max_qp {
+            return Err(no_res(op));
+        }
         let qpn = self
             .objects
             .qps
-            .add(1 << limits::LOG_MAX_QP, |qpn| {
+            .add(u64::from(plain::cq::NUM_MASK_24) + 1, |qpn| {
                 Locked::new(Qp {
                     qpn,
                     st,
