@@ -434,28 +434,31 @@ thread_local! {
 /// them to `sendmmsg`: while another thread changes the option, for a lone frame longer than
 /// the option (the option is changed for segmented datagrams only), a datagram longer than
 /// [`SEND_ALONE_COPY_MAX`], and after an error (which `sendmmsg` meets again and handles).
-fn send_alone<'f>(sock: &WireSocket, frames: impl Iterator<Item = &'f Vec<u8>>, g: Datagram) -> bool {
-    if g.frames > 1 && g.bytes > SEND_ALONE_COPY_MAX {
+fn send_alone<'f>(sock: &WireSocket, mut frames: impl Iterator<Item = &'f Vec<u8>>, g: Datagram) -> bool {
+    if g.frames == 1 {
+        return frames.next().is_none_or(|frame| send_with_option(sock, g, frame));
+    }
+    if g.bytes > SEND_ALONE_COPY_MAX {
         return false;
     }
+    let mut joined = JOINED.take();
+    joined.clear();
+    frames.for_each(|f| joined.extend_from_slice(f));
+    let sent = send_with_option(sock, g, &joined);
+    JOINED.set(joined);
+    sent
+}
+
+/// Sends `datagram` (the bytes of `g`) with one `send` that relies on the socket's
+/// `UDP_SEGMENT` option, set first to `g`'s segment size if `g` is segmented and the option
+/// differs. Whether it sent it (see [`send_alone`] for when it does not).
+fn send_with_option(sock: &WireSocket, g: Datagram, datagram: &[u8]) -> bool {
     // The segment size is a u16; a frame is never longer than 64 KiB.
     let wanted = if g.frames > 1 { g.segment as u16 } else { 0 };
     let fits =
         |option: u16| if g.frames > 1 { option == wanted } else { option == 0 || g.bytes <= usize::from(option) };
-    let send = |frames: &mut dyn Iterator<Item = &'f Vec<u8>>| -> std::io::Result<usize> {
-        if g.frames == 1 {
-            return frames.next().map_or(Ok(0), |f| sock.send(f));
-        }
-        let mut joined = JOINED.take();
-        joined.clear();
-        frames.for_each(|f| joined.extend_from_slice(f));
-        let r = sock.send(&joined);
-        JOINED.set(joined);
-        r
-    };
-    let mut frames = frames;
     let sent = match sock.segment.try_read() {
-        Ok(option) if fits(*option) => send(&mut frames),
+        Ok(option) if fits(*option) => sock.send(datagram),
         Ok(_) if g.frames == 1 => return false,
         Ok(option) => {
             drop(option);
@@ -466,7 +469,7 @@ fn send_alone<'f>(sock: &WireSocket, frames: impl Iterator<Item = &'f Vec<u8>>, 
                 }
                 *option = wanted;
             }
-            send(&mut frames)
+            sock.send(datagram)
         }
         Err(_) => return false,
     };

@@ -235,7 +235,7 @@ impl Hca {
         qpc::state.set(&mut ctx, QpState::RST.0 as u64);
         // At most 2^log_max_qp QPs (the current cap, which the driver may raise up to the max),
         // numbered from FIRST_QPN within the 24-bit QPN space.
-        let log_max_qp = self.caps.general(umlx_hwdesc::ifc::cmd_hca_cap::log_max_qp).min(limits::LOG_MAX_QP);
+        let log_max_qp = self.caps.general(umlx_hwdesc::ifc::cmd_hca_cap::log_max_qp);
         if self.objects.qps.len() as u64 >= 1 << log_max_qp {
             return Err(no_res(op));
         }
