@@ -53,6 +53,7 @@
 //! `--pcap`, `--ip`, `--index` (see [`crate::device`]) and `--timeout`.
 
 use crate::cli::{c_number, parse_c_number};
+use crate::common::IdlePolls;
 use crate::device::{self, DeviceOpts};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
@@ -796,11 +797,12 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
     let mut c = Counts { scnt: 0, rcnt: 0, routs };
     let mut num_cq_events = 0u32;
     let mut wc = [Wc::default(); 2];
-    // On the software ConnectX, the CPU is given away at every empty poll, as `umlx perf` does:
-    // its threads, and the peer process of a ping-pong, may share the core with this loop. At
-    // one yield in 256 polls, a ping-pong whose two processes shared one core took 337 - 349
-    // µs per 4 KiB iteration (22 - 24 µs at every poll; about the same either way on two).
-    let yield_every = if ctx.sim_backend().is_some() { 1 } else { 256 };
+    // On the software ConnectX, the CPU is given away at every empty poll while others wait for
+    // it, as `umlx perf` does (`IdlePolls`): its threads, and the peer process of a ping-pong,
+    // may share the core with this loop. At one yield in 256 polls, a ping-pong whose two
+    // processes shared one core took 337 - 349 µs per 4 KiB iteration (22 - 24 µs at every
+    // poll). On an adapter, one yield in 256 polls.
+    let sim_idle = ctx.sim_backend().is_some().then(|| IdlePolls::new(true));
     while c.rcnt < o.iters || c.scnt < o.iters {
         let ne = if let Some(ch) = &channel {
             let waited = Instant::now();
@@ -832,8 +834,10 @@ fn pingpong(ctx: &Context, o: &Opts) -> Result<(), String> {
                 if spins.is_multiple_of(256) && o.timeout.is_some_and(|t| waited.elapsed() >= t) {
                     return Err(stalled(&c, o.iters, o.timeout));
                 }
-                if spins.is_multiple_of(yield_every) {
-                    std::thread::yield_now();
+                match &sim_idle {
+                    Some(idle) => idle.idle(),
+                    None if spins.is_multiple_of(256) => std::thread::yield_now(),
+                    None => {}
                 }
                 std::hint::spin_loop();
             }

@@ -10,6 +10,7 @@
 use super::Test;
 use super::exchange::Dest;
 use super::params::Params;
+use crate::common::IdlePolls;
 use std::io::Write;
 use std::result::Result;
 use std::time::{Duration, Instant};
@@ -227,7 +228,7 @@ pub struct Resources {
     test: Test,
     inline_size: u32,
     fetch_add: bool,
-    yield_idle: bool,
+    idle: IdlePolls,
 }
 
 fn ns(t0: Instant, now: Instant) -> u64 {
@@ -287,20 +288,18 @@ impl Resources {
             test: p.test,
             inline_size,
             fetch_add: p.fetch_add,
-            yield_idle: false,
+            idle: IdlePolls::new(false),
         })
     }
 
-    /// Gives the CPU away whenever a poll finds nothing (for the software ConnectX, whose
-    /// engine threads share the CPUs with the polling loop).
-    pub fn set_yield_when_idle(&mut self, on: bool) {
-        self.yield_idle = on;
+    /// How an empty poll waits: for the software ConnectX, whose threads (and the peer process)
+    /// may share the CPU with the polling loop, see [`IdlePolls`]; on an adapter it spins.
+    pub fn set_sim_polling(&mut self, sim: bool) {
+        self.idle = IdlePolls::new(sim);
     }
 
     fn idle(&self) {
-        if self.yield_idle {
-            std::thread::yield_now();
-        }
+        self.idle.idle();
     }
 
     /// Offset of QP `q`'s send area.

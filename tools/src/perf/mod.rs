@@ -395,7 +395,7 @@ fn run_on(ctx: &Context, p: &Params, dev_name: &str, sim: bool) -> Result<(), St
     }
     let geo = Geometry { cycle_buffer: cycle_buffer.max(64) as u64, cache_line: cache_line.max(1) as u64 };
     let mut res = Resources::new(ctx, p, p.max_size(), geo)?;
-    res.set_yield_when_idle(sim);
+    res.set_sim_polling(sim);
     let mut rng = seed();
     let my: Vec<Dest> = (0..res.qps.len())
         .map(|i| Dest {
