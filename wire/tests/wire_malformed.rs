@@ -5,7 +5,7 @@
 mod wire_common;
 
 use umlx_wire::packet::{
-    Bth, ExtHeaders, FrameBuilder, IpHeader, Layer, Opcode, WireError, parse_frame, parse_frame_verified,
+    Bth, ExtHeaders, FrameBuilder, IpHeader, Layer, Opcode, WireError, ip_frame_len, parse_frame, parse_frame_verified,
 };
 use umlx_wire::{arp, icrc};
 use wire_common::{
@@ -496,4 +496,40 @@ fn wire_stats_count_by_reason() {
     assert_eq!(st.drop_unknown_opcode, 1);
     assert_eq!(st.dropped(), 3);
     assert_eq!((st.tx_frames, st.tx_bytes), (1, 100));
+}
+
+#[test]
+fn an_ip_frame_gives_its_own_length_and_no_other_frame_does() {
+    let mut rng = XorShift::new(0x1EF7);
+    let pool = rng.bytes(4096);
+    let mut seen_vlan = 0;
+    for &op in Opcode::ALL_KNOWN {
+        for l3 in [L3::V4, L3::V6, L3::V1] {
+            for _ in 0..4 {
+                let b = random_builder(&mut rng, op, l3, &pool);
+                seen_vlan += usize::from(b.eth.vlan.is_some());
+                let mut frame = b.to_vec().unwrap();
+                let len = frame.len();
+                // The builder pads a frame to Ethernet's 60 bytes; a longer one ends with its packet.
+                let packet_end = parse_frame_verified(&frame).unwrap().packet_end;
+                assert!(packet_end == len || len == 60, "{op} {l3:?}");
+                let want = (l3 != L3::V1).then_some(packet_end);
+                assert_eq!(ip_frame_len(&frame), want, "{op} {l3:?}");
+                // Padding after the IP packet is not part of it.
+                frame.extend_from_slice(&[0; 18]);
+                assert_eq!(ip_frame_len(&frame), want, "{op} {l3:?} padded");
+                // A frame cut inside its IP header says nothing; one cut after says its length.
+                let in_ip_header = 14 + 4 * usize::from(b.eth.vlan.is_some()) + 19;
+                assert_eq!(ip_frame_len(&frame[..in_ip_header]), None, "{op} {l3:?} cut");
+                assert_eq!(ip_frame_len(&frame[..packet_end - 1]), want, "{op} {l3:?} cut after its header");
+            }
+        }
+    }
+    assert!(seen_vlan > 0, "some frames had a VLAN tag");
+    let (mac, v4, v6) = ([2, 0, 0, 0, 0, 1], "10.0.0.1".parse().unwrap(), "fe80::1".parse().unwrap());
+    let arp_request = arp::arp_request(mac, v4, "10.0.0.2".parse().unwrap());
+    assert_eq!(ip_frame_len(&arp_request), None, "ARP is not IP");
+    let solicitation = arp::neighbor_solicitation(mac, v6, "fe80::2".parse().unwrap());
+    assert_eq!(ip_frame_len(&solicitation), Some(solicitation.len()), "a neighbour solicitation is IPv6");
+    assert_eq!(ip_frame_len(&[]), None);
 }

@@ -24,8 +24,9 @@
 //! same encapsulation between any number of processes on one machine. The UDP sockets ask for
 //! large buffers (`setsockopt`), so that a burst of a long message survives while the
 //! receiving sim's thread waits for a core, and move datagrams in batches (`sendmmsg`,
-//! `recvmmsg`, `poll`; the one datagram of a ping-pong's turn with `send`): these calls are
-//! the `unsafe` of the port, all in its `socket` module.
+//! `recvmmsg`, `poll`; the one datagram of a ping-pong's turn with `send`, and from a peer on
+//! this machine with `recv`): these calls are the `unsafe` of the port, all in its `socket`
+//! module. Only IP frames exactly as long as they say go segmented, one datagram for several.
 
 use crate::fabric::{FabricShared, Reached};
 use crate::firmware::{DataPath, Hca};

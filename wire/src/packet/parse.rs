@@ -68,6 +68,26 @@ pub fn steering_dest_qp(frame: &[u8]) -> Option<u32> {
     Some(Bth::from_bytes(&frame.get(bth..bth + Bth::LEN)?.try_into().ok()?).dest_qp)
 }
 
+/// The length an Ethernet frame that carries an IP packet gives itself: its Ethernet header
+/// (with one VLAN tag, if any) and its IP packet's (the IPv4 total length; the IPv6 header and
+/// payload length). `None` for any other frame (ARP, RoCEv1, ...) and for one too short to say.
+/// A frame with padding after its IP packet is longer than this.
+pub fn ip_frame_len(frame: &[u8]) -> Option<usize> {
+    let (mut ethertype, mut off) = (be16(frame, 12), 14);
+    if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+        (ethertype, off) = (be16(frame, 16), 18);
+    }
+    let ip = frame.get(off..)?;
+    match ethertype {
+        ETHERTYPE_IPV4 if ip.len() >= 20 && ip[0] >> 4 == 4 => {
+            let total = usize::from(be16(ip, 2));
+            (total >= 20).then_some(off + total)
+        }
+        ETHERTYPE_IPV6 if ip.len() >= 40 && ip[0] >> 4 == 6 => Some(off + 40 + usize::from(be16(ip, 4))),
+        _ => None,
+    }
+}
+
 /// Validates the Ethernet, IP and UDP headers of a RoCE frame and finds the BTH and the end
 /// of the IP packet. Shared by [`parse_frame`] and `icrc::compute`.
 #[inline(always)]
