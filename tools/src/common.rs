@@ -71,7 +71,9 @@ impl IdlePolls {
         }
         let polls = self.polls.get().wrapping_add(1);
         self.polls.set(polls);
-        if polls.is_multiple_of(64) {
+        // A yield takes at least half a microsecond, and may take a scheduler time slice:
+        // a yielding loop looks at the clock at each empty poll, a spinning one every 64th.
+        if self.yielding.get() || polls.is_multiple_of(64) {
             self.check();
         }
         if self.yielding.get() {
