@@ -988,9 +988,11 @@ impl PortInner {
             },
             _ => return None,
         };
+        // A LAN's members are on this machine (its socket is on 127.0.0.1), as is a loopback peer.
+        let local = lan.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(sock, slots, peer, |frame, from, truncated| {
+            let n = recv_batch(sock, slots, peer, local, |frame, from, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());

@@ -137,19 +137,18 @@ impl RecvSlots {
 /// send (`UDP_GRO`, see [`enable_gro`]) is split back into its frames at the segment size it
 /// reports. `peer` is the peer of a connected socket: the sender of every datagram, which the
 /// kernel is then not asked for (a look with one costs a busy poller about 0.1 µs more, in C).
-/// A look for one datagram on a connected socket whose peer is on this machine is one `recv`
+/// `local` says that every datagram comes from this machine (a socket on a loopback address,
+/// or connected to one): a look for one datagram is then one `recv` or `recvfrom`
 /// ([`recv_one`]).
 pub(super) fn recv_batch(
     sock: &UdpSocket,
     slots: &mut RecvSlots,
     peer: Option<SocketAddr>,
+    local: bool,
     mut each: impl FnMut(&[u8], Option<SocketAddr>, bool),
 ) -> usize {
     use std::os::fd::AsRawFd;
-    if let Some(peer) = peer
-        && slots.ask == 1
-        && peer.ip().is_loopback()
-    {
+    if local && slots.ask == 1 {
         return recv_one(sock, slots, peer, each);
     }
     if slots.named != peer.is_none() {
@@ -201,34 +200,51 @@ pub(super) fn recv_batch(
     n
 }
 
-/// [`recv_batch`]'s look for one datagram on a connected socket whose `peer` is on this
-/// machine: one `recv`, the cheapest call that takes a datagram (in C, on Linux 6.18, a
-/// `recvmmsg` for one datagram costs 0.13 µs more when it finds none and 0.29 µs more when it
-/// takes one, and a ping-pong's one-way trip 0.26 µs more), but without the kernel's segment
-/// size of a datagram it coalesced. On loopback the kernel coalesces a segmented send only
-/// (it has no receive offload there), and a umlx sim segments only frames exactly as long as
-/// they say ([`delimited`]): such a datagram is split at its frames' own lengths
-/// ([`split_at_frame_lengths`]), into the frames it was sent as.
+/// [`recv_batch`]'s look for one datagram from this machine: one `recv` on a connected socket
+/// (whose `peer` sent it), else one `recvfrom`. These are the cheapest calls that take a
+/// datagram (in C, on Linux 6.18, a `recvmmsg` for one datagram costs 0.13 µs more when it
+/// finds none and 0.29 µs more when it takes one, and a ping-pong's one-way trip 0.26 µs
+/// more), but they do not give the kernel's segment size of a datagram it coalesced. On
+/// loopback the kernel coalesces a segmented send only (it has no receive offload there), and
+/// a umlx sim segments only frames exactly as long as they say ([`delimited`]): such a
+/// datagram is split at its frames' own lengths ([`split_at_frame_lengths`]), into the frames
+/// it was sent as.
 fn recv_one(
     sock: &UdpSocket,
     slots: &mut RecvSlots,
-    peer: SocketAddr,
+    peer: Option<SocketAddr>,
     mut each: impl FnMut(&[u8], Option<SocketAddr>, bool),
 ) -> usize {
     use std::os::fd::AsRawFd;
     let slot = &mut slots.data[..RECV_SLOT];
-    // SAFETY: recv writes at most `RECV_SLOT` bytes into the slot, exclusively borrowed for the
-    // call (with MSG_TRUNC it returns the datagram's whole length, writing no more); the
-    // descriptor is the socket's own, open while `sock` is borrowed.
+    let name = &mut slots.headers.names[0];
+    let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let (name_ptr, name_len_ptr) = match peer {
+        Some(_) => (std::ptr::null_mut(), std::ptr::null_mut()),
+        None => ((&raw mut *name).cast(), &raw mut name_len),
+    };
+    // SAFETY: recvfrom writes at most `RECV_SLOT` bytes into the slot (with MSG_TRUNC it
+    // returns the datagram's whole length, writing no more) and, when asked, at most
+    // `name_len` bytes of the sender's address into `name`: both exclusively borrowed through
+    // `slots`, `name_len` a local, all outliving the call. The descriptor is the socket's
+    // own, open while `sock` is borrowed.
     let r = unsafe {
-        libc::recv(sock.as_raw_fd(), slot.as_mut_ptr().cast(), RECV_SLOT, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
+        libc::recvfrom(
+            sock.as_raw_fd(),
+            slot.as_mut_ptr().cast(),
+            RECV_SLOT,
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            name_ptr,
+            name_len_ptr,
+        )
     };
     // An error is what `recvmmsg` would have met (nothing waits, or a peer's ICMP error).
     let Ok(len) = usize::try_from(r) else { return 0 };
     slots.ask = RECV_BATCH;
+    let from = peer.or_else(|| sockaddr_of(&slots.headers.names[0]));
     match slots.data.get(..len) {
-        Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, Some(peer), false)),
-        None => each(&slots.data[..RECV_SLOT], Some(peer), true),
+        Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, from, false)),
+        None => each(&slots.data[..RECV_SLOT], from, true),
     }
     1
 }
@@ -880,7 +896,9 @@ mod tests {
                 tx.send_to(&[k; 64], rx.local_addr().unwrap()).unwrap();
             }
             assert!(wait_readable(&rx, Duration::from_secs(10)));
-            let n = recv_batch(&rx, &mut slots, peer, |frame, from, truncated| took.push((frame[0], from, truncated)));
+            let n = recv_batch(&rx, &mut slots, peer, false, |frame, from, truncated| {
+                took.push((frame[0], from, truncated))
+            });
             assert_eq!(n, count);
         }
         // Each sender is the socket's: given (a connected socket's peer) or asked for (the
@@ -896,7 +914,7 @@ mod tests {
         let mut slots = RecvSlots::new();
         let mut took = Vec::new();
         let take = |slots: &mut RecvSlots, took: &mut Vec<u8>| {
-            recv_batch(&rx, slots, None, |frame, from, truncated| {
+            recv_batch(&rx, slots, None, false, |frame, from, truncated| {
                 assert_eq!((from, truncated), (Some(tx.local_addr().unwrap()), false));
                 took.push(frame[0]);
             })
@@ -936,7 +954,7 @@ mod tests {
         let mut slots = RecvSlots::new();
         let look = |slots: &mut RecvSlots| {
             let mut took = Vec::new();
-            let n = recv_batch(&rx, slots, Some(tx_addr), |frame, from, truncated| {
+            let n = recv_batch(&rx, slots, Some(tx_addr), true, |frame, from, truncated| {
                 assert_eq!((from, truncated), (Some(tx_addr), false));
                 took.push(frame.to_vec());
             });
@@ -968,5 +986,30 @@ mod tests {
         assert_eq!(look(&mut slots), (0, vec![]));
         send(std::slice::from_ref(&arp));
         assert_eq!(look(&mut slots), (1, vec![arp]), "a frame that does not say its length is one frame");
+    }
+
+    #[test]
+    fn a_look_for_one_datagram_on_a_lan_socket_names_its_sender_and_splits_a_coalesced_one() {
+        // A LAN member's socket (unconnected, on 127.0.0.1) and a lane of another member.
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_gro(&rx);
+        let lane = WireSocket::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        lane.connect(rx.local_addr().unwrap()).unwrap();
+        let sender = lane.local_addr().unwrap();
+        let mut slots = RecvSlots::new();
+        let mut look = || {
+            let mut took = Vec::new();
+            let n = recv_batch(&rx, &mut slots, None, true, |frame, from, truncated| {
+                took.push((frame.to_vec(), from, truncated));
+            });
+            (n, took)
+        };
+        assert_eq!(look(), (0, vec![]), "an empty look: the next takes one datagram");
+        let frames = vec![ip_frame(122, 108, 1), ip_frame(62, 48, 2)];
+        let dests: Vec<(usize, SocketAddr)> = (0..2).map(|i| (i, rx.local_addr().unwrap())).collect();
+        send_datagrams(&lane, &frames, &dests, true);
+        assert!(wait_readable(&rx, Duration::from_secs(10)));
+        let expected = frames.into_iter().map(|f| (f, Some(sender), false)).collect();
+        assert_eq!(look(), (1, expected));
     }
 }
