@@ -700,8 +700,10 @@ impl SimDevice {
         // The creating thread is usually the application's, which rings the doorbells.
         prepare_thread();
         let port = crate::port::Port::new(cfg.mac, cfg.ips.clone());
+        let mut hca = Hca::new(cfg);
+        hca.attach_port(port.admin_state());
         let inner = Arc::new(Inner {
-            hca: RwLock::new(Hca::new(cfg)),
+            hca: RwLock::new(hca),
             port,
             posted: Mutex::new(VecDeque::new()),
             posted_any: AtomicBool::new(false),

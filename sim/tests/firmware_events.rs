@@ -308,3 +308,46 @@ fn a_pulled_cable_takes_the_link_down_with_port_change_events_until_it_is_back()
     assert_eq!(subs, [PortChangeSubtype::DOWN.0, PortChangeSubtype::ACTIVE.0]);
     assert_eq!(states(&mut host), up);
 }
+
+#[test]
+fn a_port_brought_down_by_paos_sends_and_receives_nothing_until_it_is_brought_up() {
+    use umlx_hwdesc::enums::{AccessRegId, PortStatus};
+    use umlx_hwdesc::ifc::paos_reg;
+    let (dev, mut host, _uar) = initialized();
+    let dev_ip = SimConfig::default().ips[0];
+    let fabric = umlx_sim::fabric::Fabric::perfect();
+    fabric.attach(&dev.port());
+    let paos = |host: &mut CmdHost, admin: PortStatus| {
+        let mut reg = [0u8; paos_reg::SIZE_BYTES];
+        paos_reg::local_port.set(&mut reg, 1);
+        paos_reg::admin_status.set(&mut reg, admin.0 as u64);
+        host.access_reg(AccessRegId::PAOS, true, &reg).expect("PAOS write");
+    };
+    // A host on the wire, which asks for the device's MAC with ARP: another sim's port (no
+    // driver brought it up, so it passes frames), a new one each time (nothing learnt before).
+    let host_port = |n: u8| {
+        let d = SimDevice::new(SimConfig::numbered(n));
+        fabric.attach(&d.port());
+        (d.port(), d)
+    };
+    let peer_ip = |n: u8| SimConfig::numbered(n).ips[0];
+    let (up, _d1) = host_port(1);
+    assert_eq!(up.resolve(peer_ip(1), dev_ip, Duration::from_secs(5)), Some(dev.port().mac()), "up: ARP answered");
+
+    paos(&mut host, PortStatus::DOWN);
+    let before = dev.port().stats();
+    let (down, _d2) = host_port(2);
+    assert_eq!(down.resolve(peer_ip(2), dev_ip, Duration::from_millis(300)), None, "down: no answer");
+    // The device's own request goes nowhere either.
+    let heard = down.stats().rx_frames;
+    assert_eq!(dev.port().resolve(dev_ip, peer_ip(2), Duration::from_millis(100)), None);
+    assert_eq!(down.stats().rx_frames, heard, "nothing left the device's port");
+    let after = dev.port().stats();
+    assert!(after.drop_link_down > before.drop_link_down, "the requests were dropped: {after:?}");
+    assert!(after.tx_drop_link_down > before.tx_drop_link_down, "its own request was dropped: {after:?}");
+    assert_eq!(after.tx_frames, before.tx_frames, "nothing counted as sent");
+
+    paos(&mut host, PortStatus::UP);
+    let (again, _d3) = host_port(3);
+    assert_eq!(again.resolve(peer_ip(3), dev_ip, Duration::from_secs(5)), Some(dev.port().mac()), "up again");
+}

@@ -65,9 +65,15 @@ fn drops(w: &WireStats) -> String {
         ("bad checksum", w.drop_bad_checksum),
         ("bad ICRC", w.drop_bad_icrc),
         ("receive queue full", w.drop_rx_overflow),
+        ("link down", w.drop_link_down),
     ];
     let named: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
-    if named.is_empty() { "dropped 0".into() } else { format!("dropped {} ({})", w.dropped(), named.join(", ")) }
+    let rx =
+        if named.is_empty() { "dropped 0".into() } else { format!("dropped {} ({})", w.dropped(), named.join(", ")) };
+    match w.tx_drop_link_down {
+        0 => rx,
+        n => format!("{rx}, {n} sent while the link was down"),
+    }
 }
 
 fn transport(t: &TransportStats) -> String {

@@ -38,10 +38,15 @@ pub struct WireStats {
     pub drop_bad_icrc: u64,
     /// Dropped: the port's receive queue was full (the device fell that far behind).
     pub drop_rx_overflow: u64,
+    /// Dropped on receive: the port's link was down (administratively, or its cable out).
+    pub drop_link_down: u64,
     /// Frames sent.
     pub tx_frames: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
+    /// Frames the device sent while the port's link was down: they went nowhere (not counted
+    /// as sent).
+    pub tx_drop_link_down: u64,
 }
 
 impl WireStats {
@@ -62,8 +67,10 @@ impl WireStats {
             drop_bad_checksum: 0,
             drop_bad_icrc: 0,
             drop_rx_overflow: 0,
+            drop_link_down: 0,
             tx_frames: 0,
             tx_bytes: 0,
+            tx_drop_link_down: 0,
         }
     }
 
@@ -132,8 +139,10 @@ impl WireStats {
             drop_bad_checksum,
             drop_bad_icrc,
             drop_rx_overflow,
+            drop_link_down,
             tx_frames,
             tx_bytes,
+            tx_drop_link_down,
         } = *other;
         self.rx_frames += rx_frames;
         self.rx_bytes += rx_bytes;
@@ -149,11 +158,14 @@ impl WireStats {
         self.drop_bad_checksum += drop_bad_checksum;
         self.drop_bad_icrc += drop_bad_icrc;
         self.drop_rx_overflow += drop_rx_overflow;
+        self.drop_link_down += drop_link_down;
         self.tx_frames += tx_frames;
         self.tx_bytes += tx_bytes;
+        self.tx_drop_link_down += tx_drop_link_down;
     }
 
-    /// Frames dropped as damaged (not counting frames that simply are not RoCE).
+    /// Received frames dropped: damaged, for want of room, or while the link was down (not
+    /// counting frames that simply are not RoCE).
     pub fn dropped(&self) -> u64 {
         self.drop_truncated
             + self.drop_bad_ip
@@ -164,6 +176,7 @@ impl WireStats {
             + self.drop_bad_checksum
             + self.drop_bad_icrc
             + self.drop_rx_overflow
+            + self.drop_link_down
     }
 }
 

@@ -196,6 +196,10 @@ pub struct Hca {
     pub(crate) pages: Pages,
     pub(crate) objects: Objects,
     pub(crate) vport: vport::Vport,
+    /// The administrative state of the device's port, which the firmware sets as it brings
+    /// the vport up and down ([`Hca::attach_port`]): while it is down, the port sends and
+    /// receives nothing.
+    pub(crate) port_admin_up: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub(crate) irqs: Vec<Option<File>>,
     pub(crate) delayed: Vec<DelayedCmd>,
     /// When [`Hca::tick`] is next needed: set by its last run, lowered by [`Hca::note_due`]
@@ -247,6 +251,7 @@ impl Hca {
             pages,
             objects: Objects::default(),
             vport,
+            port_admin_up: Default::default(),
             irqs: (0..cfg.num_msix).map(|_| None).collect(),
             delayed: Vec::new(),
             timers_due: Instant::now(),
@@ -287,11 +292,24 @@ impl Hca {
         let stats = self.sim_stats();
         let limit = self.dma_entry_limit;
         let cfg = self.cfg.clone();
+        let port = self.port_admin_up.clone();
+        // The cable is where it was: a reset changes nothing on the wire's side.
+        let carrier = self.vport.has_carrier();
         *self = Hca::new(cfg);
         self.dma_entry_limit = limit;
         self.iommu = iommu;
         self.irqs = irqs;
         self.stats = stats;
+        self.vport.set_has_carrier(carrier);
+        self.attach_port(port);
+    }
+
+    /// Shares the administrative state of the device's port (see [`Hca::port_admin_up`]). It
+    /// changes when the firmware brings the port up or down, not at power-on or a reset: a
+    /// device no driver brought up yet passes frames (its port answers ARP), and one a driver
+    /// brought down stays down until a driver brings it up.
+    pub(crate) fn attach_port(&mut self, admin_up: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        self.port_admin_up = admin_up;
     }
 
     /// Whether the firmware is still initializing after reset.

@@ -76,6 +76,16 @@ impl Vport {
         self.admin_up
     }
 
+    /// Whether the port's cable is in (see [`Hca::set_carrier`]).
+    pub(crate) fn has_carrier(&self) -> bool {
+        self.carrier
+    }
+
+    /// Sets whether the port's cable is in, with no event: what a reset keeps.
+    pub(crate) fn set_has_carrier(&mut self, present: bool) {
+        self.carrier = present;
+    }
+
     /// The port's state and physical state as `hca_vport_context` reports them.
     fn ib_port_states(&self) -> (IbPortState, PortPhysicalState) {
         match (self.admin_up, self.carrier) {
@@ -102,6 +112,7 @@ impl Hca {
     pub(crate) fn set_link(&mut self, up: bool) {
         let was = self.vport.is_up();
         self.vport.admin_up = up;
+        self.port_admin_up.store(up, std::sync::atomic::Ordering::Relaxed);
         self.link_changed(was);
     }
 

@@ -412,6 +412,12 @@ pub(crate) struct PortInner {
     acks_deferred: AtomicBool,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
+    /// Whether the port is administratively up: shared with its device's firmware, which
+    /// brings it up and down (INIT_HCA, TEARDOWN_HCA, PAOS writes). While it is down, frames
+    /// go nowhere either way, counted (`WireStats::drop_link_down`, `tx_drop_link_down`). Up
+    /// until the firmware first brings it down (a port of no device, or of a device no driver
+    /// brought up, passes frames).
+    admin_up: Arc<AtomicBool>,
 }
 
 /// A device's Ethernet port. Cloning gives another handle to the same port.
@@ -453,6 +459,7 @@ impl Port {
                 polled: AtomicBool::new(false),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
+                admin_up: Arc::new(AtomicBool::new(true)),
             }),
         }
     }
@@ -619,6 +626,11 @@ impl Port {
         if frames.is_empty() {
             return;
         }
+        if !self.inner.admin_up.load(Ordering::Relaxed) {
+            lock(&self.inner.stats).tx_drop_link_down += frames.len() as u64;
+            frames.drain(..).for_each(crate::buffers::give);
+            return;
+        }
         {
             let mut s = lock(&self.inner.stats);
             for f in frames.iter() {
@@ -715,6 +727,11 @@ impl Port {
     /// The device that handles this port's frames.
     pub(crate) fn set_receiver(&self, r: Weak<dyn Receiver>) {
         let _ = self.inner.receiver.set(r);
+    }
+
+    /// The port's administrative state, for its device's firmware to bring it up and down.
+    pub(crate) fn admin_state(&self) -> Arc<AtomicBool> {
+        self.inner.admin_up.clone()
     }
 
     /// The thread to wake when a frame arrives.
@@ -864,6 +881,15 @@ impl PortInner {
     /// [`PortInner::enqueue`] of each of `frames` (a batch from the fabric), each queue's lock
     /// taken once for the frames in a row that go to it.
     pub(crate) fn enqueue_all(&self, frames: impl Iterator<Item = Vec<u8>>, checksums: Checksums) {
+        if !self.admin_up.load(Ordering::Relaxed) {
+            let mut st = lock(&self.stats);
+            for frame in frames {
+                st.record_rx_frame(frame.len());
+                st.drop_link_down += 1;
+                crate::buffers::give(frame);
+            }
+            return;
+        }
         let recording = self.recording.load(Ordering::Relaxed);
         // The queue whose lock is held, and whether a frame was added to it.
         let mut held: Option<(usize, MutexGuard<'_, RxQueue>, bool)> = None;
