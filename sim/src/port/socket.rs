@@ -242,7 +242,7 @@ fn recv_one(
     let Ok(len) = usize::try_from(r) else { return 0 };
     slots.ask = RECV_BATCH;
     let from = peer.or_else(|| sockaddr_of(&slots.headers.names[0]));
-    match slots.data.get(..len) {
+    match slots.data[..RECV_SLOT].get(..len) {
         Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, from, false)),
         None => each(&slots.data[..RECV_SLOT], from, true),
     }
