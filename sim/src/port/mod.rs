@@ -44,7 +44,10 @@ use umlx_wire::packet::{Checksums, ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr, fill_
 use umlx_wire::pcap::PcapWriter;
 use umlx_wire::{WireStats, arp, parse_frame_verified};
 
+mod lan;
 mod socket;
+use lan::Lan;
+pub use lan::LoopbackLan;
 use socket::*;
 
 /// A frame waiting in a port's receive queue.
@@ -87,185 +90,6 @@ impl Link {
     /// its socket).
     fn receives_on(&self, sock: &Arc<WireSocket>) -> bool {
         self.socket().is_some_and(|s| Arc::ptr_eq(s, sock))
-    }
-}
-
-/// A LAN of processes on one machine, with no switch and no daemon: member `n` of a LAN based
-/// at UDP port `B` is the socket bound to 127.0.0.1:`B + n`, and a frame travels as one
-/// datagram (the UDP wire's encapsulation). A process joins by binding the first free member
-/// port ([`LoopbackLan::join`]). Each member learns which member port a MAC sends from, as a
-/// learning switch does: a frame to a learnt MAC goes to that member only; broadcast,
-/// multicast and frames to a MAC not learnt yet go to every other member (ARP requests find
-/// their target that way, and its reply teaches the asker). A member drops frames for unicast
-/// MACs other than its own. A member's RoCE frames to a learnt member leave on a lane, a
-/// socket of its own connected to that member (not on a member port, so nothing is learnt
-/// from it); ARP and flooded frames leave from the member port, where all frames arrive.
-#[derive(Debug)]
-pub struct LoopbackLan {
-    sock: UdpSocket,
-    base: u16,
-    members: u16,
-    member: u16,
-}
-
-impl LoopbackLan {
-    /// Joins the LAN of `members` UDP ports from 127.0.0.1:`base` as the first member whose
-    /// port is free. Fails with `AddrInUse` when every member port is taken.
-    pub fn join(base: u16, members: u16) -> std::io::Result<LoopbackLan> {
-        for member in 0..members {
-            let Some(port) = base.checked_add(member) else { break };
-            match UdpSocket::bind(loopback(port)) {
-                Ok(sock) => return Ok(LoopbackLan { sock, base, members, member }),
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            format!("every port of the loopback LAN (UDP 127.0.0.1:{base}..+{members}) is taken"),
-        ))
-    }
-
-    /// This process's member number (its port is the base plus this).
-    pub fn member(&self) -> u16 {
-        self.member
-    }
-
-    /// The LAN's first UDP port (member 0's).
-    pub fn base(&self) -> u16 {
-        self.base
-    }
-
-    /// The first member port that is free now (a look, not a reservation), if any.
-    pub fn first_free(base: u16, members: u16) -> Option<u16> {
-        (0..members).find(|&m| base.checked_add(m).is_some_and(|p| UdpSocket::bind(loopback(p)).is_ok()))
-    }
-}
-
-/// UDP `port` on 127.0.0.1 (a LAN member's address).
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// A joined [`LoopbackLan`] as a port's link.
-struct Lan {
-    sock: Arc<WireSocket>,
-    base: u16,
-    members: u16,
-    member: u16,
-    /// MACs learnt from received frames and the member port they came from.
-    learnt: Mutex<Vec<(MacAddr, u16)>>,
-    /// The lanes to learnt members, by member port: a socket connected to that member (`None`
-    /// when one could not be opened), see [`Lan::lane`].
-    lanes: Mutex<Vec<(u16, Option<Arc<WireSocket>>)>>,
-}
-
-/// Most MACs a LAN member remembers (the oldest is forgotten first).
-const LAN_LEARNT_LIMIT: usize = 256;
-
-/// Most members a LAN member opens a lane to (the frames to others leave from its member
-/// socket).
-const LAN_LANES: usize = 8;
-
-impl Lan {
-    /// Where `frame` goes: to the member that has its destination MAC, or to every other
-    /// member. A RoCE frame to a learnt member goes on that member's lane: its member port is
-    /// returned. Every other destination, a member socket's, is given to `to` (ARP goes there
-    /// even to a learnt member: what teaches a member where this one is must leave from its
-    /// member port).
-    fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) -> Option<u16> {
-        let dst = frame.get(0..6)?;
-        if dst[0] & 1 == 0
-            && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
-        {
-            if frame.get(12..14) != Some(&ETHERTYPE_ARP.to_be_bytes()[..]) {
-                return Some(port);
-            }
-            to(loopback(port));
-            return None;
-        }
-        for m in (0..self.members).filter(|&m| m != self.member) {
-            if let Some(port) = self.base.checked_add(m) {
-                to(loopback(port));
-            }
-        }
-        None
-    }
-
-    /// Whether `port` is one of the LAN's member ports.
-    fn is_member_port(&self, port: u16) -> bool {
-        port >= self.base && u32::from(port) < u32::from(self.base) + u32::from(self.members)
-    }
-
-    /// The lane to the member at `port`: a UDP socket of its own, bound to a port of 127.0.0.1
-    /// outside the LAN's and connected to that member. A connected socket sends without an
-    /// address (the kernel keeps the route), as a point-to-point wire does
-    /// ([`Port::connect_udp`]); the member socket has many peers and cannot be connected. The
-    /// member learns nothing from a lane's port (it is not a member's), so its frames for
-    /// this one still come to the member socket. Opened at the first RoCE frame to that
-    /// member, for at most [`LAN_LANES`] members; `None` (the member socket sends) past them or
-    /// when it cannot be opened.
-    fn lane(&self, port: u16) -> Option<Arc<WireSocket>> {
-        let mut lanes = lock(&self.lanes);
-        if let Some((_, lane)) = lanes.iter().find(|(p, _)| *p == port) {
-            return lane.clone();
-        }
-        if lanes.len() >= LAN_LANES {
-            return None;
-        }
-        let lane = self.open_lane(port).map(|sock| Arc::new(WireSocket::new(sock)));
-        lanes.push((port, lane.clone()));
-        lane
-    }
-
-    fn open_lane(&self, port: u16) -> Option<UdpSocket> {
-        // The kernel's ephemeral ports include the LAN's: a lane must not hold a member's.
-        for _ in 0..8 {
-            let sock = UdpSocket::bind(loopback(0)).ok()?;
-            if self.is_member_port(sock.local_addr().ok()?.port()) {
-                continue;
-            }
-            sock.connect(loopback(port)).ok()?;
-            return Some(sock);
-        }
-        None
-    }
-
-    /// Sends the frames of `lanes` ((frame, member port) pairs) on the lanes to those members,
-    /// each member's in order; `scratch` is a list to reuse.
-    fn send_on_lanes(&self, frames: &[Vec<u8>], lanes: &mut [(usize, u16)], scratch: &mut Vec<(usize, SocketAddr)>) {
-        lanes.sort_unstable_by_key(|&(i, port)| (port, i));
-        for run in lanes.chunk_by(|a, b| a.1 == b.1) {
-            let port = run[0].1;
-            scratch.clear();
-            scratch.extend(run.iter().map(|&(i, p)| (i, loopback(p))));
-            match self.lane(port) {
-                Some(lane) => send_datagrams(&lane, frames, scratch, true),
-                None => send_datagrams(&self.sock, frames, scratch, false),
-            }
-        }
-        scratch.clear();
-    }
-
-    /// Whether a frame from `from` belongs to this member (learning its source MAC on the way).
-    fn accept(&self, frame: &[u8], from: SocketAddr, mine: &MacAddr) -> bool {
-        let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else { return false };
-        let member_port = from.ip().is_loopback() && self.is_member_port(from.port());
-        if member_port && src[0] & 1 == 0 {
-            let mut src_mac = [0u8; 6];
-            src_mac.copy_from_slice(src);
-            let mut l = lock(&self.learnt);
-            match l.iter_mut().find(|(m, _)| *m == src_mac) {
-                Some(e) => e.1 = from.port(),
-                None => {
-                    if l.len() >= LAN_LEARNT_LIMIT {
-                        l.remove(0);
-                    }
-                    l.push((src_mac, from.port()));
-                }
-            }
-        }
-        dst[0] & 1 != 0 || dst == &mine[..]
     }
 }
 
@@ -535,16 +359,9 @@ impl Port {
 
     /// Connects the port to a loopback LAN it joined: see [`LoopbackLan`].
     pub fn connect_lan(&self, lan: LoopbackLan) -> std::io::Result<()> {
-        let sock = Arc::new(WireSocket::new(lan.sock));
-        let link = Link::Lan(Arc::new(Lan {
-            sock: sock.clone(),
-            base: lan.base,
-            members: lan.members,
-            member: lan.member,
-            learnt: Mutex::new(Vec::new()),
-            lanes: Mutex::new(Vec::new()),
-        }));
-        self.connect_socket(sock, link)
+        let lan = Lan::new(lan);
+        let sock = lan.sock.clone();
+        self.connect_socket(sock, Link::Lan(Arc::new(lan)))
     }
 
     /// Makes `link`, a wire on the UDP socket `sock`, the port's link, and starts the socket's
