@@ -421,6 +421,18 @@ impl Inner {
     }
 
     /// Executes the posted BAR writes in order, under the device lock `h`.
+    /// Sends the ACKs a polling application's run left waiting, if any, with what else waits
+    /// in the device's outbox.
+    fn send_owed_acks(&self, h: &mut Hca) {
+        if !self.port.acks_deferred() {
+            return;
+        }
+        self.port.flush_acks(h);
+        let (mut out, checksums) = h.take_outbox();
+        self.port.transmit_from(&mut out, checksums);
+        h.recycle_outbox(out);
+    }
+
     fn execute_posted(&self, h: &mut Hca) {
         if !self.posted_any.load(Ordering::Relaxed) {
             return;
@@ -742,6 +754,10 @@ impl SimDevice {
     /// Writes the 32-bit big-endian register at BAR0 + `offset`.
     pub fn bar0_write32(&self, offset: u64, value: u32) {
         let mut h = self.lock();
+        // A command (DESTROY_QP, a QP to RESET, TEARDOWN_HCA, a PAOS write) must not lose an
+        // ACK a polling application's run left waiting (`Port::acks_may_wait`): its host has
+        // seen the CQE, and a ConnectX sent that ACK long before.
+        self.inner.send_owed_acks(&mut h);
         h.bar_write32(offset, value);
         self.inner.run_to_completion(&mut h);
     }

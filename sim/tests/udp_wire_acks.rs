@@ -184,3 +184,24 @@ fn an_ack_left_waiting_leaves_when_the_application_stops_polling() {
     let sends = relay.opcodes(Way::AToB).iter().filter(|&&o| o == RC_SEND_ONLY).count();
     assert_eq!(sends, 5, "no retransmission");
 }
+
+#[test]
+fn an_ack_left_waiting_leaves_before_a_command_destroys_its_qp() {
+    let (mut a, mut qa, mut b, mut qb, relay) = setup();
+    b.post_recv(&mut qb, 0x1000, 64);
+    a.post_send(&mut qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
+    let r = busy_poll(&mut b);
+    assert_eq!(cqe_opcode(&r), RESP_SEND);
+    // B's application has its CQE and destroys its QP at once (as a program that exits does),
+    // well before B's engine would send the ACK its poll left waiting (1 ms).
+    use umlx_hwdesc::enums::CmdOpcode;
+    use umlx_hwdesc::ifc::{destroy_qp_in, destroy_qp_out};
+    let (size_in, size_out) = (destroy_qp_in::SIZE_BYTES, destroy_qp_out::SIZE_BYTES);
+    let destroy = b.host.exec(CmdOpcode::DESTROY_QP, 0, size_in, size_out, |i| {
+        destroy_qp_in::qpn.set(i, qb.qpn as u64);
+    });
+    destroy.expect("DESTROY_QP");
+    let c = a.poll_cq_timeout(Duration::from_millis(200)).expect("A's SEND completes without a retransmission");
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, SEND));
+    assert_eq!(relay.opcodes(Way::AToB), [RC_SEND_ONLY], "no retransmission");
+}
