@@ -420,19 +420,24 @@ impl Inner {
         }
     }
 
-    /// Executes the posted BAR writes in order, under the device lock `h`.
     /// Sends the ACKs a polling application's run left waiting, if any, with what else waits
     /// in the device's outbox.
     fn send_owed_acks(&self, h: &mut Hca) {
-        if !self.port.acks_deferred() {
-            return;
+        if self.port.acks_deferred() {
+            self.port.flush_acks(h);
+            self.transmit_outbox(h);
         }
-        self.port.flush_acks(h);
+    }
+
+    /// Hands the frames the transport queued to the port; their integrity fields, if not
+    /// computed, are left to the port.
+    fn transmit_outbox(&self, h: &mut Hca) {
         let (mut out, checksums) = h.take_outbox();
         self.port.transmit_from(&mut out, checksums);
         h.recycle_outbox(out);
     }
 
+    /// Executes the posted BAR writes in order, under the device lock `h`.
     fn execute_posted(&self, h: &mut Hca) {
         if !self.posted_any.load(Ordering::Relaxed) {
             return;
@@ -476,10 +481,7 @@ impl Inner {
             if !self.port.acks_may_wait() {
                 self.port.flush_acks(h);
             }
-            let (mut out, checksums) = h.take_outbox();
-            // The transport's frames; their integrity fields, if not computed, left to the port.
-            self.port.transmit_from(&mut out, checksums);
-            h.recycle_outbox(out);
+            self.transmit_outbox(h);
             if !self.receive_all(h) {
                 if self.posted_whole.load(Ordering::Relaxed) {
                     continue;
