@@ -345,8 +345,6 @@ struct Datagram {
     frames: usize,
     segment: usize,
     bytes: usize,
-    /// Whether its frames are each as long as they say ([`delimited`]).
-    delimited: bool,
 }
 
 /// Whether `frame` is an IP frame exactly as long as its IP packet says (no padding after it):
@@ -358,16 +356,18 @@ fn delimited(frame: &[u8]) -> bool {
 
 impl Datagram {
     /// Whether `frame`, to the same address, joins this datagram as one more segment (segments
-    /// shorter than `limit`).
-    fn takes(&self, frame: &[u8], limit: usize) -> bool {
+    /// shorter than `limit`, each [`delimited`]). `first` is the datagram's first frame, looked
+    /// at only when it is still alone (a frame that joined a datagram was delimited, and so was
+    /// the first); a lone frame is never looked at.
+    fn takes<'f>(&self, frame: &[u8], limit: usize, first: impl FnOnce() -> Option<&'f [u8]>) -> bool {
         let len = frame.len();
         self.segment < limit
             && self.bytes == self.frames * self.segment
             && len <= self.segment
             && self.frames < GSO_MAX_SEGMENTS
             && self.bytes + len <= GSO_MAX_BYTES
-            && self.delimited
             && delimited(frame)
+            && (self.frames > 1 || first().is_some_and(delimited))
     }
 }
 
@@ -595,21 +595,15 @@ fn send_datagrams_with(
             next += 1;
             let Some(frame) = frames.get(i) else { continue };
             h.iovs[k] = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
-            if n > 0 && last_addr == Some(addr) && h.grams[n - 1].takes(frame, limit) {
+            let first_of = |g: &Datagram| frames.get(dests[g.first].0).map(Vec::as_slice);
+            if n > 0 && last_addr == Some(addr) && h.grams[n - 1].takes(frame, limit, || first_of(&h.grams[n - 1])) {
                 let g = &mut h.grams[n - 1];
                 g.frames += 1;
                 g.bytes += frame.len();
             } else {
                 h.msgs[n].msg_hdr.msg_namelen = if connected { 0 } else { put_sockaddr(&mut h.names[n], addr) };
                 let len = frame.len();
-                h.grams[n] = Datagram {
-                    first: next - 1,
-                    iov: k,
-                    frames: 1,
-                    segment: len,
-                    bytes: len,
-                    delimited: delimited(frame),
-                };
+                h.grams[n] = Datagram { first: next - 1, iov: k, frames: 1, segment: len, bytes: len };
                 last_addr = Some(addr);
                 n += 1;
             }
@@ -983,6 +977,12 @@ mod tests {
         send(&padded);
         assert_eq!(look(&mut slots), (1, vec![padded[0].clone()]), "a padded frame is sent and taken alone");
         assert_eq!(look(&mut slots), (1, vec![padded[1].clone()]));
+        assert_eq!(look(&mut slots), (0, vec![]));
+        // A padded frame, then one as long as it says: neither joins the other.
+        let padded_then_whole = vec![ip_frame(60, 30, 10), ip_frame(60, 46, 11)];
+        send(&padded_then_whole);
+        assert_eq!(look(&mut slots), (1, vec![padded_then_whole[0].clone()]), "the padded frame alone");
+        assert_eq!(look(&mut slots), (1, vec![padded_then_whole[1].clone()]));
         assert_eq!(look(&mut slots), (0, vec![]));
         send(std::slice::from_ref(&arp));
         assert_eq!(look(&mut slots), (1, vec![arp]), "a frame that does not say its length is one frame");
