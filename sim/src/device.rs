@@ -330,6 +330,24 @@ impl Inner {
         }
     }
 
+    /// Reads a 32-bit BAR0 register on a shared borrow of the device, beside the data path's
+    /// runs: a read changes nothing, and a thread that took the whole device would first run
+    /// what others posted meanwhile (a health check, once a second, would run the data path
+    /// in the driver's event thread, and that thread's first run would make its lists then).
+    /// `None` while a fatal error a shared run raised waits for a holder of the whole device
+    /// to apply it ([`Hca::absorb_spare_lanes`]): the health registers must show it.
+    fn read_register(&self, offset: u64) -> Option<u32> {
+        let h = self.hca.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if h.spare_lane_fatal() {
+            return None;
+        }
+        let value = h.bar_read32(offset);
+        drop(h);
+        // A write posted while this borrow held off a thread that needed the whole device.
+        self.run_left_over(false);
+        Some(value)
+    }
+
     /// A shared borrow of the device, if no thread holds (or waits to hold) the whole of it.
     fn try_read(&self) -> Option<RwLockReadGuard<'_, Hca>> {
         untainted(self.hca.try_read())
@@ -750,7 +768,10 @@ impl SimDevice {
 
     /// Reads the 32-bit big-endian register at BAR0 + `offset` (host-order value).
     pub fn bar0_read32(&self, offset: u64) -> u32 {
-        self.lock().bar_read32(offset)
+        match self.inner.read_register(offset) {
+            Some(value) => value,
+            None => self.lock().bar_read32(offset),
+        }
     }
 
     /// Writes the 32-bit big-endian register at BAR0 + `offset`.

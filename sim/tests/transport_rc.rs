@@ -567,6 +567,33 @@ fn a_send_doorbell_rung_while_another_run_holds_the_qps_transport_is_served_by_t
     assert_write_600_done_once(&mut p, idx, &data);
 }
 
+/// A register read runs beside the data path: it takes the device shared, not whole, so it
+/// neither waits for a run in progress nor holds off the threads that ring doorbells meanwhile
+/// (their writes, and the frames that arrive, would be left to the reading thread: the
+/// driver's health check, once a second, would run the data path in its event thread, whose
+/// first runs then make that thread's lists). Another thread reads the health counter while
+/// this one's run holds a QP's transport; the read returns before the run lets go.
+#[test]
+fn a_register_read_returns_while_another_run_holds_the_device_shared() {
+    use umlx_hwdesc::plain::iseg;
+    let p = pair();
+    let dev = p.a.dev.clone();
+    let counter = |d: &umlx_sim::SimDevice| d.bar0_read32(iseg::HEALTH_COUNTER as u64) & iseg::HEALTH_COUNTER_MASK;
+    let before = counter(&dev);
+    let mut during = None;
+    assert!(dev.hold_qp_transport_while(p.qa.qpn, || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = dev.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(counter(&reader));
+        });
+        during = rx.recv_timeout(std::time::Duration::from_secs(5)).ok();
+    }));
+    let during = during.expect("the read waited for the run to let go of the device");
+    // The register's value, not a stand-in: the counter only goes forward.
+    assert!(during >= before && counter(&dev) >= during, "health counter {before}, {during}, then {}", counter(&dev));
+}
+
 /// Frames that arrive in a receive queue while another thread's run handles that queue wait
 /// for that run, which handles them before it lets go (one run at a time handles a queue, so
 /// that a QP's packets are handled in the order they arrived): the run that brought them finds

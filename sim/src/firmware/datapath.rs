@@ -189,6 +189,11 @@ impl Hca {
         self.spare_lanes[lane_slot()].lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lane);
     }
 
+    /// Whether a spare lane holds a fatal error not yet applied ([`Hca::absorb_spare_lanes`]).
+    pub(crate) fn spare_lane_fatal(&self) -> bool {
+        self.spare_fatal.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Applies the fatal errors and timers the spare lanes hold, if any holds an error: what a
     /// thread that takes the whole device does first.
     pub(crate) fn absorb_spare_lanes(&mut self) {

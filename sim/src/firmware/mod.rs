@@ -372,7 +372,7 @@ impl Hca {
     }
 
     /// Reads a BAR0 register (32-bit, host-order value of the big-endian register).
-    pub fn bar_read32(&mut self, offset: u64) -> u32 {
+    pub fn bar_read32(&self, offset: u64) -> u32 {
         let Ok(offset) = usize::try_from(offset) else { return 0 };
         let (major, minor, sub_minor) = self.cfg.fw_version;
         match offset {
