@@ -30,7 +30,9 @@
 //! before that thread lets go ([`HcaGuard`]), or, for send doorbells, at the next run on a
 //! shared borrow. Any later access to the whole device executes the posted writes first, so
 //! they stay ordered before it, as a PCIe read flushes the writes posted before it; a send
-//! doorbell rung after a posted write that needs the whole device is posted behind it.
+//! doorbell rung after a posted write that needs the whole device is posted behind it. A
+//! register read takes the device shared, beside the data path's runs, when no write is
+//! posted (else whole, as above).
 
 use crate::config::SimConfig;
 use crate::firmware::{DataPath, Hca, HcaState, PAGE_TOUCH_PERIOD, SimStats};
@@ -334,9 +336,14 @@ impl Inner {
     /// runs: a read changes nothing, and a thread that took the whole device would first run
     /// what others posted meanwhile (a health check, once a second, would run the data path
     /// in the driver's event thread, and that thread's first run would make its lists then).
-    /// `None` while a fatal error a shared run raised waits for a holder of the whole device
-    /// to apply it ([`Hca::absorb_spare_lanes`]): the health registers must show it.
+    /// `None` while writes are posted (a read flushes the writes posted before it, as on PCIe:
+    /// [`Inner::lock`] executes them first) or a fatal error a shared run raised waits for a
+    /// holder of the whole device to apply it ([`Hca::absorb_spare_lanes`]): the health
+    /// registers must show it.
     fn read_register(&self, offset: u64) -> Option<u32> {
+        if self.posted_any.load(Ordering::Relaxed) {
+            return None;
+        }
         let h = self.hca.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         if h.spare_lane_fatal() {
             return None;
