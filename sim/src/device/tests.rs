@@ -1,6 +1,9 @@
 //! Tests of the device's engine thread and timers (and of a device refused its engine).
 
+use super::engine::*;
 use super::*;
+use crate::firmware::PAGE_TOUCH_PERIOD;
+use std::time::{Duration, Instant};
 
 /// A device the operating system refuses its engine thread is an error, not a panic: shown
 /// in a child process (this test's binary again) whose address space is limited to what it
