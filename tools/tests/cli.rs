@@ -162,6 +162,13 @@ checks = [
     (num('target_rss_anon_kib_growth') == 0, 'target_rss_anon_kib_growth'),
     (all(isinstance(d.get(k), dict) and d[k] for k in ('ratio_to_target', 'pass')), 'ratio_to_target, pass'),
     (isinstance(d.get('all_pass'), bool), 'all_pass'),
+    (isinstance(d.get('raw_udp_rtt_p50_us_runs'), list) and len(d['raw_udp_rtt_p50_us_runs']) == 3
+     and all(type(x) in (int, float) and x > 0 for x in d['raw_udp_rtt_p50_us_runs'])
+     and sorted(d['raw_udp_rtt_p50_us_runs'])[1] == num('raw_udp_rtt_p50_us'), 'raw_udp_rtt_p50_us_runs, its median'),
+    # Each two-process figure's target from the raw round trip measured just before it.
+    (all(abs(num('target_' + k) - f * d['raw_udp_rtt_p50_us_runs'][i]) < 1e-3
+         for i, (k, f) in enumerate([('send_lat_p50_us', 0.75), ('write_lat_p50_us', 0.75), ('rc_pingpong_4k_us', 3)])),
+     'the targets of send-lat, write-lat and rc-pingpong'),
     (d.get('two_process_cpus') is None or (isinstance(d['two_process_cpus'], list) and len(d['two_process_cpus']) == 2
      and d['two_process_cpus'][0] != d['two_process_cpus'][1]), 'two_process_cpus'),
 ]
