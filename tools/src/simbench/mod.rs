@@ -196,6 +196,11 @@ fn js(v: f64) -> String {
     if v.is_finite() { format!("{v:.4}") } else { "null".into() }
 }
 
+/// `xs` as a JSON array of numbers ([`js`] each).
+fn js_array(xs: &[f64]) -> String {
+    format!("[{}]", xs.iter().map(|&x| js(x)).collect::<Vec<_>>().join(", "))
+}
+
 /// Runs `umlx bench sim`.
 pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let msgs = a.messages.unwrap_or(if a.quick { MESSAGES_QUICK } else { MESSAGES });
@@ -231,8 +236,8 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let (pingpong, pingpong_runs) = rc_pingpong(a.iters)?;
 
     let raws = [raw_send, raw_write, raw_pingpong];
-    let rtt = median_of_three(raws.map(|r| r.0));
-    let rtt_p99 = median_of_three(raws.map(|r| r.1));
+    let rtt = crate::bench::median(raws.iter().map(|r| r.0).collect());
+    let rtt_p99 = crate::bench::median(raws.iter().map(|r| r.1).collect());
     let half = rtt / 2.0;
     let (before, after) = (ip.memory.before, ip.memory.after);
     let growth = after.all as f64 - before.all as f64;
@@ -360,12 +365,6 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The middle one of three figures.
-fn median_of_three(mut x: [f64; 3]) -> f64 {
-    x.sort_by(f64::total_cmp);
-    x[1]
-}
-
 fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f64; 3]) {
     let mut kv: Vec<String> = Vec::new();
     for r in rows {
@@ -383,11 +382,9 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f
     kv.push(format!("\"inprocess_write64k_bytes\": {}", ip.write64k_bytes));
     kv.push(format!("\"inprocess_write64_parallel_pairs\": {}", ip.parallel_pairs));
     kv.push(format!("\"inprocess_write64_parallel_messages\": {}", ip.parallel_msgs));
-    let runs: Vec<String> = pingpong_runs.iter().map(|&x| js(x)).collect();
-    kv.push(format!("\"rc_pingpong_4k_us_runs\": [{}]", runs.join(", ")));
+    kv.push(format!("\"rc_pingpong_4k_us_runs\": {}", js_array(pingpong_runs)));
     // Each measured just before send-lat, write-lat and rc-pingpong, in that order.
-    let raws: Vec<String> = raw_runs.iter().map(|&x| js(x)).collect();
-    kv.push(format!("\"raw_udp_rtt_p50_us_runs\": [{}]", raws.join(", ")));
+    kv.push(format!("\"raw_udp_rtt_p50_us_runs\": {}", js_array(raw_runs)));
     // A run whose data check failed is an error (no JSON): reaching here means both held.
     kv.push("\"inprocess_write_data_verified\": true".into());
     let cpus = pair_cpus().map_or("null".into(), |[a, b]| format!("[{a}, {b}]"));
