@@ -393,12 +393,20 @@ impl<B: Backend> SendQueue<B> {
                 part[header.len()..header.len() + head.len()].copy_from_slice(head);
                 self.put_seg(bb, seg, &part);
                 seg += 1;
-                // The rest, 16 bytes a segment, the last one zero-padded.
-                for chunk in rest.chunks(DS_BYTES) {
-                    let mut part = [0u8; DS_BYTES];
-                    part[..chunk.len()].copy_from_slice(chunk);
-                    self.put_seg(bb, seg, &part);
+                // The rest, 16 bytes a segment, stored as two words each (no staging copy);
+                // the last one zero-padded.
+                let mut whole = rest.chunks_exact(DS_BYTES);
+                for chunk in &mut whole {
+                    let (w0, w1) = chunk.split_at(8);
+                    let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or_default());
+                    self.put_seg_words(bb, seg, word(w0), word(w1));
                     seg += 1;
+                }
+                let tail = whole.remainder();
+                if !tail.is_empty() {
+                    let mut part = [0u8; DS_BYTES];
+                    part[..tail.len()].copy_from_slice(tail);
+                    self.put_seg(bb, seg, &part);
                 }
             }
             Some(_) => {}
