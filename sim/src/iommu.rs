@@ -334,16 +334,38 @@ impl Iommu {
     /// byte sees the whole entry (how the device publishes a CQE's `op_own` and an EQE's
     /// `owner`). An `owner_at` outside `entry` makes it a plain [`Iommu::write`].
     pub fn write_owner_last(&self, iova: u64, entry: &[u8], owner_at: usize) -> Result<(), IommuFault> {
-        let (Some(head), Some(&owner), Some(tail)) =
-            (entry.get(..owner_at), entry.get(owner_at), entry.get(owner_at + 1..))
-        else {
+        let Some(&owner) = entry.get(owner_at) else {
             return self.write(iova, entry);
         };
-        self.write(iova, head)?;
-        if !tail.is_empty() {
-            self.write(iova + owner_at as u64 + 1, tail)?;
+        let len = entry.len();
+        fence(Ordering::Release);
+        // One translation for the whole entry (nothing is written unless all of it is mapped),
+        // the owner byte's host address kept for the last store.
+        let mut owner_host = None;
+        let res = self.resolve(iova, len, true, |host, off, n| {
+            let chunk = &entry[off..off + n];
+            let dst = std::ptr::with_exposed_provenance_mut::<u8>(host);
+            match owner_at.checked_sub(off).filter(|&k| k < n) {
+                Some(k) => {
+                    // SAFETY: `host..host+n` lies inside a mapping whose validity for writes the
+                    // mapper guaranteed (see `map`); `k < n`, so both parts lie inside it;
+                    // `entry` is not mapped memory.
+                    unsafe {
+                        crate::hostmem::write(dst, &chunk[..k]);
+                        crate::hostmem::write(dst.add(k + 1), &chunk[k + 1..]);
+                    }
+                    owner_host = Some(dst.wrapping_add(k));
+                }
+                // SAFETY: as above, the whole chunk.
+                None => unsafe { crate::hostmem::write(dst, chunk) },
+            }
+        });
+        res.map_err(|_| self.fault(iova, len, true))?;
+        if let Some(dst) = owner_host {
+            // SAFETY: one byte inside the mapping checked above (valid for writes, see `map`).
+            unsafe { crate::hostmem::store_u8_release(dst, owner) };
         }
-        self.write_u8_release(iova + owner_at as u64, owner)
+        Ok(())
     }
 
     /// Reads a big-endian u32 (doorbell records).
