@@ -2,14 +2,24 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-/// Adds `data` as big-endian 16-bit words to the running 32-bit sum `acc` (an odd trailing
-/// byte is padded with a zero byte). The caller folds with [`fold`].
+/// Adds `data` as big-endian 16-bit words to the running sum `acc` (an odd trailing byte is
+/// padded with a zero byte). The caller folds with [`fold`].
+///
+/// The words are added four at a time, as the two 32-bit halves of each big-endian 8-byte
+/// word: the one's complement sum is the same whatever the width of the words added, once
+/// folded (RFC 1071, "parallel summation"), and a header takes a few additions instead of one
+/// per 16-bit word. A running sum stays far below 2^64 for any slice that fits in memory.
 pub(crate) fn sum(mut acc: u64, data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_be_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        acc += (w >> 32) + (w & 0xFFFF_FFFF);
+    }
+    let mut pairs = words.remainder().chunks_exact(2);
+    for c in &mut pairs {
         acc += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
-    if let [last] = chunks.remainder() {
+    if let [last] = pairs.remainder() {
         acc += u64::from(*last) << 8;
     }
     acc
@@ -61,5 +71,42 @@ pub(crate) fn put_ipv4_header_checksum(h: &mut [u8]) {
     let c = ipv4_header_checksum(h);
     if h.len() >= 20 {
         h[IPV4_CHECKSUM_AT..IPV4_CHECKSUM_AT + 2].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sum as RFC 1071 states it: one 16-bit word at a time.
+    fn sum_by_words(mut acc: u64, data: &[u8]) -> u64 {
+        for c in data.chunks(2) {
+            acc += u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
+        }
+        acc
+    }
+
+    #[test]
+    fn the_rfc_1071_example_sums_to_its_stated_value() {
+        // RFC 1071 §3: the words 0001 f203 f4f5 f6f7 sum to 2ddf0, folded ddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(sum(0, &data)), !0xddf2);
+    }
+
+    #[test]
+    fn summing_four_words_at_a_time_folds_to_the_word_by_word_sum_at_every_length() {
+        // Bytes near 0xFF make every carry happen.
+        let data: Vec<u8> = (0..200u32).map(|i| (0xFF - (i * 7 % 13)) as u8 ^ (i as u8 & 0x10)).collect();
+        for start in 0..4 {
+            for len in 0..=data.len() - start {
+                let d = &data[start..start + len];
+                assert_eq!(fold(sum(0, d)), fold(sum_by_words(0, d)), "start {start} len {len}");
+                // A running sum carried in, as the pseudo-header's is.
+                assert_eq!(fold(sum(0x1_2345, d)), fold(sum_by_words(0x1_2345, d)), "start {start} len {len}");
+            }
+        }
+        // An all-ones slice, the worst case for carries.
+        let ones = [0xFFu8; 64];
+        assert_eq!(fold(sum(0, &ones)), fold(sum_by_words(0, &ones)));
     }
 }
