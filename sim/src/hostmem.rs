@@ -17,17 +17,16 @@
 //! conflict between a driver store and a sim load is only ordered by the driver's barriers and
 //! doorbells, as on hardware.
 //!
-//! A copy of [`BULK_COPY_MIN`] bytes or more (a packet's payload) is made instead by an `asm!`
-//! loop of 16-byte SSE2 loads and stores, 64 bytes at a time (`copy_bulk`), as a DMA engine
-//! moves a burst; one of [`SHORT_COPY_MIN`] bytes or more (a CQE, a receive WQE) by the same
-//! loads and stores, one at a time (`copy_short`). The word loop cannot be vectorised (the
+//! A copy of [`BULK_COPY_MIN`] bytes or more (a packet's payload, a CQE) is made instead by an
+//! `asm!` block of 16-byte SSE2 loads and stores, 64 bytes at a time while 64 remain
+//! (`copy_bulk`), as a DMA engine moves a burst. The word loop cannot be vectorised (the
 //! compiler may not merge atomic accesses): on a 1 KiB payload it took three times as long (95
 //! against 31 ns here), and about 170 instructions for a CQE's 63 bytes. An `asm!` block is
 //! opaque to the compiler, which can neither tear, merge, repeat nor drop its accesses; and
 //! what it does is what a loop of `Relaxed` single-byte atomic accesses does (every byte of an
-//! x86 access is single-copy atomic; the loop loads each byte of the source and stores it to
-//! the destination, the bytes of the last block twice when the length is not a multiple of the
-//! block), so it is no data race either. ThreadSanitizer does not see inside it.
+//! x86 access is single-copy atomic; the block loads each byte of the source and stores it to
+//! the destination, the last 16 bytes twice when the length is not a multiple of 16), so it is
+//! no data race either. ThreadSanitizer does not see inside it.
 //!
 //! This is one of the sim's `unsafe` modules: each function takes a raw host address whose
 //! validity its caller vouches for (see each function's `# Safety`).
@@ -36,33 +35,33 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 const WORD: usize = size_of::<u64>();
 
-/// The shortest copy made by `copy_bulk` rather than by words (one block of its loop): a
-/// 64-byte payload and up.
-pub const BULK_COPY_MIN: usize = 64;
+/// The shortest copy made by `copy_bulk` rather than by words: one 16-byte load and store (a
+/// receive WQE, a CQE or EQE without its owner byte, a payload).
+pub const BULK_COPY_MIN: usize = 16;
 
-/// The shortest copy made by `copy_short` rather than by words: one 16-byte block (a receive
-/// WQE, a CQE, an EQE).
-pub const SHORT_COPY_MIN: usize = 16;
-
-/// Copies `n` bytes from `src` to `dst` in 64-byte blocks of SSE2 loads and stores (the module
-/// doc says why this is no data race): the whole blocks from the start, then, when `n` is not
-/// a multiple of 64, the last 64 bytes (overlapping the last whole block). Only on x86-64, whose
-/// every processor has SSE2; elsewhere every copy goes by words.
+/// Copies `n` bytes from `src` to `dst` by SSE2 loads and stores (the module doc says why this
+/// is no data race): 64-byte blocks from the start, then the 16-byte blocks left, then, when `n`
+/// is not a multiple of 16, the last 16 bytes (overlapping the last block). Only on x86-64,
+/// whose every processor has SSE2; elsewhere every copy goes by words.
 ///
 /// # Safety
 /// `n` must be at least [`BULK_COPY_MIN`]. `src..src + n` must be valid for reads and
-/// `dst..dst + n` for writes (allocated, not freed meanwhile), and the two must not overlap. Either may be accessed concurrently by another
-/// thread, through any access but a Rust reference.
+/// `dst..dst + n` for writes (allocated, not freed meanwhile), and the two must not overlap.
+/// Either may be accessed concurrently by another thread, through any access but a Rust
+/// reference.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: the ranges are valid and disjoint and `n >= 64` (caller's contract): the loop
-    // runs `n / 64 >= 1` times over the whole blocks from the start, and once more, when `n`
-    // is not a multiple of 64, over the last block, which starts `n - 64` bytes in; so every
-    // access lies inside the ranges. It uses no stack and clobbers only the registers
-    // declared.
+    // SAFETY: the ranges are valid and disjoint and `n >= 16` (caller's contract). The first
+    // loop runs `n / 64` times over 64-byte blocks from the start, the second `(n % 64) / 16`
+    // times over the 16-byte blocks after them, which end at `n` rounded down to 16; when `n`
+    // is not a multiple of 16, the last 16 bytes, which start `n - 16 >= 0` bytes in, are
+    // copied once more. So every access lies inside the ranges. It uses no stack and clobbers
+    // only the registers declared.
     unsafe {
         std::arch::asm!(
+            "test {b64}, {b64}",
+            "jz 3f",
             "2:",
             "movdqu xmm0, [{s}]",
             "movdqu xmm1, [{s} + 16]",
@@ -74,73 +73,36 @@ unsafe fn copy_bulk(dst: *mut u8, src: *const u8, n: usize) {
             "movdqu [{d} + 48], xmm3",
             "add {s}, 64",
             "add {d}, 64",
-            "dec {blocks}",
+            "dec {b64}",
             "jnz 2b",
-            // A length that is not a multiple of 64: its last 64 bytes, once more through the
-            // loop (with `n` rounded down, so that this test then ends the copy).
-            "test {n}, 63",
-            "jz 3f",
-            "and {n}, -64",
-            "mov {s}, {s_last}",
-            "mov {d}, {d_last}",
-            "inc {blocks}",
-            "jmp 2b",
             "3:",
-            n = inout(reg) n => _,
-            s = inout(reg) src => _,
-            d = inout(reg) dst => _,
-            blocks = inout(reg) n / 64 => _,
-            s_last = in(reg) src.wrapping_add(n - 64),
-            d_last = in(reg) dst.wrapping_add(n - 64),
-            out("xmm0") _,
-            out("xmm1") _,
-            out("xmm2") _,
-            out("xmm3") _,
-            options(nostack),
-        );
-    }
-}
-
-/// Copies `n` bytes from `src` to `dst` in 16-byte SSE2 loads and stores: the whole blocks from
-/// the start, then, when `n` is not a multiple of 16, the last 16 bytes (overlapping the last
-/// whole block). What `copy_bulk` does for an entry shorter than its 64-byte block (a CQE with
-/// its owner byte left out, a receive WQE), where the word loop took about 170 instructions for
-/// 63 bytes. Only on x86-64.
-///
-/// # Safety
-/// `n` must be at least [`SHORT_COPY_MIN`]. Otherwise as for `copy_bulk`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn copy_short(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: the ranges are valid and disjoint and `n >= 16` (caller's contract): the loop
-    // runs `n / 16 >= 1` times over the whole blocks from the start, and once more, when `n`
-    // is not a multiple of 16, over the last block, which starts `n - 16` bytes in; so every
-    // access lies inside the ranges. It uses no stack and clobbers only the registers
-    // declared.
-    unsafe {
-        std::arch::asm!(
-            "2:",
+            "test {b16}, {b16}",
+            "jz 5f",
+            "4:",
             "movdqu xmm0, [{s}]",
             "movdqu [{d}], xmm0",
             "add {s}, 16",
             "add {d}, 16",
-            "dec {blocks}",
-            "jnz 2b",
+            "dec {b16}",
+            "jnz 4b",
+            "5:",
+            // A length that is not a multiple of 16: its last 16 bytes.
             "test {n}, 15",
-            "jz 3f",
-            "and {n}, -16",
-            "mov {s}, {s_last}",
-            "mov {d}, {d_last}",
-            "inc {blocks}",
-            "jmp 2b",
-            "3:",
-            n = inout(reg) n => _,
+            "jz 6f",
+            "movdqu xmm0, [{s_last}]",
+            "movdqu [{d_last}], xmm0",
+            "6:",
+            n = in(reg) n,
             s = inout(reg) src => _,
             d = inout(reg) dst => _,
-            blocks = inout(reg) n / 16 => _,
+            b64 = inout(reg) n / 64 => _,
+            b16 = inout(reg) (n % 64) / 16 => _,
             s_last = in(reg) src.wrapping_add(n - 16),
             d_last = in(reg) dst.wrapping_add(n - 16),
             out("xmm0") _,
+            out("xmm1") _,
+            out("xmm2") _,
+            out("xmm3") _,
             options(nostack),
         );
     }
@@ -168,12 +130,6 @@ pub unsafe fn read(src: *const u8, out: &mut [u8]) {
         // SAFETY: `src..src + out.len()` is valid for reads (caller's contract) and `out`, a
         // slice of the caller's, is valid for writes and does not overlap it.
         unsafe { copy_bulk(out.as_mut_ptr(), src, out.len()) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if out.len() >= SHORT_COPY_MIN {
-        // SAFETY: as for `copy_bulk` above, with at least 16 bytes.
-        unsafe { copy_short(out.as_mut_ptr(), src, out.len()) };
         return;
     }
     let (head, words) = split(src.addr(), out.len());
@@ -211,12 +167,6 @@ pub unsafe fn write(dst: *mut u8, data: &[u8]) {
         // SAFETY: `dst..dst + data.len()` is valid for writes (caller's contract) and `data`,
         // a slice of the caller's, is valid for reads and does not overlap it.
         unsafe { copy_bulk(dst, data.as_ptr(), data.len()) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if data.len() >= SHORT_COPY_MIN {
-        // SAFETY: as for `copy_bulk` above, with at least 16 bytes.
-        unsafe { copy_short(dst, data.as_ptr(), data.len()) };
         return;
     }
     let (head, words) = split(dst.addr(), data.len());
@@ -302,12 +252,11 @@ mod tests {
         let mut mem = vec![0u64; MEM / WORD]; // 8-aligned
         let base = mem.as_mut_ptr().cast::<u8>();
         let pattern: Vec<u8> = (1..=200).collect();
-        // Lengths below SHORT_COPY_MIN go by words, those below BULK_COPY_MIN by the short copy,
-        // the others by the bulk copy (on x86-64).
+        // Lengths below BULK_COPY_MIN go by words, the others by the bulk copy (on x86-64).
         for off in 0..16 {
-            // Every head and tail length, and lengths around the short and bulk copies'.
-            let around = [SHORT_COPY_MIN, 17, 23, 31, 32, 40, 48, BULK_COPY_MIN - 1, BULK_COPY_MIN, BULK_COPY_MIN + 1];
-            for len in (0..16).chain(around).chain([100, 128, 200]) {
+            // Every head and tail length, and lengths around each of the bulk copy's loops.
+            let around = [BULK_COPY_MIN, 17, 23, 31, 32, 40, 48, 63, 64, 65, 79, 80, 100, 127, 128, 200];
+            for len in (0..BULK_COPY_MIN).chain(around) {
                 let data = &pattern[..len];
                 // SAFETY: `off + len` <= 215 < 256 bytes of `mem`, which no reference covers
                 // while the raw accesses run.
