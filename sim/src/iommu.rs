@@ -319,20 +319,11 @@ impl Iommu {
         res.map_err(|_| self.fault(iova, len, true))
     }
 
-    /// Writes one byte with release ordering after everything written before: how the device
-    /// publishes an ownership bit (CQE `op_own`, EQE `owner`) after the entry's body.
-    pub fn write_u8_release(&self, iova: u64, value: u8) -> Result<(), IommuFault> {
-        let res = self.resolve(iova, 1, true, |host, _, _| {
-            // SAFETY: one byte inside a mapping valid for writes (see `map`).
-            unsafe { crate::hostmem::store_u8_release(std::ptr::with_exposed_provenance_mut(host), value) }
-        });
-        res.map_err(|_| self.fault(iova, 1, true))
-    }
-
     /// DMA write of a ring entry whose byte `owner_at` carries its ownership bit: every other
     /// byte first, then that byte with release ordering, so that a driver that sees the owner
-    /// byte sees the whole entry (how the device publishes a CQE's `op_own` and an EQE's
-    /// `owner`). An `owner_at` outside `entry` makes it a plain [`Iommu::write`].
+    /// byte sees the whole entry (how the device publishes a CQE's `op_own`, an EQE's `owner`
+    /// and a command entry's `status_own`). An `owner_at` outside `entry` makes it a plain
+    /// [`Iommu::write`].
     pub fn write_owner_last(&self, iova: u64, entry: &[u8], owner_at: usize) -> Result<(), IommuFault> {
         let Some(&owner) = entry.get(owner_at) else {
             return self.write(iova, entry);

@@ -5,13 +5,13 @@
 use super::{DelayedCmd, Hca, LOG_CMDQ_SIZE};
 use std::time::Instant;
 use umlx_hwdesc::enums::{DeliveryStatus, EventType};
-use umlx_hwdesc::plain::{cmd_layout, cmd_prot_block};
+use umlx_hwdesc::plain::{cmd, cmd_layout, cmd_prot_block};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Bytes of a command carried inline in the entry.
-const INLINE: usize = umlx_hwdesc::plain::cmd::CMD_INLINE_SIZE;
+const INLINE: usize = cmd::CMD_INLINE_SIZE;
 /// Data bytes per mailbox block.
-const BLOCK_DATA: usize = umlx_hwdesc::plain::cmd::CMD_DATA_BLOCK_SIZE;
+const BLOCK_DATA: usize = cmd::CMD_DATA_BLOCK_SIZE;
 /// Mailbox block size.
 const BLOCK_SIZE: usize = cmd_prot_block::SIZE;
 /// Required mailbox alignment (see the module docs of `firmware`).
@@ -84,19 +84,17 @@ impl Hca {
         if delivery != DeliveryStatus::OK {
             self.stats.delivery_errors += 1;
         }
-        // Everything but the ownership byte first, then status_own with release ordering.
-        entry.status_own = 1;
-        let bytes = entry.as_bytes();
-        let ok = self.iommu.write(entry_iova, &bytes[..63]).is_ok();
-        let status_own = delivery.0 << 1;
-        ok && self.iommu.write_u8_release(entry_iova + 63, status_own).is_ok()
+        // The delivery status with the ownership bit clear (the entry back to software),
+        // written after everything else with release ordering.
+        entry.status_own = delivery.0 << cmd::DELIVERY_STATUS_SHIFT;
+        self.iommu.write_owner_last(entry_iova, entry.as_bytes(), cmd_layout::status_own).is_ok()
     }
 
     /// Checks the entry, gathers the input, executes, scatters the output. Returns the delivery
     /// status and the output message.
     fn run_entry(&mut self, raw: &[u8; 64], entry: &cmd_layout) -> (DeliveryStatus, Option<Vec<u8>>) {
         let checksum = self.caps.checksum_enabled();
-        if entry.type_ != umlx_hwdesc::plain::cmd::PCI_CMD_XPORT {
+        if entry.type_ != cmd::PCI_CMD_XPORT {
             return (DeliveryStatus::CMD_DESCR_ERR, None);
         }
         if checksum && xor(raw) != 0xff {
