@@ -393,13 +393,11 @@ impl<B: Backend> SendQueue<B> {
                 part[header.len()..header.len() + head.len()].copy_from_slice(head);
                 self.put_seg(bb, seg, &part);
                 seg += 1;
-                // The rest, 16 bytes a segment, stored as two words each (no staging copy);
+                // The rest, 16 bytes a segment, stored from the data itself (no staging copy);
                 // the last one zero-padded.
                 let mut whole = rest.chunks_exact(DS_BYTES);
                 for chunk in &mut whole {
-                    let (w0, w1) = chunk.split_at(8);
-                    let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or_default());
-                    self.put_seg_words(bb, seg, word(w0), word(w1));
+                    self.put_seg(bb, seg, chunk.try_into().unwrap_or(&[0; DS_BYTES]));
                     seg += 1;
                 }
                 let tail = whole.remainder();
