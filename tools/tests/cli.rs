@@ -171,6 +171,8 @@ checks = [
      'the targets of send-lat, write-lat and rc-pingpong'),
     (d.get('two_process_cpus') is None or (isinstance(d['two_process_cpus'], list) and len(d['two_process_cpus']) == 2
      and d['two_process_cpus'][0] != d['two_process_cpus'][1]), 'two_process_cpus'),
+    # The test's build is cargo's own, never the profile-guided one.
+    (d.get('build') in ('release', 'debug'), 'build'),
 ]
 print(' '.join(m for good, m in checks if not good) or 'ok')
 "#,

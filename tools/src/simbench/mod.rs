@@ -389,6 +389,7 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f
     kv.push("\"inprocess_write_data_verified\": true".into());
     let cpus = pair_cpus().map_or("null".into(), |[a, b]| format!("[{a}, {b}]"));
     kv.push(format!("\"two_process_cpus\": {cpus}"));
+    kv.push(format!("\"build\": \"{}\"", build_kind()));
     for r in rows {
         if let Some(t) = r.target() {
             let t = if r.key == "inprocess_write64_msgs_per_s" { t * 1e6 } else { t };
@@ -405,10 +406,21 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f
     println!("{{{}}}", kv.join(", "));
 }
 
+/// Which build of umlx this is: `tools/pgo-build.sh` sets `UMLX_BUILD=pgo` for its optimised
+/// build; a plain `cargo build` has none. The bench's figures say which they are of.
+fn build_kind() -> &'static str {
+    match option_env!("UMLX_BUILD") {
+        Some("pgo") => "release, profile-guided (tools/pgo-build.sh)",
+        _ if cfg!(debug_assertions) => "debug",
+        _ => "release",
+    }
+}
+
 fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f64; 3]) {
     println!(
-        "umlx bench sim: the software ConnectX; in process: two adapters on a perfect fabric; \
-         two processes: loopback UDP wires, {}",
+        "umlx bench sim: the software ConnectX ({} build); in process: two adapters on a perfect \
+         fabric; two processes: loopback UDP wires, {}",
+        build_kind(),
         match pair_cpus() {
             Some([a, b]) => format!("each process of a pair on a CPU of its own ({a}, {b})"),
             None => "the processes unpinned".into(),
