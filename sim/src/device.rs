@@ -348,12 +348,12 @@ impl Inner {
                 if self.posted_whole.load(Ordering::Relaxed) {
                     continue;
                 }
-                let now = crate::port::run_now();
+                let (now, now_nanos) = crate::port::run_clock();
                 if now < h.timers_due {
                     // A shared run that found the published time due saw one the whole device
                     // has run since (it holds the truth now).
                     self.timers_run();
-                    if self.clock.leaving(now, h.timers_due) {
+                    if self.clock.leaving(now_nanos, h.timers_due_nanos()) {
                         self.port.wake_engine(); // a timer due before the engine looks
                     }
                     return;
@@ -420,7 +420,7 @@ impl Inner {
                 break;
             }
         }
-        let (wake, due) = self.clock.leaving_shared(crate::port::run_now(), lane.due.take());
+        let (wake, due) = self.clock.leaving_shared(crate::port::run_clock().1, lane.due.take());
         if due && !self.timers_wanted.load(Ordering::Relaxed) {
             self.timers_wanted.store(true, Ordering::Relaxed);
         }

@@ -21,8 +21,11 @@ use std::time::{Duration, Instant};
 /// reads the plan. A SeqCst fence on each side between its write and its read means at least
 /// one of them sees the other's write: either the thread wakes the engine for a timer due before
 /// its plan, or the engine, which could not take the device, sleeps no later than that timer.
+///
+/// The times are nanoseconds since the sim's clock epoch (`port::nanos_since_epoch`); a thread
+/// letting go passes them converted (its run clock's time, converted when read, and the
+/// device's due time, converted when it changes: `Hca::timers_due_nanos`).
 pub(super) struct EngineClock {
-    epoch: Instant,
     /// When the engine looks next; 0 while it runs the device (its own run need not wake it).
     engine_wake: AtomicU64,
     /// When the timers are due, as the last run of the device left them.
@@ -36,8 +39,10 @@ pub(super) struct EngineClock {
 
 impl EngineClock {
     pub(super) fn new() -> EngineClock {
+        // The epoch is read before any time the clock is given (a time before it would count
+        // as 0).
+        crate::port::clock_epoch();
         EngineClock {
-            epoch: Instant::now(),
             engine_wake: AtomicU64::new(0),
             timers_due: AtomicU64::new(u64::MAX),
             left: AtomicU64::new(u64::MAX),
@@ -47,7 +52,7 @@ impl EngineClock {
 
     /// `t` in nanoseconds since the epoch.
     fn nanos(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_nanos() as u64
+        crate::port::nanos_since_epoch(t)
     }
 
     /// The engine will look at `at` unless woken; it tries the device next.
@@ -93,7 +98,7 @@ impl EngineClock {
     fn published(&self, at: &AtomicU64) -> Option<Instant> {
         match at.load(Ordering::Relaxed) {
             u64::MAX => None,
-            nanos => self.epoch.checked_add(Duration::from_nanos(nanos)),
+            nanos => crate::port::instant_since_epoch(nanos),
         }
     }
 
@@ -136,11 +141,11 @@ impl EngineClock {
         Some(wake)
     }
 
-    /// A thread lets go of the device at `now` with its timers due at `due`: whether the engine
-    /// must be woken for them (it plans to look later, and is not running the device).
-    pub(super) fn leaving(&self, now: Instant, due: Instant) -> bool {
-        self.left.store(self.nanos(now), Ordering::Relaxed);
-        let due = self.nanos(due);
+    /// A thread lets go of the device at `now` with its timers due at `due` (both in
+    /// nanoseconds since the epoch): whether the engine must be woken for them (it plans to
+    /// look later, and is not running the device).
+    pub(super) fn leaving(&self, now: u64, due: u64) -> bool {
+        self.left.store(now, Ordering::Relaxed);
         self.timers_due.store(due, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         due < self.engine_wake.load(Ordering::Relaxed)
@@ -162,8 +167,7 @@ impl EngineClock {
     /// What every run of every thread writes here is written only when it changes what is
     /// there (the time of leaving by [`LEFT_PRECISION`] or more, the due time sooner): a line
     /// each thread writes at every run would move between their cores at every run.
-    pub(super) fn leaving_shared(&self, now: Instant, armed: Option<Instant>) -> (bool, bool) {
-        let now = self.nanos(now);
+    pub(super) fn leaving_shared(&self, now: u64, armed: Option<Instant>) -> (bool, bool) {
         if now.saturating_sub(self.left.load(Ordering::Relaxed)) >= LEFT_PRECISION.as_nanos() as u64 {
             self.left.store(now, Ordering::Relaxed);
         }

@@ -61,6 +61,11 @@ fn the_timers_run_next_when_something_is_due_and_at_least_every_page_touch_perio
     assert_eq!(h.timers_due, now + PAGE_TOUCH_PERIOD, "the next page touch");
 }
 
+/// `t` as the engine clock takes it.
+fn ns(t: Instant) -> u64 {
+    crate::port::nanos_since_epoch(t)
+}
+
 /// The window the clock closes: a thread letting go reads the engine's old plan (a look
 /// sooner than its timer: no wake) just before the engine plans a later look and finds the
 /// device still held. The engine must then sleep no later than the timer, where it used to
@@ -71,15 +76,15 @@ fn an_engine_that_finds_the_device_held_wakes_for_the_timer_it_was_not_told_of()
     let now = Instant::now();
     c.engine_plans(now + Duration::from_micros(200)); // the engine's old plan
     let due = now + Duration::from_micros(400);
-    assert!(!c.leaving(now, due), "the old plan looks before the timer: no wake");
+    assert!(!c.leaving(ns(now), ns(due)), "the old plan looks before the timer: no wake");
     // The engine plans its idle look and finds the device held (the holder has not let go).
     let planned = now + ENGINE_IDLE_PARK;
     c.engine_plans(planned);
     assert_eq!(c.engine_wake_when_held(now, planned), due);
     // That look is now its plan: a holder letting go with the same timers need not wake it,
     // one with a timer due sooner must.
-    assert!(!c.leaving(now, due), "the engine already looks when the timers are due");
-    assert!(c.leaving(now, due - Duration::from_micros(50)));
+    assert!(!c.leaving(ns(now), ns(due)), "the engine already looks when the timers are due");
+    assert!(c.leaving(ns(now), ns(due - Duration::from_micros(50))));
 }
 
 /// The other order: the engine planned first, so the thread letting go sees the plan and
@@ -89,11 +94,11 @@ fn a_thread_letting_go_wakes_the_engine_only_for_a_timer_due_before_its_plan() {
     let c = EngineClock::new();
     let now = Instant::now();
     c.engine_plans(now + ENGINE_IDLE_PARK);
-    assert!(c.leaving(now, now + Duration::from_micros(300)));
-    assert!(!c.leaving(now, now + 2 * ENGINE_IDLE_PARK));
+    assert!(c.leaving(ns(now), ns(now + Duration::from_micros(300))));
+    assert!(!c.leaving(ns(now), ns(now + 2 * ENGINE_IDLE_PARK)));
     // While the engine runs the device, nothing wakes it: it looks at the timers after.
     c.engine_runs();
-    assert!(!c.leaving(now, now + Duration::from_micros(300)));
+    assert!(!c.leaving(ns(now), ns(now + Duration::from_micros(300))));
 }
 
 /// An engine that wakes to nothing while a thread that ran the device left the timers due
@@ -107,7 +112,7 @@ fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
     c.engine_plans(planned);
     assert_eq!(c.engine_idle_until(now, planned, true), None, "no thread has run the timers yet");
     let due = now + Duration::from_micros(300);
-    assert!(c.leaving(now, due), "due before the engine's plan: it is woken");
+    assert!(c.leaving(ns(now), ns(due)), "due before the engine's plan: it is woken");
     // Once the grace of that thread's run has ended:
     let t = now + ENGINE_GRACE;
     assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
@@ -117,10 +122,10 @@ fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
     // wake it, one leaving them due sooner does.
     c.engine_plans(planned);
     assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
-    assert!(!c.leaving(now, due));
-    assert!(c.leaving(now, due - Duration::from_micros(100)));
+    assert!(!c.leaving(ns(now), ns(due)));
+    assert!(c.leaving(ns(now), ns(due - Duration::from_micros(100))));
     // Timers left later than the engine's idle period: it looks at its plan.
-    c.leaving(now, now + 3 * ENGINE_IDLE_PARK);
+    c.leaving(ns(now), ns(now + 3 * ENGINE_IDLE_PARK));
     assert_eq!(c.engine_idle_until(t, planned, true), Some(planned));
 }
 
@@ -136,12 +141,12 @@ fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
     let grace_ends = now + ENGINE_GRACE;
     let due = now + Duration::from_micros(300);
     c.engine_plans(planned);
-    c.leaving(now, due);
+    c.leaving(ns(now), ns(due));
     let soon = now + Duration::from_micros(10);
     assert_eq!(c.engine_idle_until(soon, planned, true), Some(due), "nothing waits: until the timers");
     assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends), "a frame on its way to that thread");
     // Timers due within the grace, and already due when the engine looks.
-    c.leaving(now, now + Duration::from_micros(5));
+    c.leaving(ns(now), ns(now + Duration::from_micros(5)));
     assert_eq!(c.engine_idle_until(soon, planned, true), Some(grace_ends));
     assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends));
     assert_eq!(
@@ -161,7 +166,7 @@ fn an_engine_that_finds_the_device_held_sleeps_between_its_floor_and_its_plan() 
     let now = Instant::now();
     let planned = now + ENGINE_IDLE_PARK;
     assert_eq!(c.engine_wake_when_held(now, planned), planned, "no timer published yet");
-    c.leaving(now, now);
+    c.leaving(ns(now), ns(now));
     let later = now + Duration::from_millis(5);
     assert_eq!(c.engine_wake_when_held(later, later + ENGINE_IDLE_PARK), later + ENGINE_MIN_PARK);
 }

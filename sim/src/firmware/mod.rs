@@ -205,6 +205,9 @@ pub struct Hca {
     /// When [`Hca::tick`] is next needed: set by its last run, lowered by [`Hca::note_due`]
     /// when a timer is armed sooner (the engine also looks at [`Hca::next_due`] when it runs).
     pub(crate) timers_due: Instant,
+    /// `timers_due` and its `port::nanos_since_epoch`, as last converted
+    /// ([`Hca::timers_due_nanos`]).
+    timers_due_converted: (Instant, u64),
     pub(crate) stats: SimStats,
     pub(crate) host_endianness: u8,
     pub(crate) driver_version: Vec<u8>,
@@ -234,6 +237,7 @@ impl Hca {
         let caps = caps::Caps::new(&cfg);
         let vport = vport::Vport::new(&cfg);
         let pages = Pages::new(cfg.boot_pages, cfg.init_pages);
+        let now = Instant::now();
         let mut hca = Hca {
             iommu: Iommu::new(),
             pci_config: [0; 256],
@@ -254,7 +258,8 @@ impl Hca {
             port_admin_up: Default::default(),
             irqs: (0..cfg.num_msix).map(|_| None).collect(),
             delayed: Vec::new(),
-            timers_due: Instant::now(),
+            timers_due: now,
+            timers_due_converted: (now, crate::port::nanos_since_epoch(now)),
             stats: SimStats::default(),
             host_endianness: 0,
             driver_version: Vec::new(),
@@ -562,6 +567,15 @@ impl Hca {
         if due < self.timers_due {
             self.timers_due = due;
         }
+    }
+
+    /// `timers_due` in `port::nanos_since_epoch`, converted only when it changed since the
+    /// last call (a run's end publishes it: most runs leave it as they found it).
+    pub(crate) fn timers_due_nanos(&mut self) -> u64 {
+        if self.timers_due_converted.0 != self.timers_due {
+            self.timers_due_converted = (self.timers_due, crate::port::nanos_since_epoch(self.timers_due));
+        }
+        self.timers_due_converted.1
     }
 
     /// When the timers next need running ([`Hca::tick`]): the earliest of the delayed command

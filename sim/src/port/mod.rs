@@ -113,9 +113,32 @@ thread_local! {
     /// The port whose wire this thread's [`Port::poll_wire`] drained and whose device it now
     /// runs (0: none); see [`Port::acks_may_wait`].
     static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    /// The time this thread's runs of devices go by ([`run_now`]); `None` until a run needs it
-    /// and again once the run has received frames or the outermost run has ended.
-    static RUN_CLOCK: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    /// The time this thread's runs of devices go by ([`run_now`]), with its
+    /// [`nanos_since_epoch`]; `None` until a run needs it and again once the run has received
+    /// frames or the outermost run has ended.
+    static RUN_CLOCK: std::cell::Cell<Option<(Instant, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The instant the sim's lock-free time stamps count from ([`nanos_since_epoch`]).
+static CLOCK_EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// `t` in nanoseconds since the sim's clock epoch (0 for an instant before it): how the threads
+/// that run a device and its engine exchange times without a lock (`device::EngineClock`).
+/// A conversion costs a subtraction of two `timespec`s and a division into a `Duration` (about
+/// 13 ns here), so the run clock converts its time once, when it reads it.
+pub(crate) fn nanos_since_epoch(t: Instant) -> u64 {
+    let d = t.saturating_duration_since(*CLOCK_EPOCH);
+    d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()))
+}
+
+/// The sim's clock epoch, read (and so fixed) on the first call.
+pub(crate) fn clock_epoch() -> Instant {
+    *CLOCK_EPOCH
+}
+
+/// The instant `nanos` after the sim's clock epoch (the inverse of [`nanos_since_epoch`]).
+pub(crate) fn instant_since_epoch(nanos: u64) -> Option<Instant> {
+    CLOCK_EPOCH.checked_add(std::time::Duration::from_nanos(nanos))
 }
 
 /// Whether this thread runs a device now (holds it, whole or shared, in a run).
@@ -132,10 +155,16 @@ pub(crate) fn running_any() -> bool {
 /// then is off by at most one batch's handling, as the frames of one doorbell already share
 /// the time it was rung.
 pub(crate) fn run_now() -> Instant {
+    run_clock().0
+}
+
+/// [`run_now`], and the same time in [`nanos_since_epoch`].
+pub(crate) fn run_clock() -> (Instant, u64) {
     RUN_CLOCK.with(|c| match c.get() {
         Some(t) => t,
         None => {
-            let t = Instant::now();
+            let now = Instant::now();
+            let t = (now, nanos_since_epoch(now));
             if running_any() {
                 c.set(Some(t));
             }
