@@ -200,7 +200,7 @@ impl DataPath<'_> {
 
     // ------------------------------------------------------------------ RC responder
 
-    fn send_ack(&mut self, t: &QpTransport, psn: u32, aeth: Aeth) {
+    pub(super) fn send_ack(&mut self, t: &QpTransport, psn: u32, aeth: Aeth) {
         let mut bth = Bth::new(Opcode::RC_ACKNOWLEDGE, t.path.remote_qpn, psn);
         bth.ack_req = false;
         let ext = ExtHeaders { aeth: Some(aeth), ..Default::default() };
