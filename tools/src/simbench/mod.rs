@@ -418,7 +418,7 @@ fn build_kind() -> &'static str {
 
 fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f64; 3]) {
     println!(
-        "umlx bench sim: the software ConnectX ({} build); in process: two adapters on a perfect \
+        "umlx bench sim: the software ConnectX; build: {}; in process: two adapters on a perfect \
          fabric; two processes: loopback UDP wires, {}",
         build_kind(),
         match pair_cpus() {
