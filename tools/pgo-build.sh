@@ -3,13 +3,14 @@
 #
 # Same sources, same release profile (one codegen unit, fat LTO); the compiler is also given a
 # profile of where the program spends its time, taken from an instrumented build of it running
-# `umlx demo --quick` and `umlx bench sim --quick`. With it, LLVM inlines along the paths that
+# `umlx demo --quick`, `umlx bench sim --quick` and 400,000 round trips each of `umlx perf
+# send-lat` and `write-lat` between two processes. With it, LLVM inlines along the paths that
 # run hot (a frame's receive, a doorbell's WQE to the wire), lays their blocks out in one line
 # of code and moves the rest aside. The software ConnectX runs about a fifth fewer instructions
 # per message (callgrind) and its two-process latencies drop by about 8%: see the README's
 # "The software ConnectX's speed".
 #
-# Takes about two minutes on two cores: two builds and 20 seconds of training. Needs the
+# Takes about two minutes on two cores: two builds and about 20 seconds of training. Needs the
 # toolchain's llvm-profdata (the rustup component llvm-tools, added here if missing).
 # Usage: bash tools/pgo-build.sh   (then: target/pgo/release/umlx bench sim)
 set -euo pipefail
