@@ -200,7 +200,7 @@ impl DataPath<'_> {
 
     // ------------------------------------------------------------------ RC responder
 
-    pub(super) fn send_ack(&mut self, t: &QpTransport, psn: u32, aeth: Aeth) {
+    fn send_ack(&mut self, t: &QpTransport, psn: u32, aeth: Aeth) {
         let mut bth = Bth::new(Opcode::RC_ACKNOWLEDGE, t.path.remote_qpn, psn);
         bth.ack_req = false;
         let ext = ExtHeaders { aeth: Some(aeth), ..Default::default() };
@@ -501,10 +501,15 @@ impl DataPath<'_> {
     /// Sends the QP's coalesced ACK, if it owes one.
     fn flush_ack(&mut self, qpn: u32) {
         let Some(mut t) = self.take_transport(qpn) else { return };
-        if let Some((psn, aeth)) = t.pending_ack.take() {
-            self.send_ack(&t, psn, aeth);
-        }
+        self.send_pending_ack(&mut t);
         self.put_transport(qpn, t);
+    }
+
+    /// Sends the coalesced ACK the QP of `t` owes, if any; whether it owed one.
+    pub(super) fn send_pending_ack(&mut self, t: &mut QpTransport) -> bool {
+        let Some((psn, aeth)) = t.pending_ack.take() else { return false };
+        self.send_ack(t, psn, aeth);
+        true
     }
 
     fn push_resource(&mut self, t: &mut QpTransport, r: Resource) {

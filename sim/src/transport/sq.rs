@@ -326,8 +326,7 @@ impl DataPath<'_> {
         // The ACK the QP owes (a ping-pong's, coalesced until its reply) leaves now, after what
         // the doorbell sent, while the transport is held: the run's `flush_acks` would send it
         // next, before the run's frames go, but would take the transport again for it.
-        if let Some((psn, aeth)) = t.pending_ack.take() {
-            self.send_ack(&t, psn, aeth);
+        if self.send_pending_ack(&mut t) {
             self.lane.acks_pending.retain(|&q| q != qpn);
         }
         self.put_transport(qpn, t);
