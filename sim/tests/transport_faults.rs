@@ -183,3 +183,36 @@ fn an_engine_waits_for_a_distant_retransmit_timer_instead_of_looking_every_100_u
     let s = p.a.dev.transport_stats();
     assert_eq!((s.tx_packets, s.timeouts), (1, 0), "sent once, not timed out yet");
 }
+
+#[test]
+fn a_qp_whose_messages_were_all_acked_is_not_due_and_its_next_message_still_times_out() {
+    // A QP stays in the timers' set after its last ACK (until their next run), so that a
+    // ping-pong does not change the set twice a message: listed with nothing armed, it must not
+    // make the timers due, and once their run has taken it out, its next message must still
+    // arm a retransmit timer that fires.
+    let mut p = RcPair::new(FabricConfig::default(), RcParams { ack_timeout: 12, ..Default::default() });
+    let write = |p: &mut RcPair, at: usize| {
+        let s = segs(&[&raddr_seg(p.b.va(at), p.b.mkey), &data_seg(8, p.a.mkey, p.a.va(0))]);
+        p.a.post_send(&mut p.qa, WRITE, true, 0, &s);
+    };
+    p.a.mem.write(0, b"acked ok");
+    write(&mut p, 0);
+    assert_eq!(cqe_opcode(&p.a.poll_cq()), CqeOpcode::REQ);
+    {
+        let mut h = p.a.dev.lock();
+        let now = std::time::Instant::now();
+        assert!(h.next_due(now).is_none_or(|due| due > now), "an ACKed QP makes no timer due");
+        h.tick(now); // takes the idle QP out of the set
+        assert!(h.next_due(now).is_none_or(|due| due > now));
+    }
+    // Lost, then retransmitted once the fabric delivers again (ACK timeout about 17 ms).
+    p.fabric.set_config(FabricConfig { loss: 1.0, ..Default::default() });
+    write(&mut p, 0x100);
+    std::thread::sleep(Duration::from_millis(30));
+    p.fabric.set_config(FabricConfig::default());
+    let c = p.a.poll_cq();
+    assert_eq!(cqe_opcode(&c), CqeOpcode::REQ);
+    assert_eq!(p.b.mem.to_vec(0x100, 8), b"acked ok");
+    let s = p.a.dev.transport_stats();
+    assert!(s.timeouts >= 1 && s.retransmits >= 1, "{s:?}");
+}

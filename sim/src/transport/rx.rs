@@ -838,6 +838,7 @@ impl DataPath<'_> {
                 }
             }
             self.put_transport(qpn, t);
+            self.leave_timers_if_idle(qpn);
         }
     }
 
@@ -890,7 +891,11 @@ impl Hca {
             let due = match qp.transport.as_deref() {
                 Some(t) if qp.state == QpState::RTS => match (t.deadline, t.rnr_until) {
                     (Some(d), Some(r)) => d.min(r),
-                    (d, r) => d.or(r).unwrap_or(now),
+                    // Still in the set with nothing timed (`put_transport`): not due.
+                    (d, r) => match d.or(r) {
+                        Some(due) => due,
+                        None => continue,
+                    },
                 },
                 _ => now,
             };

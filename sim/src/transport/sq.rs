@@ -88,23 +88,41 @@ impl DataPath<'_> {
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
         qp.sq_fetched = t.sq_head;
         qp.rq_consumed = t.rq_consumed;
-        let err_rq = qp.state == QpState::ERR && !qp.no_rq;
+        let timed = due.is_some() || flushed_by_timers(&qp);
         qp.transport = Some(t);
-        let timed = due.is_some() || err_rq;
-        let changed = std::mem::replace(&mut qp.timed, timed) != timed;
-        // The QP's lock is let go of first: the timers' list is taken before a QP's lock
+        // A QP joins the timers' set when it needs them and stays in it until their next run
+        // finds it needs them no more (`transport_tick`): a ping-pong arms and clears its
+        // retransmit timer every message, and would otherwise change the set twice a message.
+        let join = timed && !std::mem::replace(&mut qp.timed, true);
+        // The QP's lock is let go of first: the timers' set is taken before a QP's lock
         // (`Hca::transport_next_due`), never after.
         drop(qp);
-        if changed {
-            if timed {
-                self.objects.xport.timed().insert(qpn);
-            } else {
-                self.objects.xport.timed().remove(&qpn);
-            }
+        if join {
+            self.objects.xport.timed().insert(qpn);
         }
         if timed {
             // A QP in error with a receive queue is flushed at the timers' next run.
             self.note_due(due.unwrap_or_else(Instant::now));
+        }
+    }
+
+    /// Takes QP `qpn` out of the timers' set if nothing of it is timed any more: its transport
+    /// is in place (not held by a run, which puts it back with its timers) and has no deadline,
+    /// and it is not a QP in error with a receive queue to flush. The set is locked first, then
+    /// the QP, as everywhere.
+    pub(crate) fn leave_timers_if_idle(&mut self, qpn: u32) {
+        let mut timed = self.objects.xport.timed();
+        let Some(mut qp) = self.objects.qps.lock(&qpn) else {
+            timed.remove(&qpn);
+            return;
+        };
+        let idle = match qp.transport.as_deref() {
+            Some(t) => t.deadline.is_none() && t.rnr_until.is_none() && !flushed_by_timers(&qp),
+            None => false,
+        };
+        if idle {
+            qp.timed = false;
+            timed.remove(&qpn);
         }
     }
 
@@ -620,4 +638,10 @@ fn describe_ctrl(wq: &mut SendWqe, opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) 
     wq.solicited = flags.se();
     wq.fence = flags.fm() != 0;
     wq.imm = ctrl.imm.to_bytes();
+}
+
+/// Whether the timers' runs serve QP `qp` whatever its deadlines: a QP in error with a receive
+/// queue, whose receive WQEs are flushed as they are posted.
+fn flushed_by_timers(qp: &crate::firmware::objects::Qp) -> bool {
+    qp.state == QpState::ERR && !qp.no_rq
 }

@@ -48,8 +48,9 @@ pub struct Qp {
     /// Transport state (requester and responder), owned by `crate::transport`; boxed so that
     /// the transport takes it out and puts it back as a pointer. `None` only while taken.
     pub transport: Option<Box<crate::transport::QpTransport>>,
-    /// Whether the transport's timers watch this QP (it is in their set of timed QPs): kept
-    /// here so that handing a packet to the QP changes that set only when this changes.
+    /// Whether the QP is in the transport timers' set of timed QPs: kept here so that handing
+    /// a packet to the QP changes that set only when this changes. A QP whose timers all
+    /// stopped stays in the set until the timers' next run.
     pub timed: bool,
 }
 
