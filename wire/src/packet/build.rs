@@ -366,9 +366,16 @@ impl<'a> FrameBuilder<'a> {
             w.put(&[0, 0, 0, 0]);
         }
         let head_len = w.at;
+        // The IPv4 header's sum without its total length (and with its checksum zero): a
+        // frame's header checksum is then that sum with the frame's length added, folded.
+        let ipv4_sum = match kind {
+            L3Kind::Ipv4 => head.get(l3..l3 + 20).map_or(0, |h| inet::sum(0, h)),
+            _ => 0,
+        };
         FrameTemplate {
             head,
             head_len: head_len as u8,
+            ipv4_sum,
             l3: l3 as u8,
             ip_hdr_len: ip_hdr_len as u8,
             kind,
@@ -531,6 +538,9 @@ pub struct FrameTemplate {
     head: [u8; Self::HEAD_MAX],
     /// Bytes of `head` used.
     head_len: u8,
+    /// The one's complement running sum of the IPv4 header in `head` (whose total length and
+    /// checksum are zero); 0 for IPv6 and the GRH.
+    ipv4_sum: u64,
     /// Offset of the IP header / GRH.
     l3: u8,
     /// Length of the IP header / GRH.
@@ -620,9 +630,11 @@ impl FrameTemplate {
         let udp_off = l3 + ip_hdr_len;
         match kind {
             L3Kind::Ipv4 => {
-                w.put_at(l3 + 2, &((20 + 8 + transport) as u16).to_be_bytes());
-                if !defer && let Some(hdr) = w.out.get_mut(l3..l3 + 20) {
-                    inet::put_ipv4_header_checksum(hdr);
+                let total = (20 + 8 + transport) as u16;
+                w.put_at(l3 + 2, &total.to_be_bytes());
+                if !defer {
+                    let checksum = inet::fold(self.ipv4_sum + u64::from(total));
+                    w.put_at(l3 + inet::IPV4_CHECKSUM_AT, &checksum.to_be_bytes());
                 }
             }
             L3Kind::Ipv6 => w.put_at(l3 + 4, &((8 + transport) as u16).to_be_bytes()),
