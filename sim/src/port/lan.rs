@@ -5,7 +5,9 @@ use super::*;
 
 /// A LAN of processes on one machine, with no switch and no daemon: member `n` of a LAN based
 /// at UDP port `B` is the socket bound to 127.0.0.1:`B + n`, and a frame travels as one
-/// datagram (the UDP wire's encapsulation). A process joins by binding the first free member
+/// datagram (the UDP wire's encapsulation), or with the frames sent with it to the same
+/// member in one plain datagram of their bytes, which the member splits at the frames' own
+/// lengths (a bundle: every member is a umlx sim). A process joins by binding the first free member
 /// port ([`LoopbackLan::join`]). Each member learns which member port a MAC sends from, as a
 /// learning switch does: a frame to a learnt MAC goes to that member only; broadcast,
 /// multicast and frames to a MAC not learnt yet go to every other member (ARP requests find
@@ -84,7 +86,7 @@ impl Lan {
     /// The link of a port that joined `lan`.
     pub(super) fn new(lan: LoopbackLan) -> Lan {
         Lan {
-            sock: Arc::new(WireSocket::new(lan.sock)),
+            sock: Arc::new(WireSocket::to_lan_members(lan.sock)),
             base: lan.base,
             members: lan.members,
             member: lan.member,
@@ -138,7 +140,7 @@ impl Lan {
         if lanes.len() >= LAN_LANES {
             return None;
         }
-        let lane = self.open_lane(port).map(|sock| Arc::new(WireSocket::new(sock)));
+        let lane = self.open_lane(port).map(|sock| Arc::new(WireSocket::to_lan_members(sock)));
         lanes.push((port, lane.clone()));
         lane
     }
