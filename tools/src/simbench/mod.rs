@@ -407,13 +407,15 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f
 }
 
 /// Which build of umlx this is: `tools/pgo-build.sh` sets `UMLX_BUILD=pgo` for its optimised
-/// build; a plain `cargo build` has none. The bench's figures say which they are of.
-fn build_kind() -> &'static str {
-    match option_env!("UMLX_BUILD") {
+/// build (whose panics abort); a plain `cargo build` has none. The bench's figures say which
+/// they are of.
+fn build_kind() -> String {
+    let kind = match option_env!("UMLX_BUILD") {
         Some("pgo") => "release, profile-guided (tools/pgo-build.sh)",
         _ if cfg!(debug_assertions) => "debug",
         _ => "release",
-    }
+    };
+    if cfg!(panic = "abort") { format!("{kind}, panics abort") } else { kind.to_string() }
 }
 
 fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f64; 3]) {
