@@ -97,14 +97,26 @@ fn frames_to_a_learnt_member_leave_on_a_connected_lane_and_arp_from_the_member_p
     let peer_mac = [2, 0, 0, 0, 0, 0x77];
     let member = |from: SocketAddr| from.port() >= base && from.port() < base + MEMBERS;
 
-    // The peer asks for the sim's address: the answer (ARP) comes from member 0's port, and
-    // the sim has learnt where the peer is.
-    let ask = arp::arp_request(peer_mac, Ipv4Addr::new(10, 77, 0, 99), ip0);
+    // The peer asks for the sim's address without a member's tag: the answer (ARP) comes from
+    // member 0's port, tagged as member 0's, and the sim has learnt nothing (it asks the
+    // kernel for no datagram's sender): a frame to the peer is flooded from the member port.
+    let mut ask = arp::arp_request(peer_mac, Ipv4Addr::new(10, 77, 0, 99), ip0);
     peer.send_to(&ask, ("127.0.0.1", base)).unwrap();
     let mut buf = [0u8; 2048];
     let (n, from) = peer.recv_from(&mut buf).expect("the ARP reply");
     assert_eq!(buf.get(12..14), Some(&ETHERTYPE_ARP.to_be_bytes()[..]), "an ARP frame ({n} bytes)");
     assert_eq!(from, SocketAddr::from(([127, 0, 0, 1], base)), "ARP leaves from the member port");
+    let mut tag = Vec::new();
+    LoopbackLan::tag_neighbour_frame(&mut tag, 0);
+    assert!(buf[..n].ends_with(&tag), "member 0's tag ends it");
+    port.transmit(vec![frame(peer_mac, port.mac())]);
+    let (_, from) = peer.recv_from(&mut buf).expect("the flooded frame");
+    assert_eq!(from, SocketAddr::from(([127, 0, 0, 1], base)), "not learnt: flooded from the member port");
+
+    // Tagged as member 1's, the same request teaches the sim where the peer is.
+    LoopbackLan::tag_neighbour_frame(&mut ask, 1);
+    peer.send_to(&ask, ("127.0.0.1", base)).unwrap();
+    peer.recv_from(&mut buf).expect("the ARP reply");
 
     // A frame to the peer goes on a lane: a socket of its own, connected, on no member's port;
     // the bytes are the frame's.

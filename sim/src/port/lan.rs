@@ -8,13 +8,16 @@ use super::*;
 /// datagram (the UDP wire's encapsulation), or with the frames sent with it to the same
 /// member in one plain datagram of their bytes, which the member splits at the frames' own
 /// lengths (a bundle: every member is a umlx sim). A process joins by binding the first free member
-/// port ([`LoopbackLan::join`]). Each member learns which member port a MAC sends from, as a
-/// learning switch does: a frame to a learnt MAC goes to that member only; broadcast,
+/// port ([`LoopbackLan::join`]). Each member learns which member a MAC is at, as a learning
+/// switch does, from the neighbour frames (ARP, IPv6 neighbour discovery) the other members
+/// send, each tagged with its sender's member number ([`LoopbackLan::tag_neighbour_frame`]): a
+/// member's receive then never asks the kernel who sent a datagram, which costs a busy poller
+/// 0.17 - 0.19 µs a datagram. A frame to a learnt MAC goes to that member only; broadcast,
 /// multicast and frames to a MAC not learnt yet go to every other member (ARP requests find
 /// their target that way, and its reply teaches the asker). A member drops frames for unicast
 /// MACs other than its own. A member's RoCE frames to a learnt member leave on a lane, a
-/// socket of its own connected to that member (not on a member port, so nothing is learnt
-/// from it); ARP and flooded frames leave from the member port, where all frames arrive.
+/// socket of its own connected to that member; ARP and flooded frames leave from the member
+/// port, where all frames arrive.
 #[derive(Debug)]
 pub struct LoopbackLan {
     sock: UdpSocket,
@@ -57,6 +60,31 @@ impl LoopbackLan {
     }
 }
 
+/// What begins the tag a member puts after the neighbour frames it sends from its member socket
+/// (then its member number, 16 bits big-endian).
+const LAN_TAG_MAGIC: [u8; 8] = *b"umlxLAN:";
+
+/// The length of a member's tag.
+const LAN_TAG_LEN: usize = LAN_TAG_MAGIC.len() + 2;
+
+impl LoopbackLan {
+    /// Puts member `member`'s tag after the neighbour frame (ARP, IPv6 neighbour discovery)
+    /// `frame`: how a member learns which member port a MAC is at, without asking the kernel
+    /// for each datagram's sender (a receive that asks costs 0.17 - 0.19 µs more on loopback,
+    /// in a C ping-pong). Neighbour frames ignore bytes after their message (Ethernet padding
+    /// or trailer).
+    pub fn tag_neighbour_frame(frame: &mut Vec<u8>, member: u16) {
+        frame.extend_from_slice(&LAN_TAG_MAGIC);
+        frame.extend_from_slice(&member.to_be_bytes());
+    }
+}
+
+/// The member whose tag `frame` ends with, if it does.
+fn tagged_member(frame: &[u8]) -> Option<u16> {
+    let tag = frame.get(frame.len().checked_sub(LAN_TAG_LEN)?..)?;
+    (tag[..LAN_TAG_MAGIC.len()] == LAN_TAG_MAGIC).then(|| u16::from_be_bytes([tag[8], tag[9]]))
+}
+
 /// UDP `port` on 127.0.0.1 (a LAN member's address).
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
@@ -92,6 +120,14 @@ impl Lan {
             member: lan.member,
             learnt: Mutex::new(Vec::new()),
             lanes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Tags `frame` if it is a neighbour frame ([`LoopbackLan::tag_neighbour_frame`]): what
+    /// teaches the other members where this one is.
+    pub(super) fn tag_if_neighbour_frame(&self, frame: &mut Vec<u8>) {
+        if arp::parse(frame).is_some() {
+            LoopbackLan::tag_neighbour_frame(frame, self.member);
         }
     }
 
@@ -179,21 +215,27 @@ impl Lan {
         scratch.clear();
     }
 
-    /// Whether a frame from `from` belongs to this member (learning its source MAC on the way).
-    pub(super) fn accept(&self, frame: &[u8], from: SocketAddr, mine: &MacAddr) -> bool {
+    /// Whether a frame belongs to this member (learning its source MAC on the way, from a
+    /// neighbour frame another member tagged: [`LoopbackLan::tag_neighbour_frame`]).
+    pub(super) fn accept(&self, frame: &[u8], mine: &MacAddr) -> bool {
         let (Some(dst), Some(src)) = (frame.get(0..6), frame.get(6..12)) else { return false };
-        let member_port = from.ip().is_loopback() && self.is_member_port(from.port());
-        if member_port && src[0] & 1 == 0 {
+        if let Some(member) = tagged_member(frame)
+            && member < self.members
+            && member != self.member
+            && src[0] & 1 == 0
+            && arp::parse(frame).is_some()
+            && let Some(port) = self.base.checked_add(member)
+        {
             let mut src_mac = [0u8; 6];
             src_mac.copy_from_slice(src);
             let mut l = lock(&self.learnt);
             match l.iter_mut().find(|(m, _)| *m == src_mac) {
-                Some(e) => e.1 = from.port(),
+                Some(e) => e.1 = port,
                 None => {
                     if l.len() >= LAN_LEARNT_LIMIT {
                         l.remove(0);
                     }
-                    l.push((src_mac, from.port()));
+                    l.push((src_mac, port));
                 }
             }
         }

@@ -499,7 +499,7 @@ impl Port {
         // this thread keeps for its next batch (a batch sent while another is being sent, from
         // a device run inside that one, gets lists of its own).
         let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
-        for f in frames.drain(..) {
+        for mut f in frames.drain(..) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
             if f.get(0..6) == Some(&self.inner.mac[..]) {
@@ -515,6 +515,7 @@ impl Port {
                     datagrams.push(f);
                 }
                 Link::Lan(lan) => {
+                    lan.tag_if_neighbour_frame(&mut f);
                     let i = datagrams.len();
                     if let Some(port) = lan.destinations(&f, |a| dests.push((i, a))) {
                         lanes.push((i, port));
@@ -852,27 +853,28 @@ impl PortInner {
     /// port is still on that socket; `None` when it is not. Datagrams are only ever taken under
     /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
     fn drain_wire(&self, sock: &Arc<WireSocket>, slots: &mut RecvSlots) -> Option<usize> {
-        let (lan, peer) = match &*lock(&self.link) {
+        // A LAN member learns from its peers' tagged neighbour frames, not from the kernel's
+        // word on each datagram's sender.
+        let (lan, senders) = match &*lock(&self.link) {
             l if l.receives_on(sock) => match l {
-                Link::Lan(lan) => (Some(lan.clone()), None),
-                Link::Udp { peer, .. } => (None, Some(*peer)),
-                _ => (None, None),
+                Link::Lan(lan) => (Some(lan.clone()), Senders::Unasked),
+                Link::Udp { peer, .. } => (None, Senders::Peer(*peer)),
+                _ => (None, Senders::Asked),
             },
             _ => return None,
         };
         // A LAN's members are on this machine (its socket is on 127.0.0.1), as is a loopback peer.
-        let local = lan.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
+        let local = lan.is_some() || senders.peer().is_some_and(|p| p.ip().is_loopback());
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(sock, slots, peer, local, |frame, from, truncated| {
+            let n = recv_batch(sock, slots, senders, local, |frame, _, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());
                     s.drop_truncated += 1;
                     return;
                 }
-                let Some(from) = from else { return };
-                if lan.as_ref().is_none_or(|lan| lan.accept(frame, from, &self.mac)) {
+                if lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
                     self.enqueue(buf, Checksums::Compute);
