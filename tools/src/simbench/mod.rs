@@ -87,7 +87,8 @@ pub struct SimBenchArgs {
     /// Measured UDP round trips of the raw reference (a tenth as many before them)
     #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u64).range(10..))]
     pub round_trips: Option<u64>,
-    /// Iterations of the perf latency tests and the RC ping-pong (default: theirs, 1000)
+    /// Iterations of the perf latency tests (default: the raw reference's round trips) and
+    /// the RC ping-pong (default: its own, 1000)
     #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u64).range(5..))]
     pub iters: Option<u64>,
 }
@@ -225,12 +226,16 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
         ));
         raw_udp(round_trips)
     };
+    // The latencies are medians of as many round trips as the reference's: of perftest's
+    // default 1,000, the first ones (cold caches, the wire's receive thread still looking)
+    // weighed a hundred times more than the reference's, which also leaves out a warm-up.
+    let lat_iters = a.iters.unwrap_or(round_trips);
     let raw_send = raw("send-lat")?;
-    say("umlx perf send-lat -s 64, two processes");
-    let send_lat = perf_lat("send-lat", a.iters)?;
+    say(&format!("umlx perf send-lat -s 64 -n {lat_iters}, two processes"));
+    let send_lat = perf_lat("send-lat", Some(lat_iters))?;
     let raw_write = raw("write-lat")?;
-    say("umlx perf write-lat -s 64, two processes");
-    let write_lat = perf_lat("write-lat", a.iters)?;
+    say(&format!("umlx perf write-lat -s 64 -n {lat_iters}, two processes"));
+    let write_lat = perf_lat("write-lat", Some(lat_iters))?;
     let raw_pingpong = raw("rc-pingpong")?;
     say(&format!("umlx rc-pingpong -s 4096, two processes, {PINGPONG_RUNS} runs"));
     let (pingpong, pingpong_runs) = rc_pingpong(a.iters)?;
