@@ -264,9 +264,12 @@ mod tests {
         }
     }
 
-    /// The ICRC of a RoCEv2 frame over IPv4 with `payload` bytes of body, by the wire doc's
-    /// definition and this module's table: the masked LRH, then the masked IPv4, UDP and BTH
-    /// headers, then the body.
+    use crate::packet::{ETHERTYPE_IPV4, IPPROTO_UDP, Opcode, ROCEV2_UDP_PORT};
+
+    /// The ICRC of `frame`, RoCEv2 over IPv4 (20-byte header, no VLAN tag), by the wire doc's
+    /// definition and this module's table: the masked LRH, then the IPv4 header with TOS, TTL
+    /// and checksum masked, the UDP header with its checksum masked, the BTH with byte 4
+    /// masked, then the body.
     fn reference_icrc(frame: &[u8]) -> u32 {
         let mut covered = vec![0xFF; 8];
         covered.extend_from_slice(&frame[14..frame.len() - ICRC_LEN]);
@@ -283,19 +286,19 @@ mod tests {
         for body in lengths {
             let ip_len = 20 + 8 + 12 + body + ICRC_LEN;
             let mut f = vec![0u8; 14 + ip_len];
-            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
             f[14] = 0x45;
             f[15] = 0x02; // ECN, masked
             f[16..18].copy_from_slice(&(ip_len as u16).to_be_bytes());
             f[22] = 64; // TTL, masked
-            f[23] = 17; // UDP
+            f[23] = IPPROTO_UDP;
             f[24..26].copy_from_slice(&[0xAB, 0xCD]); // header checksum, masked
             f[26..34].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
             f[34..36].copy_from_slice(&49152u16.to_be_bytes());
-            f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+            f[36..38].copy_from_slice(&ROCEV2_UDP_PORT.to_be_bytes());
             f[38..40].copy_from_slice(&((ip_len - 20) as u16).to_be_bytes());
             f[40..42].copy_from_slice(&[0x12, 0x34]); // UDP checksum, masked
-            f[42] = 0x04; // RC SEND Only
+            f[42] = Opcode::RC_SEND_ONLY.0;
             f[46] = 0xC0; // FECN, BECN: masked
             for (i, b) in f[54..54 + body].iter_mut().enumerate() {
                 *b = (i as u8).wrapping_mul(31).wrapping_add(body as u8);
