@@ -198,8 +198,9 @@ pub(crate) fn icrc_of(frame: &[u8], span: &IcrcSpan) -> u32 {
         masked[udp + 7] = 0xFF;
     }
     masked[head.len() - 12 + 4] = 0xFF; // BTH byte 4: FECN, BECN, resv6a
-    // crc32_raw(crc32_raw(seed, masked), rest), inverted: one hasher continued over both
-    // parts (crc32fast's hashers start from and end on inverted registers).
+    // crc32_raw(seed, masked) (the rest copied in), or crc32_raw(crc32_raw(seed, masked),
+    // rest), inverted: one hasher continued over both parts (crc32fast's hashers start from
+    // and end on inverted registers).
     let mut h = ICRC_START.clone();
     h.update(masked);
     if !one_pass {

@@ -88,7 +88,7 @@ impl DataPath<'_> {
         let due = t.deadline.into_iter().chain(t.rnr_until).min();
         qp.sq_fetched = t.sq_head;
         qp.rq_consumed = t.rq_consumed;
-        let timed = due.is_some() || flushed_by_timers(&qp);
+        let timed = needs_timers(&t, &qp);
         qp.transport = Some(t);
         // A QP joins the timers' set when it needs them and stays in it until their next run
         // finds it needs them no more (`transport_tick`): a ping-pong arms and clears its
@@ -116,10 +116,7 @@ impl DataPath<'_> {
             timed.remove(&qpn);
             return;
         };
-        let idle = match qp.transport.as_deref() {
-            Some(t) => t.deadline.is_none() && t.rnr_until.is_none() && !flushed_by_timers(&qp),
-            None => false,
-        };
+        let idle = qp.transport.as_deref().is_some_and(|t| !needs_timers(t, &qp));
         if idle {
             qp.timed = false;
             timed.remove(&qpn);
@@ -640,8 +637,9 @@ fn describe_ctrl(wq: &mut SendWqe, opcode: u8, index: u16, ctrl: &wqe_ctrl_seg) 
     wq.imm = ctrl.imm.to_bytes();
 }
 
-/// Whether the timers' runs serve QP `qp` whatever its deadlines: a QP in error with a receive
-/// queue, whose receive WQEs are flushed as they are posted.
-fn flushed_by_timers(qp: &crate::firmware::objects::Qp) -> bool {
-    qp.state == QpState::ERR && !qp.no_rq
+/// Whether QP `qp`, whose transport is `t`, needs the timers' runs: a retransmit or RNR
+/// deadline is armed, or it is a QP in error with a receive queue, whose receive WQEs are
+/// flushed as they are posted.
+fn needs_timers(t: &QpTransport, qp: &crate::firmware::objects::Qp) -> bool {
+    t.deadline.is_some() || t.rnr_until.is_some() || (qp.state == QpState::ERR && !qp.no_rq)
 }
