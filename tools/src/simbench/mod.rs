@@ -6,7 +6,8 @@
 //! and the process's resident memory before and after the 64-byte run; and, as a reference,
 //! the 64-byte rate of several such pairs at once, one thread each), the two-process figures
 //! (`umlx perf send-lat`, `umlx perf write-lat` and `umlx rc-pingpong` run as a server and a
-//! client process of this same binary on loopback UDP wires), the raw reference (a 64-byte UDP
+//! client process of this same binary on the automatic wire, the loopback LAN, as a user runs
+//! them), the raw reference (a 64-byte UDP
 //! ping-pong between two busy-polling processes, the hidden `umlx bench udp-echo`), the child
 //! processes' supervision (a timeout, killed on any error, a failure reported with the command
 //! and the tail of its stderr), and the report (a table, or one JSON object with `--json`).
@@ -426,7 +427,7 @@ fn build_kind() -> String {
 fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f64; 3]) {
     println!(
         "umlx bench sim: the software ConnectX; build: {}; in process: two adapters on a perfect \
-         fabric; two processes: loopback UDP wires, {}",
+         fabric; two processes: the automatic wire (the loopback LAN), {}",
         build_kind(),
         match pair_cpus() {
             Some([a, b]) => format!("each process of a pair on a CPU of its own ({a}, {b})"),

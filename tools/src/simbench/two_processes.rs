@@ -189,28 +189,18 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// Runs a server and a client of `umlx TOOL ARGS` (with `--wire`, `--index` and `-p` chosen
-/// here); the client is started once the server printed a line with `ready`. Returns the
-/// client's stdout.
+/// Runs a server and a client of `umlx TOOL ARGS` (with `-p` chosen here) on the automatic
+/// wire, as a user runs them: each process's sim a member of the loopback LAN, with a MAC and
+/// an IP of its own. The client is started once the server printed a line with `ready`.
+/// Returns the client's stdout.
 fn run_pair(tool: &[&str], args: &[String], ready: &str) -> Result<Vec<String>, String> {
-    let (ua, ub) = free_udp_ports()?;
     let tcp = free_tcp_port()?.to_string();
-    let side = |local: u16, peer: u16, index: &str| -> Vec<String> {
-        let mut v = strings(tool);
-        v.extend(args.iter().cloned());
-        v.extend(strings(&[
-            "--wire",
-            &format!("udp:127.0.0.1:{local},127.0.0.1:{peer}"),
-            "--index",
-            index,
-            "-p",
-            &tcp,
-        ]));
-        v
-    };
-    let mut cargs = side(ub, ua, "1");
-    cargs.push("127.0.0.1".into());
-    run_two(&side(ua, ub, "0"), &cargs, ready)
+    let mut server = strings(tool);
+    server.extend(args.iter().cloned());
+    server.extend(strings(&["-p", &tcp]));
+    let mut client = server.clone();
+    client.push("127.0.0.1".into());
+    run_two(&server, &client, ready)
 }
 
 /// The CPUs the two processes of each pair (the raw reference's and the tests') are pinned to,
