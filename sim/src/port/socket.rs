@@ -151,6 +151,21 @@ impl Senders {
             Senders::Asked | Senders::Unasked => None,
         }
     }
+
+    /// Whether the kernel is asked for each datagram's sender (it writes it into the
+    /// receive's name).
+    fn asked(self) -> bool {
+        self == Senders::Asked
+    }
+
+    /// The sender of a datagram whose receive wrote `name` (read only when asked).
+    fn sender(self, name: &libc::sockaddr_storage) -> Option<SocketAddr> {
+        match self {
+            Senders::Peer(p) => Some(p),
+            Senders::Asked => sockaddr_of(name),
+            Senders::Unasked => None,
+        }
+    }
 }
 
 /// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], or one after a call that found
@@ -173,9 +188,8 @@ pub(super) fn recv_batch(
     if local && slots.ask == 1 {
         return recv_one(sock, slots, senders, each);
     }
-    let peer = senders.peer();
-    if slots.named != (senders == Senders::Asked) {
-        slots.named = senders == Senders::Asked;
+    if slots.named != senders.asked() {
+        slots.named = senders.asked();
         slots.stale = RECV_BATCH;
     }
     let h = &mut *slots.headers;
@@ -214,7 +228,7 @@ pub(super) fn recv_batch(
         let len = (h.msgs[k].msg_len as usize).min(RECV_SLOT);
         let truncated = h.msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let data = &slots.data[k * RECV_SLOT..k * RECV_SLOT + len];
-        let from = if slots.named { sockaddr_of(&h.names[k]) } else { peer };
+        let from = senders.sender(&h.names[k]);
         match gro_segment_size(&h.msgs[k].msg_hdr) {
             Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, from, false)),
             // A LAN member's bundle (see `WireSocket::bundles`) has no segment size.
@@ -244,9 +258,9 @@ fn recv_one(
     let slot = &mut slots.data[..RECV_SLOT];
     let name = &mut slots.headers.names[0];
     let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let (name_ptr, name_len_ptr) = match senders {
-        Senders::Asked => ((&raw mut *name).cast(), &raw mut name_len),
-        Senders::Peer(_) | Senders::Unasked => (std::ptr::null_mut(), std::ptr::null_mut()),
+    let (name_ptr, name_len_ptr) = match senders.asked() {
+        true => ((&raw mut *name).cast(), &raw mut name_len),
+        false => (std::ptr::null_mut(), std::ptr::null_mut()),
     };
     // SAFETY: recvfrom writes at most `RECV_SLOT` bytes into the slot (with MSG_TRUNC it
     // returns the datagram's whole length, writing no more) and, when asked, at most
@@ -266,11 +280,7 @@ fn recv_one(
     // An error is what `recvmmsg` would have met (nothing waits, or a peer's ICMP error).
     let Ok(len) = usize::try_from(r) else { return 0 };
     slots.ask = RECV_BATCH;
-    let from = match senders {
-        Senders::Peer(peer) => Some(peer),
-        Senders::Asked => sockaddr_of(&slots.headers.names[0]),
-        Senders::Unasked => None,
-    };
+    let from = senders.sender(&slots.headers.names[0]);
     match slots.data[..RECV_SLOT].get(..len) {
         Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, from, false)),
         None => each(&slots.data[..RECV_SLOT], from, true),
