@@ -254,8 +254,9 @@ pub(crate) struct PortInner {
     recording: std::sync::atomic::AtomicBool,
     waker: Mutex<Option<Thread>>,
     receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
-    /// Held by whichever thread takes datagrams from the UDP wire's socket.
-    drain: Mutex<()>,
+    /// Held by whichever thread takes datagrams from the UDP wire's socket; holds the view of
+    /// `link` those looks use ([`WireView`]).
+    drain: Mutex<Option<WireView>>,
     /// Set by each [`Port::poll_wire`]; the wire's receive thread clears it as it looks. While
     /// an application keeps polling, the receive thread leaves the socket to it.
     polled: AtomicBool,
@@ -308,7 +309,7 @@ impl Port {
                 recording: std::sync::atomic::AtomicBool::new(false),
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
-                drain: Mutex::new(()),
+                drain: Mutex::new(None),
                 polled: AtomicBool::new(false),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
@@ -699,9 +700,14 @@ impl Port {
 impl PortInner {
     /// Makes `link` the port's link.
     fn set_link(&self, link: Link) {
-        let mut l = lock(&self.link);
-        self.on_socket.store(link.socket().is_some(), Ordering::Relaxed);
-        *l = link;
+        {
+            let mut l = lock(&self.link);
+            self.on_socket.store(link.socket().is_some(), Ordering::Relaxed);
+            *l = link;
+        }
+        // After the link changed: a look that took the view of the old one ends first, and the
+        // next takes the new one. The old socket closes with the last of its holders.
+        *lock(&self.drain) = None;
     }
 
     /// Tells the device whether the port's cable is in (see [`Receiver::carrier_changed`]).
@@ -848,33 +854,71 @@ thread_local! {
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }
 
-impl PortInner {
-    /// Queues the datagrams waiting at the UDP wire's socket (up to [`UDP_RX_BATCH`]), if the
-    /// port is still on that socket; `None` when it is not. Datagrams are only ever taken under
-    /// `drain` (which the caller holds), so that two threads taking turns keep the wire's order.
-    fn drain_wire(&self, sock: &Arc<WireSocket>, slots: &mut RecvSlots) -> Option<usize> {
-        // A LAN member learns from its peers' tagged neighbour frames, not from the kernel's
-        // word on each datagram's sender.
-        let (lan, senders) = match &*lock(&self.link) {
-            l if l.receives_on(sock) => match l {
-                Link::Lan(lan) => (Some(lan.clone()), Senders::Unasked),
-                Link::Udp { peer, .. } => (None, Senders::Peer(*peer)),
-                _ => (None, Senders::Asked),
-            },
-            _ => return None,
+/// What a look at the UDP wire takes from the port's link, kept under the port's `drain` lock:
+/// taken from the link at the first look after each change of it ([`PortInner::set_link`]
+/// clears it), so that a look (an application's poll finding nothing, most of the time) takes
+/// no other lock and clones no `Arc`.
+pub(super) struct WireView {
+    /// The socket the link receives on.
+    sock: Arc<WireSocket>,
+    /// The LAN, when the link is one: its members learn from their peers' tagged neighbour
+    /// frames, not from the kernel's word on each datagram's sender.
+    lan: Option<Arc<Lan>>,
+    senders: Senders,
+    /// Whether the datagrams come from this machine: a LAN's members (its socket is on
+    /// 127.0.0.1), or a loopback peer.
+    local: bool,
+}
+
+impl WireView {
+    /// The view of `link`; `None` for a link without a socket.
+    fn of(link: &Link) -> Option<WireView> {
+        let sock = link.socket()?.clone();
+        let (lan, senders) = match link {
+            Link::Lan(lan) => (Some(lan.clone()), Senders::Unasked),
+            Link::Udp { peer, .. } => (None, Senders::Peer(*peer)),
+            Link::Down | Link::Fabric(_) => (None, Senders::Asked),
         };
-        // A LAN's members are on this machine (its socket is on 127.0.0.1), as is a loopback peer.
         let local = lan.is_some() || senders.peer().is_some_and(|p| p.ip().is_loopback());
+        Some(WireView { sock, lan, senders, local })
+    }
+}
+
+impl PortInner {
+    /// The view of the link for a look at the wire (the caller holds `drain`, whose content
+    /// `view` is): the one kept since the link last changed, or taken from it now.
+    fn wire_view<'v>(&self, view: &'v mut Option<WireView>) -> Option<&'v WireView> {
+        if view.is_none() {
+            *view = WireView::of(&lock(&self.link));
+        }
+        view.as_ref()
+    }
+
+    /// Queues the datagrams waiting at the UDP wire's socket (up to [`UDP_RX_BATCH`]), if the
+    /// port is still on that socket (`own`, the socket a receive thread was started for; any
+    /// the link has for a poll); `None` when it is not. Datagrams are only ever taken under
+    /// `drain` (which the caller holds, and whose content `view` is), so that two threads
+    /// taking turns keep the wire's order.
+    fn drain_wire(
+        &self,
+        view: &mut Option<WireView>,
+        own: Option<&Arc<WireSocket>>,
+        slots: &mut RecvSlots,
+    ) -> Option<usize> {
+        let view = self.wire_view(view)?;
+        if own.is_some_and(|own| !Arc::ptr_eq(own, &view.sock)) {
+            return None;
+        }
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(sock, slots, senders, local, |frame, _, truncated| {
+            let n = recv_batch(&view.sock, slots, view.senders, view.local, |frame, _, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());
                     s.drop_truncated += 1;
                     return;
                 }
-                if lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
+                if view.lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
                     self.enqueue(buf, Checksums::Compute);
@@ -896,16 +940,18 @@ impl Port {
     /// get a core. Never blocks: returns false at once when another thread is taking the
     /// wire's frames, when nothing waits, or when the port is not on a UDP wire.
     pub fn poll_wire(&self) -> bool {
-        let Some(sock) = lock(&self.inner.link).socket().cloned() else { return false };
+        if !self.inner.on_socket.load(Ordering::Relaxed) {
+            return false;
+        }
         if !self.inner.polled.load(Ordering::Relaxed) {
             self.inner.polled.store(true, Ordering::Relaxed);
         }
-        let Ok(_drain) = self.inner.drain.try_lock() else { return false };
+        let Ok(mut view) = self.inner.drain.try_lock() else { return false };
         let got = WIRE_SLOTS.with(|b| {
             let mut b = b.borrow_mut();
-            self.inner.drain_wire(&sock, b.get_or_insert_with(RecvSlots::new))
+            self.inner.drain_wire(&mut view, None, b.get_or_insert_with(RecvSlots::new))
         });
-        drop(_drain);
+        drop(view);
         if got.unwrap_or(0) == 0 {
             if self.inner.acks_deferred.load(Ordering::Relaxed) {
                 self.inner.notify(); // a run that sends the ACKs left waiting

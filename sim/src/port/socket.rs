@@ -856,8 +856,8 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
         }
         let Some(port) = weak.upgrade() else { return };
         let got = {
-            let _drain = lock(&port.drain);
-            port.drain_wire(&sock, &mut slots)
+            let mut view = lock(&port.drain);
+            port.drain_wire(&mut view, Some(&sock), &mut slots)
         };
         // Stop when the port moved to another socket or wire.
         let Some(got) = got else { return };
