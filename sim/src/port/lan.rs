@@ -98,9 +98,24 @@ pub(super) struct Lan {
     member: u16,
     /// MACs learnt from received frames and the member port they came from.
     learnt: Mutex<Vec<(MacAddr, u16)>>,
+    /// How many times `learnt` changed: a sender's copy of it ([`LanSendCache`]) is current
+    /// while this is what it was when the copy was taken.
+    learnt_changes: AtomicU64,
     /// The lanes to learnt members, by member port: a socket connected to that member (`None`
     /// when one could not be opened), see [`Lan::lane`].
     lanes: Mutex<Vec<(u16, Option<Arc<WireSocket>>)>>,
+}
+
+/// What a port's sends on its LAN keep between batches, under the port's transmit lock (and
+/// dropped with the link): a copy of the MACs learnt, and the lanes found so far, so that a
+/// send to a learnt member takes neither of the LAN's locks.
+#[derive(Default)]
+pub(super) struct LanSendCache {
+    /// `Lan::learnt_changes` when `learnt` was copied (`None`: never).
+    learnt_seen: Option<u64>,
+    learnt: Vec<(MacAddr, u16)>,
+    /// The lanes by member port (`None`: that member's frames leave from the member socket).
+    lanes: Vec<(u16, Option<Arc<WireSocket>>)>,
 }
 
 /// Most MACs a LAN member remembers (the oldest is forgotten first).
@@ -119,6 +134,7 @@ impl Lan {
             members: lan.members,
             member: lan.member,
             learnt: Mutex::new(Vec::new()),
+            learnt_changes: AtomicU64::new(0),
             lanes: Mutex::new(Vec::new()),
         }
     }
@@ -136,10 +152,15 @@ impl Lan {
     /// returned. Every other destination, a member socket's, is given to `to` (ARP goes there
     /// even to a learnt member: what teaches a member where this one is must leave from its
     /// member port).
-    pub(super) fn destinations(&self, frame: &[u8], mut to: impl FnMut(SocketAddr)) -> Option<u16> {
+    pub(super) fn destinations(
+        &self,
+        cache: &mut LanSendCache,
+        frame: &[u8],
+        mut to: impl FnMut(SocketAddr),
+    ) -> Option<u16> {
         let dst = frame.get(0..6)?;
         if dst[0] & 1 == 0
-            && let Some(port) = lock(&self.learnt).iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
+            && let Some(port) = self.learnt_port(cache, dst)
         {
             if frame.get(12..14) != Some(&ETHERTYPE_ARP.to_be_bytes()[..]) {
                 return Some(port);
@@ -153,6 +174,18 @@ impl Lan {
             }
         }
         None
+    }
+
+    /// The member port of the learnt MAC `dst`, from the sender's copy of what was learnt
+    /// (taken again when it changed).
+    fn learnt_port(&self, cache: &mut LanSendCache, dst: &[u8]) -> Option<u16> {
+        let changes = self.learnt_changes.load(Ordering::Acquire);
+        if cache.learnt_seen != Some(changes) {
+            let learnt = lock(&self.learnt);
+            cache.learnt.clone_from(&learnt);
+            cache.learnt_seen = Some(self.learnt_changes.load(Ordering::Relaxed));
+        }
+        cache.learnt.iter().find(|(m, _)| m[..] == *dst).map(|&(_, p)| p)
     }
 
     /// Whether `port` is one of the LAN's member ports.
@@ -198,6 +231,7 @@ impl Lan {
     /// each member's in order; `scratch` is a list to reuse.
     pub(super) fn send_on_lanes(
         &self,
+        cache: &mut LanSendCache,
         frames: &[Vec<u8>],
         lanes: &mut [(usize, u16)],
         scratch: &mut Vec<(usize, SocketAddr)>,
@@ -207,8 +241,15 @@ impl Lan {
             let port = run[0].1;
             scratch.clear();
             scratch.extend(run.iter().map(|&(i, p)| (i, loopback(p))));
-            match self.lane(port) {
-                Some(lane) => send_datagrams(&lane, frames, scratch, true),
+            let lane = match cache.lanes.iter().find(|(p, _)| *p == port) {
+                Some((_, lane)) => lane,
+                None => {
+                    cache.lanes.push((port, self.lane(port)));
+                    &cache.lanes[cache.lanes.len() - 1].1
+                }
+            };
+            match lane {
+                Some(lane) => send_datagrams(lane, frames, scratch, true),
                 None => send_datagrams(&self.sock, frames, scratch, false),
             }
         }
@@ -230,6 +271,7 @@ impl Lan {
             src_mac.copy_from_slice(src);
             let mut l = lock(&self.learnt);
             match l.iter_mut().find(|(m, _)| *m == src_mac) {
+                Some(e) if e.1 == port => return dst[0] & 1 != 0 || dst == &mine[..],
                 Some(e) => e.1 = port,
                 None => {
                     if l.len() >= LAN_LEARNT_LIMIT {
@@ -238,6 +280,7 @@ impl Lan {
                     l.push((src_mac, port));
                 }
             }
+            self.learnt_changes.fetch_add(1, Ordering::Release);
         }
         dst[0] & 1 != 0 || dst == &mine[..]
     }

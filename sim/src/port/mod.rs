@@ -36,7 +36,7 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -46,8 +46,8 @@ use umlx_wire::{WireStats, arp, parse_frame_verified};
 
 mod lan;
 mod socket;
-use lan::Lan;
 pub use lan::LoopbackLan;
+use lan::{Lan, LanSendCache};
 use socket::*;
 
 /// A frame waiting in a port's receive queue.
@@ -254,6 +254,8 @@ pub(crate) struct PortInner {
     recording: std::sync::atomic::AtomicBool,
     waker: Mutex<Option<Thread>>,
     receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
+    /// Held by whichever thread sends: the view of `link` its sends use ([`TxView`]).
+    tx: Mutex<Option<TxView>>,
     /// Held by whichever thread takes datagrams from the UDP wire's socket; holds the view of
     /// `link` those looks use ([`WireView`]).
     drain: Mutex<Option<WireView>>,
@@ -309,6 +311,7 @@ impl Port {
                 recording: std::sync::atomic::AtomicBool::new(false),
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
+                tx: Mutex::new(None),
                 drain: Mutex::new(None),
                 polled: AtomicBool::new(false),
                 acks_deferred: AtomicBool::new(false),
@@ -484,8 +487,13 @@ impl Port {
                 s.record_tx(f.len());
             }
         }
-        // The link of this batch (taken once: a port may be moved to another wire meanwhile).
-        let link = lock(&self.inner.link).clone();
+        // The link of this batch, from the sends' view of it (taken from the link at the first
+        // send after each change of it); held while the frames go to a socket, so that a send
+        // clones nothing and takes neither the link's nor the LAN's locks.
+        let mut tx = lock(&self.inner.tx);
+        let view =
+            tx.get_or_insert_with(|| TxView { link: lock(&self.inner.link).clone(), lan: LanSendCache::default() });
+        let link = &view.link;
         // A fabric fills them itself if it is impaired; a recording or a socket needs them now.
         if checksums == Checksums::Defer
             && (self.inner.recording.load(Ordering::Relaxed) || !matches!(link, Link::Fabric(_) | Link::Down))
@@ -508,7 +516,7 @@ impl Port {
                 looped = true;
                 continue;
             }
-            match &link {
+            match link {
                 Link::Down => {}
                 Link::Fabric(_) => datagrams.push(f), // sent together below
                 Link::Udp { peer, .. } => {
@@ -518,23 +526,29 @@ impl Port {
                 Link::Lan(lan) => {
                     lan.tag_if_neighbour_frame(&mut f);
                     let i = datagrams.len();
-                    if let Some(port) = lan.destinations(&f, |a| dests.push((i, a))) {
+                    if let Some(port) = lan.destinations(&mut view.lan, &f, |a| dests.push((i, a))) {
                         lanes.push((i, port));
                     }
                     datagrams.push(f);
                 }
             }
         }
-        if let Some(sock) = link.socket() {
-            send_datagrams(sock, &datagrams, &dests, matches!(link, Link::Udp { .. }));
+        if let Some(sock) = view.link.socket() {
+            send_datagrams(sock, &datagrams, &dests, matches!(view.link, Link::Udp { .. }));
         }
-        if let Link::Lan(lan) = &link
+        if let Link::Lan(lan) = &view.link
             && !lanes.is_empty()
         {
-            lan.send_on_lanes(&datagrams, &mut lanes, &mut dests);
+            lan.send_on_lanes(&mut view.lan, &datagrams, &mut lanes, &mut dests);
             lanes.clear();
         }
-        if let Link::Fabric(fabric) = &link {
+        // A fabric delivers without the view: its deliveries may reach this port.
+        let fabric = match &view.link {
+            Link::Fabric(fabric) => Some(fabric.clone()),
+            _ => None,
+        };
+        drop(tx);
+        if let Some(fabric) = fabric {
             fabric.send_batch(&self.inner, &mut datagrams, checksums, reached);
         }
         datagrams.drain(..).for_each(crate::buffers::give);
@@ -705,8 +719,10 @@ impl PortInner {
             self.on_socket.store(link.socket().is_some(), Ordering::Relaxed);
             *l = link;
         }
-        // After the link changed: a look that took the view of the old one ends first, and the
-        // next takes the new one. The old socket closes with the last of its holders.
+        // After the link changed: a send or a look that took the view of the old one ends
+        // first, and the next takes the new one. The old socket closes with the last of its
+        // holders.
+        *lock(&self.tx) = None;
         *lock(&self.drain) = None;
     }
 
@@ -852,6 +868,14 @@ thread_local! {
     static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What a port's sends take from its link, kept under the port's `tx` lock: taken from the link
+/// at the first send after each change of it ([`PortInner::set_link`] clears it).
+struct TxView {
+    link: Link,
+    /// On a LAN: what was learnt, and the lanes.
+    lan: LanSendCache,
 }
 
 /// What a look at the UDP wire takes from the port's link, kept under the port's `drain` lock:
