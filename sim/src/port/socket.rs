@@ -596,21 +596,27 @@ fn send_with_option(sock: &WireSocket, g: Datagram, datagram: &[u8]) -> bool {
     let wanted = if g.frames > 1 { g.segment as u16 } else { 0 };
     let fits =
         |option: u16| if g.frames > 1 { option == wanted } else { option == 0 || g.bytes <= usize::from(option) };
-    let sent = match sock.segment.try_read() {
-        Ok(option) if fits(*option) => sock.send(datagram),
-        Ok(_) if g.frames == 1 => return false,
-        Ok(option) => {
-            drop(option);
-            let Ok(mut option) = sock.segment.try_write() else { return false };
-            if !fits(*option) {
-                if !set_int_option(sock, libc::SOL_UDP, libc::UDP_SEGMENT, libc::c_int::from(wanted)) {
-                    return false;
+    // A LAN member's socket never has the option set (its datagrams are bundles, never
+    // segmented, see `WireSocket::bundles`): its sends skip the option's lock.
+    let sent = if sock.bundles && g.frames == 1 {
+        sock.send(datagram)
+    } else {
+        match sock.segment.try_read() {
+            Ok(option) if fits(*option) => sock.send(datagram),
+            Ok(_) if g.frames == 1 => return false,
+            Ok(option) => {
+                drop(option);
+                let Ok(mut option) = sock.segment.try_write() else { return false };
+                if !fits(*option) {
+                    if !set_int_option(sock, libc::SOL_UDP, libc::UDP_SEGMENT, libc::c_int::from(wanted)) {
+                        return false;
+                    }
+                    *option = wanted;
                 }
-                *option = wanted;
+                sock.send(datagram)
             }
-            sock.send(datagram)
+            Err(_) => return false,
         }
-        Err(_) => return false,
     };
     let Err(e) = sent else { return true };
     // A refused segmented datagram (EMSGSIZE, EINVAL, EIO: see `send_datagrams_with`), or the
