@@ -254,8 +254,8 @@ pub(crate) struct PortInner {
     recording: std::sync::atomic::AtomicBool,
     waker: Mutex<Option<Thread>>,
     receiver: std::sync::OnceLock<Weak<dyn Receiver>>,
-    /// Held by whichever thread sends: the view of `link` its sends use ([`TxView`]).
-    tx: Mutex<Option<TxView>>,
+    /// Held by whichever thread sends: the view of `link` its sends use, and what they count.
+    tx: Mutex<Transmit>,
     /// Held by whichever thread takes datagrams from the UDP wire's socket; holds the view of
     /// `link` those looks use ([`WireView`]).
     drain: Mutex<Option<WireView>>,
@@ -311,7 +311,7 @@ impl Port {
                 recording: std::sync::atomic::AtomicBool::new(false),
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
-                tx: Mutex::new(None),
+                tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
                 drain: Mutex::new(None),
                 polled: AtomicBool::new(false),
                 acks_deferred: AtomicBool::new(false),
@@ -353,7 +353,9 @@ impl Port {
 
     /// Receive and transmit counters.
     pub fn stats(&self) -> WireStats {
-        *lock(&self.inner.stats)
+        let mut stats = *lock(&self.inner.stats);
+        stats.add(&lock(&self.inner.tx).stats);
+        stats
     }
 
     /// Records every frame sent and received from now on in a pcap file at `path`.
@@ -481,18 +483,16 @@ impl Port {
             frames.drain(..).for_each(crate::buffers::give);
             return;
         }
-        {
-            let mut s = lock(&self.inner.stats);
-            for f in frames.iter() {
-                s.record_tx(f.len());
-            }
-        }
         // The link of this batch, from the sends' view of it (taken from the link at the first
         // send after each change of it); held while the frames go to a socket, so that a send
         // clones nothing and takes neither the link's nor the LAN's locks.
         let mut tx = lock(&self.inner.tx);
+        let Transmit { view, stats } = &mut *tx;
+        for f in frames.iter() {
+            stats.record_tx(f.len());
+        }
         let view =
-            tx.get_or_insert_with(|| TxView { link: lock(&self.inner.link).clone(), lan: LanSendCache::default() });
+            view.get_or_insert_with(|| TxView { link: lock(&self.inner.link).clone(), lan: LanSendCache::default() });
         let link = &view.link;
         // A fabric fills them itself if it is impaired; a recording or a socket needs them now.
         if checksums == Checksums::Defer
@@ -722,7 +722,7 @@ impl PortInner {
         // After the link changed: a send or a look that took the view of the old one ends
         // first, and the next takes the new one. The old socket closes with the last of its
         // holders.
-        *lock(&self.tx) = None;
+        lock(&self.tx).view = None;
         *lock(&self.drain) = None;
     }
 
@@ -868,6 +868,15 @@ thread_local! {
     static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
+}
+
+/// What a port's sends keep, under its `tx` lock.
+struct Transmit {
+    /// See [`TxView`]; `None` until the first send after the link changed.
+    view: Option<TxView>,
+    /// The transmit counters (`tx_frames`, `tx_bytes`); [`Port::stats`] adds them to the
+    /// port's others.
+    stats: WireStats,
 }
 
 /// What a port's sends take from its link, kept under the port's `tx` lock: taken from the link
