@@ -853,9 +853,13 @@ type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>, Vec<(usize, u16)>);
 /// Frames [`Port::transmit_from`]'s lists hold before they grow: a window of requests.
 const TRANSMIT_LISTS: usize = 256;
 
-/// Allocates this thread's [`Port::transmit_from`] lists, if not yet: for a thread about to
-/// run devices, so that its first batches allocate nothing.
+/// Allocates this thread's [`Port::transmit_from`] lists and its list of frames received from
+/// a wire, if not yet: for a thread about to run devices, so that its first batches allocate
+/// nothing.
 pub(crate) fn prepare_thread() {
+    let mut frames = WIRE_FRAMES.take();
+    frames.reserve(TRANSMIT_LISTS);
+    WIRE_FRAMES.set(frames);
     let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
     datagrams.reserve(TRANSMIT_LISTS);
     dests.reserve(TRANSMIT_LISTS);
@@ -866,6 +870,9 @@ pub(crate) fn prepare_thread() {
 thread_local! {
     /// The lists of [`Port::transmit_from`]'s UDP batches in each thread that sends.
     static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
+    /// The frames one receive from the wire took, in each thread that receives, before they
+    /// are queued ([`PortInner::drain_wire`]).
+    static WIRE_FRAMES: std::cell::Cell<Vec<Vec<u8>>> = const { std::cell::Cell::new(Vec::new()) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }
@@ -943,6 +950,9 @@ impl PortInner {
             return None;
         }
         let mut got = 0;
+        // The frames of each receive are queued together: a queue's lock is taken once for
+        // the frames in a row that go to it (a reply and its ACK, say), not once a frame.
+        let mut frames = WIRE_FRAMES.take();
         while got < UDP_RX_BATCH {
             let n = recv_batch(&view.sock, slots, view.senders, view.local, |frame, _, truncated| {
                 if truncated {
@@ -954,14 +964,18 @@ impl PortInner {
                 if view.lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
-                    self.enqueue(buf, Checksums::Compute);
+                    frames.push(buf);
                 }
             });
+            if !frames.is_empty() {
+                self.enqueue_all(frames.drain(..), Checksums::Compute);
+            }
             got += n;
             if n < RECV_BATCH {
                 break;
             }
         }
+        WIRE_FRAMES.set(frames);
         Some(got)
     }
 }
