@@ -533,7 +533,10 @@ impl Port {
                 }
             }
         }
-        if let Some(sock) = view.link.socket() {
+        // (On a LAN, the frames to learnt members are all on lanes: often none is left.)
+        if let Some(sock) = view.link.socket()
+            && !dests.is_empty()
+        {
             send_datagrams(sock, &datagrams, &dests, matches!(view.link, Link::Udp { .. }));
         }
         if let Link::Lan(lan) = &view.link
