@@ -954,8 +954,9 @@ impl PortInner {
         }
         let mut got = 0;
         // The frames of each receive are queued together: a queue's lock is taken once for
-        // the frames in a row that go to it (a reply and its ACK, say), not once a frame.
-        let mut frames = WIRE_FRAMES.take();
+        // the frames in a row that go to it (a reply and its ACK, say), not once a frame. The
+        // thread's list is taken at the first frame: an empty look does not touch it.
+        let mut frames: Option<Vec<Vec<u8>>> = None;
         while got < UDP_RX_BATCH {
             let n = recv_batch(&view.sock, slots, view.senders, view.local, |frame, _, truncated| {
                 if truncated {
@@ -967,10 +968,12 @@ impl PortInner {
                 if view.lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
-                    frames.push(buf);
+                    frames.get_or_insert_with(|| WIRE_FRAMES.take()).push(buf);
                 }
             });
-            if !frames.is_empty() {
+            if let Some(frames) = frames.as_mut()
+                && !frames.is_empty()
+            {
                 self.enqueue_all(frames.drain(..), Checksums::Compute);
             }
             got += n;
@@ -978,7 +981,9 @@ impl PortInner {
                 break;
             }
         }
-        WIRE_FRAMES.set(frames);
+        if let Some(frames) = frames {
+            WIRE_FRAMES.set(frames);
+        }
         Some(got)
     }
 }
