@@ -270,17 +270,19 @@ impl Lan {
             let mut src_mac = [0u8; 6];
             src_mac.copy_from_slice(src);
             let mut l = lock(&self.learnt);
-            match l.iter_mut().find(|(m, _)| *m == src_mac) {
-                Some(e) if e.1 == port => return dst[0] & 1 != 0 || dst == &mine[..],
-                Some(e) => e.1 = port,
+            let changed = match l.iter_mut().find(|(m, _)| *m == src_mac) {
+                Some(e) => std::mem::replace(&mut e.1, port) != port,
                 None => {
                     if l.len() >= LAN_LEARNT_LIMIT {
                         l.remove(0);
                     }
                     l.push((src_mac, port));
+                    true
                 }
+            };
+            if changed {
+                self.learnt_changes.fetch_add(1, Ordering::Release);
             }
-            self.learnt_changes.fetch_add(1, Ordering::Release);
         }
         dst[0] & 1 != 0 || dst == &mine[..]
     }

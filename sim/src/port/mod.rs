@@ -534,19 +534,19 @@ impl Port {
             }
         }
         // (On a LAN, the frames to learnt members are all on lanes: often none is left.)
-        if let Some(sock) = view.link.socket()
+        if let Some(sock) = link.socket()
             && !dests.is_empty()
         {
-            send_datagrams(sock, &datagrams, &dests, matches!(view.link, Link::Udp { .. }));
+            send_datagrams(sock, &datagrams, &dests, matches!(link, Link::Udp { .. }));
         }
-        if let Link::Lan(lan) = &view.link
+        if let Link::Lan(lan) = link
             && !lanes.is_empty()
         {
             lan.send_on_lanes(&mut view.lan, &datagrams, &mut lanes, &mut dests);
             lanes.clear();
         }
         // A fabric delivers without the view: its deliveries may reach this port.
-        let fabric = match &view.link {
+        let fabric = match link {
             Link::Fabric(fabric) => Some(fabric.clone()),
             _ => None,
         };
@@ -856,13 +856,9 @@ type UdpBatch = (Vec<Vec<u8>>, Vec<(usize, SocketAddr)>, Vec<(usize, u16)>);
 /// Frames [`Port::transmit_from`]'s lists hold before they grow: a window of requests.
 const TRANSMIT_LISTS: usize = 256;
 
-/// Allocates this thread's [`Port::transmit_from`] lists and its list of frames received from
-/// a wire, if not yet: for a thread about to run devices, so that its first batches allocate
-/// nothing.
+/// Allocates this thread's [`Port::transmit_from`] lists, if not yet: for a thread about to
+/// run devices, so that its first batches allocate nothing.
 pub(crate) fn prepare_thread() {
-    let mut frames = WIRE_FRAMES.take();
-    frames.reserve(TRANSMIT_LISTS);
-    WIRE_FRAMES.set(frames);
     let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
     datagrams.reserve(TRANSMIT_LISTS);
     dests.reserve(TRANSMIT_LISTS);
@@ -873,9 +869,6 @@ pub(crate) fn prepare_thread() {
 thread_local! {
     /// The lists of [`Port::transmit_from`]'s UDP batches in each thread that sends.
     static UDP_BATCH: std::cell::Cell<UdpBatch> = const { std::cell::Cell::new((Vec::new(), Vec::new(), Vec::new())) };
-    /// The frames one receive from the wire took, in each thread that receives, before they
-    /// are queued ([`PortInner::drain_wire`]).
-    static WIRE_FRAMES: std::cell::Cell<Vec<Vec<u8>>> = const { std::cell::Cell::new(Vec::new()) };
     /// Receive slots for [`Port::poll_wire`] in each thread that calls it.
     static WIRE_SLOTS: std::cell::RefCell<Option<RecvSlots>> = const { std::cell::RefCell::new(None) };
 }
@@ -911,6 +904,8 @@ pub(super) struct WireView {
     /// Whether the datagrams come from this machine: a LAN's members (its socket is on
     /// 127.0.0.1), or a loopback peer.
     local: bool,
+    /// The frames one receive took, before they are queued together (allocated with the view).
+    frames: Vec<Vec<u8>>,
 }
 
 impl WireView {
@@ -923,18 +918,18 @@ impl WireView {
             Link::Down | Link::Fabric(_) => (None, Senders::Asked),
         };
         let local = lan.is_some() || senders.peer().is_some_and(|p| p.ip().is_loopback());
-        Some(WireView { sock, lan, senders, local })
+        Some(WireView { sock, lan, senders, local, frames: Vec::with_capacity(TRANSMIT_LISTS) })
     }
 }
 
 impl PortInner {
     /// The view of the link for a look at the wire (the caller holds `drain`, whose content
     /// `view` is): the one kept since the link last changed, or taken from it now.
-    fn wire_view<'v>(&self, view: &'v mut Option<WireView>) -> Option<&'v WireView> {
+    fn wire_view<'v>(&self, view: &'v mut Option<WireView>) -> Option<&'v mut WireView> {
         if view.is_none() {
             *view = WireView::of(&lock(&self.link));
         }
-        view.as_ref()
+        view.as_mut()
     }
 
     /// Queues the datagrams waiting at the UDP wire's socket (up to [`UDP_RX_BATCH`]), if the
@@ -948,41 +943,34 @@ impl PortInner {
         own: Option<&Arc<WireSocket>>,
         slots: &mut RecvSlots,
     ) -> Option<usize> {
-        let view = self.wire_view(view)?;
-        if own.is_some_and(|own| !Arc::ptr_eq(own, &view.sock)) {
+        let WireView { sock, lan, senders, local, frames } = self.wire_view(view)?;
+        if own.is_some_and(|own| !Arc::ptr_eq(own, sock)) {
             return None;
         }
         let mut got = 0;
-        // The frames of each receive are queued together: a queue's lock is taken once for
-        // the frames in a row that go to it (a reply and its ACK, say), not once a frame. The
-        // thread's list is taken at the first frame: an empty look does not touch it.
-        let mut frames: Option<Vec<Vec<u8>>> = None;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(&view.sock, slots, view.senders, view.local, |frame, _, truncated| {
+            let n = recv_batch(sock, slots, *senders, *local, |frame, _, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());
                     s.drop_truncated += 1;
                     return;
                 }
-                if view.lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
+                if lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
                     let mut buf = crate::buffers::take();
                     buf.extend_from_slice(frame);
-                    frames.get_or_insert_with(|| WIRE_FRAMES.take()).push(buf);
+                    frames.push(buf);
                 }
             });
-            if let Some(frames) = frames.as_mut()
-                && !frames.is_empty()
-            {
+            // The frames of one receive are queued together: a queue's lock is taken once for
+            // the frames in a row that go to it (a reply and its ACK, say), not once a frame.
+            if !frames.is_empty() {
                 self.enqueue_all(frames.drain(..), Checksums::Compute);
             }
             got += n;
             if n < RECV_BATCH {
                 break;
             }
-        }
-        if let Some(frames) = frames {
-            WIRE_FRAMES.set(frames);
         }
         Some(got)
     }
