@@ -295,14 +295,7 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
                 check(good, OPS, k)?;
                 e
             }
-            Kernel::PollEmpty => {
-                let mut wc = [Wc::default(); 16];
-                let t = Instant::now();
-                let empty = kernel_poll_cq_empty(&mut b.cq, &mut wc, OPS);
-                let e = t.elapsed();
-                check(empty, OPS, k)?;
-                e
-            }
+            Kernel::PollEmpty => timed_empty_polls(&mut b.cq, k)?,
             Kernel::Poll16One | Kernel::PollEmptyWire => unreachable!("a setup of its own"),
         };
         out.push(ns.as_nanos() as f64 / OPS as f64);
@@ -320,16 +313,21 @@ fn run_poll_empty_wire(runs: usize) -> Result<Vec<f64>, String> {
     let k = Kernel::PollEmptyWire;
     let ctx = Context::open_sim_on_wire(&umlx_verbs::simwire::SimWireOptions::default()).map_err(|e| e.to_string())?;
     let mut cq = ctx.create_cq(64, None).map_err(|e| e.to_string())?;
-    let mut wc = [Wc::default(); 16];
     let mut out = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let t = Instant::now();
-        let empty = kernel_poll_cq_empty(&mut cq, &mut wc, OPS);
-        let e = t.elapsed();
-        check(empty, OPS, k)?;
-        out.push(e.as_nanos() as f64 / OPS as f64);
+        out.push(timed_empty_polls(&mut cq, k)?.as_nanos() as f64 / OPS as f64);
     }
     Ok(out)
+}
+
+/// `OPS` polls of the empty `cq` by `kernel_poll_cq_empty`, timed; each must find nothing.
+fn timed_empty_polls(cq: &mut Cq, k: Kernel) -> Result<std::time::Duration, String> {
+    let mut wc = [Wc::default(); 16];
+    let t = Instant::now();
+    let empty = kernel_poll_cq_empty(cq, &mut wc, OPS);
+    let e = t.elapsed();
+    check(empty, OPS, k)?;
+    Ok(e)
 }
 
 /// CQs polled by one round of `poll_cq_room16_one` (each holds one CQE per round).
