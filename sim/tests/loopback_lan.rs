@@ -152,3 +152,66 @@ fn a_full_lan_is_a_clear_error() {
     drop(fourth);
     assert_eq!(LoopbackLan::first_free(base, MEMBERS), Some(3));
 }
+
+#[test]
+fn lanes_open_to_eight_members_and_frames_to_the_others_leave_from_the_member_port() {
+    // A LAN of ten: the sim is member 0, nine plain sockets the others.
+    const TEN: u16 = 10;
+    let mut base = 44000 + (std::process::id() % 100) as u16 * 64;
+    let (lan, peers) = loop {
+        if LoopbackLan::first_free(base, TEN) == Some(0)
+            && let Ok(lan) = LoopbackLan::join(base, TEN)
+            && lan.member() == 0
+        {
+            let peers: Vec<UdpSocket> = (1..TEN).map_while(|m| UdpSocket::bind(("127.0.0.1", base + m)).ok()).collect();
+            if peers.len() == usize::from(TEN - 1) {
+                break (lan, peers);
+            }
+        }
+        base += 64;
+        assert!(base < 60000, "no free LAN of {TEN} UDP ports found");
+    };
+    let cfg = SimConfig::numbered(0);
+    let ip0 = match cfg.ips[0] {
+        IpAddr::V4(ip) => ip,
+        other => panic!("an IPv4 address for the sim, not {other}"),
+    };
+    let dev = SimDevice::new(cfg);
+    let port = dev.port();
+    port.connect_lan(lan).expect("connecting to the LAN");
+    let mut buf = [0u8; 2048];
+    // Each peer teaches the sim where it is (a tagged ARP request, answered).
+    let macs: Vec<[u8; 6]> = (1..TEN).map(|m| [2, 0, 0, 0, 0x70, m as u8]).collect();
+    for (m, (peer, mac)) in (1..TEN).zip(peers.iter().zip(&macs)) {
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut ask = arp::arp_request(*mac, Ipv4Addr::new(10, 77, 0, m as u8), ip0);
+        LoopbackLan::tag_neighbour_frame(&mut ask, m);
+        peer.send_to(&ask, ("127.0.0.1", base)).unwrap();
+        peer.recv_from(&mut buf).expect("the ARP reply");
+    }
+    // A frame to each: the first eight members get theirs on lanes of their own, the ninth
+    // from the member port (no lane past eight).
+    let mut lanes = Vec::new();
+    for (peer, mac) in peers.iter().zip(&macs) {
+        let sent = frame(*mac, port.mac());
+        port.transmit(vec![sent.clone()]);
+        let (n, from) = peer.recv_from(&mut buf).expect("the frame");
+        assert_eq!(&buf[..n], &sent[..]);
+        lanes.push(from);
+    }
+    let member_port = SocketAddr::from(([127, 0, 0, 1], base));
+    for (m, from) in lanes[..8].iter().enumerate() {
+        assert!(from.port() < base || from.port() >= base + TEN, "member {}'s frame came from {from}", m + 1);
+    }
+    let mut distinct = lanes[..8].to_vec();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 8, "one lane per member: {lanes:?}");
+    assert_eq!(lanes[8], member_port, "the ninth member's frame leaves from the member port");
+    // Again: each member's frames take the lane they took.
+    for ((peer, mac), first) in peers.iter().zip(&macs).zip(&lanes) {
+        port.transmit(vec![frame(*mac, port.mac())]);
+        let (_, from) = peer.recv_from(&mut buf).expect("the next frame");
+        assert_eq!(from, *first);
+    }
+}

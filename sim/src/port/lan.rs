@@ -101,21 +101,20 @@ pub(super) struct Lan {
     /// How many times `learnt` changed: a sender's copy of it ([`LanSendCache`]) is current
     /// while this is what it was when the copy was taken.
     learnt_changes: AtomicU64,
-    /// The lanes to learnt members, by member port: a socket connected to that member (`None`
-    /// when one could not be opened), see [`Lan::lane`].
-    lanes: Mutex<Vec<(u16, Option<Arc<WireSocket>>)>>,
 }
 
 /// What a port's sends on its LAN keep between batches, under the port's transmit lock (and
-/// dropped with the link): a copy of the MACs learnt, and the lanes found so far, so that a
-/// send to a learnt member takes neither of the LAN's locks.
+/// dropped with the link): a copy of the MACs learnt, so that a send to a learnt member takes
+/// no lock of the LAN's, and the lanes, which only sends use.
 #[derive(Default)]
 pub(super) struct LanSendCache {
     /// `Lan::learnt_changes` when `learnt` was copied (`None`: never).
     learnt_seen: Option<u64>,
     learnt: Vec<(MacAddr, u16)>,
-    /// The lanes by member port (`None`: that member's frames leave from the member socket).
-    lanes: Vec<(u16, Option<Arc<WireSocket>>)>,
+    /// The lanes opened, by member port: a socket connected to that member (`None` when one
+    /// could not be opened: that member's frames leave from the member socket). See
+    /// [`LanSendCache::lane`].
+    lanes: Vec<(u16, Option<WireSocket>)>,
 }
 
 /// Most MACs a LAN member remembers (the oldest is forgotten first).
@@ -135,7 +134,6 @@ impl Lan {
             member: lan.member,
             learnt: Mutex::new(Vec::new()),
             learnt_changes: AtomicU64::new(0),
-            lanes: Mutex::new(Vec::new()),
         }
     }
 
@@ -193,27 +191,8 @@ impl Lan {
         port >= self.base && u32::from(port) < u32::from(self.base) + u32::from(self.members)
     }
 
-    /// The lane to the member at `port`: a UDP socket of its own, bound to a port of 127.0.0.1
-    /// outside the LAN's and connected to that member. A connected socket sends without an
-    /// address (the kernel keeps the route), as a point-to-point wire does
-    /// ([`Port::connect_udp`]); the member socket has many peers and cannot be connected. The
-    /// member learns nothing from a lane's port (it is not a member's), so its frames for
-    /// this one still come to the member socket. Opened at the first RoCE frame to that
-    /// member, for at most [`LAN_LANES`] members; `None` (the member socket sends) past them or
-    /// when it cannot be opened.
-    fn lane(&self, port: u16) -> Option<Arc<WireSocket>> {
-        let mut lanes = lock(&self.lanes);
-        if let Some((_, lane)) = lanes.iter().find(|(p, _)| *p == port) {
-            return lane.clone();
-        }
-        if lanes.len() >= LAN_LANES {
-            return None;
-        }
-        let lane = self.open_lane(port).map(|sock| Arc::new(WireSocket::to_lan_members(sock)));
-        lanes.push((port, lane.clone()));
-        lane
-    }
-
+    /// A socket for a lane to the member at `port` ([`LanSendCache::lane`]): bound to a port of
+    /// 127.0.0.1 outside the LAN's, connected to that member.
     fn open_lane(&self, port: u16) -> Option<UdpSocket> {
         // The kernel's ephemeral ports include the LAN's: a lane must not hold a member's.
         for _ in 0..8 {
@@ -241,14 +220,7 @@ impl Lan {
             let port = run[0].1;
             scratch.clear();
             scratch.extend(run.iter().map(|&(i, p)| (i, loopback(p))));
-            let lane = match cache.lanes.iter().find(|(p, _)| *p == port) {
-                Some((_, lane)) => lane,
-                None => {
-                    cache.lanes.push((port, self.lane(port)));
-                    &cache.lanes[cache.lanes.len() - 1].1
-                }
-            };
-            match lane {
+            match cache.lane(self, port) {
                 Some(lane) => send_datagrams(lane, frames, scratch, true),
                 None => send_datagrams(&self.sock, frames, scratch, false),
             }
@@ -285,5 +257,27 @@ impl Lan {
             }
         }
         dst[0] & 1 != 0 || dst == &mine[..]
+    }
+}
+
+impl LanSendCache {
+    /// The lane to the member at `port` of `lan`: a UDP socket of its own, bound to a port of
+    /// 127.0.0.1 outside the LAN's and connected to that member. A connected socket sends
+    /// without an address (the kernel keeps the route), as a point-to-point wire does
+    /// ([`Port::connect_udp`]); the member socket has many peers and cannot be connected. The
+    /// member learns nothing from a lane's port (it is not a member's), so its frames for this
+    /// one still come to the member socket. Opened at the first RoCE frame to that member, for
+    /// at most [`LAN_LANES`] members; `None` (the member socket sends) past them or when it
+    /// cannot be opened.
+    fn lane(&mut self, lan: &Lan, port: u16) -> Option<&WireSocket> {
+        let i = match self.lanes.iter().position(|(p, _)| *p == port) {
+            Some(i) => i,
+            None if self.lanes.len() >= LAN_LANES => return None,
+            None => {
+                self.lanes.push((port, lan.open_lane(port).map(WireSocket::to_lan_members)));
+                self.lanes.len() - 1
+            }
+        };
+        self.lanes.get(i).and_then(|(_, lane)| lane.as_ref())
     }
 }
