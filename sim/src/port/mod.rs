@@ -900,7 +900,6 @@ pub(super) struct WireView {
     /// The LAN, when the link is one: its members learn from their peers' tagged neighbour
     /// frames, not from the kernel's word on each datagram's sender.
     lan: Option<Arc<Lan>>,
-    senders: Senders,
     /// Whether the datagrams come from this machine: a LAN's members (its socket is on
     /// 127.0.0.1), or a loopback peer.
     local: bool,
@@ -911,14 +910,12 @@ pub(super) struct WireView {
 impl WireView {
     /// The view of `link`; `None` for a link without a socket.
     fn of(link: &Link) -> Option<WireView> {
-        let sock = link.socket()?.clone();
-        let (lan, senders) = match link {
-            Link::Lan(lan) => (Some(lan.clone()), Senders::Unasked),
-            Link::Udp { peer, .. } => (None, Senders::Peer(*peer)),
-            Link::Down | Link::Fabric(_) => (None, Senders::Asked),
+        let (sock, lan, local) = match link {
+            Link::Lan(lan) => (lan.sock.clone(), Some(lan.clone()), true),
+            Link::Udp { sock, peer } => (sock.clone(), None, peer.ip().is_loopback()),
+            Link::Down | Link::Fabric(_) => return None,
         };
-        let local = lan.is_some() || senders.peer().is_some_and(|p| p.ip().is_loopback());
-        Some(WireView { sock, lan, senders, local, frames: Vec::with_capacity(TRANSMIT_LISTS) })
+        Some(WireView { sock, lan, local, frames: Vec::with_capacity(TRANSMIT_LISTS) })
     }
 }
 
@@ -943,13 +940,13 @@ impl PortInner {
         own: Option<&Arc<WireSocket>>,
         slots: &mut RecvSlots,
     ) -> Option<usize> {
-        let WireView { sock, lan, senders, local, frames } = self.wire_view(view)?;
+        let WireView { sock, lan, local, frames } = self.wire_view(view)?;
         if own.is_some_and(|own| !Arc::ptr_eq(own, sock)) {
             return None;
         }
         let mut got = 0;
         while got < UDP_RX_BATCH {
-            let n = recv_batch(sock, slots, *senders, *local, |frame, _, truncated| {
+            let n = recv_batch(sock, slots, *local, |frame, truncated| {
                 if truncated {
                     let mut s = lock(&self.stats);
                     s.record_rx_frame(frame.len());

@@ -100,22 +100,22 @@ pub(crate) struct RecvSlots {
     data: Vec<u8>,
     headers: Box<RecvHeaders>,
     /// The leading headers the last call may have changed (the kernel shortens a filled
-    /// message's name and control lengths): set again before the next. All of them at first.
+    /// message's control length): set again before the next. All of them at first.
     stale: usize,
     /// How many datagrams the next call asks for: one after a call that found none (what comes
     /// to an idle poller is usually one datagram, a ping-pong's; a call for more would look
     /// for a second one, in vain, at the cost of a quarter of a microsecond), else
     /// [`RECV_BATCH`] (a stream may be under way).
     ask: usize,
-    /// Whether the headers ask the kernel for each sender's address (none is asked for on a
-    /// connected socket, whose every datagram is from its peer).
-    named: bool,
 }
 
-/// The headers of [`RecvSlots`]: [`recv_batch`] points each message's header at its name, its
-/// iovec (pointed at its slot of `data`) and its control buffer.
+/// The headers of [`RecvSlots`]: [`recv_batch`] points each message's header at its iovec
+/// (pointed at its slot of `data`) and its control buffer. No header asks for its sender's
+/// address: nothing the sim does with a datagram depends on who sent it (a connected socket's
+/// are all from its peer; a loopback LAN's member learns from its peers' tagged neighbour
+/// frames), and a receive that asks costs a busy poller 0.17 - 0.19 µs more on loopback (a C
+/// ping-pong, `recvfrom` with a name against `recv`).
 struct RecvHeaders {
-    names: [libc::sockaddr_storage; RECV_BATCH],
     iovs: [libc::iovec; RECV_BATCH],
     msgs: [libc::mmsghdr; RECV_BATCH],
     control: [[u64; RECV_CONTROL_WORDS]; RECV_BATCH],
@@ -126,71 +126,26 @@ impl RecvSlots {
         // SAFETY: all-zero bytes are valid values of these plain C structs and arrays
         // (integers, arrays and null pointers).
         let headers: Box<RecvHeaders> = Box::new(unsafe { std::mem::zeroed() });
-        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers, stale: RECV_BATCH, ask: RECV_BATCH, named: true }
-    }
-}
-
-/// Who sent the datagrams a receive takes, as far as [`recv_batch`] is told or asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Senders {
-    /// The peer of a connected socket: every datagram's sender; the kernel is not asked.
-    Peer(SocketAddr),
-    /// Any: the kernel is asked for each datagram's sender.
-    Asked,
-    /// Not wanted (a loopback LAN's member learns from its peers' tagged neighbour frames): the
-    /// kernel is not asked, and the sender is `None`. A receive that asks costs a busy poller
-    /// 0.17 - 0.19 µs more on loopback (a C ping-pong, `recvfrom` with a name against `recv`).
-    Unasked,
-}
-
-impl Senders {
-    /// The peer of a connected socket.
-    pub(super) fn peer(self) -> Option<SocketAddr> {
-        match self {
-            Senders::Peer(p) => Some(p),
-            Senders::Asked | Senders::Unasked => None,
-        }
-    }
-
-    /// Whether the kernel is asked for each datagram's sender (it writes it into the
-    /// receive's name).
-    fn asked(self) -> bool {
-        self == Senders::Asked
-    }
-
-    /// The sender of a datagram whose receive wrote `name` (read only when asked).
-    fn sender(self, name: &libc::sockaddr_storage) -> Option<SocketAddr> {
-        match self {
-            Senders::Peer(p) => Some(p),
-            Senders::Asked => sockaddr_of(name),
-            Senders::Unasked => None,
-        }
+        RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers, stale: RECV_BATCH, ask: RECV_BATCH }
     }
 }
 
 /// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], or one after a call that found
 /// none: `RecvSlots::ask`; one `recvmmsg` with `MSG_DONTWAIT`: the socket stays blocking for
-/// the other users of its descriptor) and calls `each(frame, sender, truncated)` for each
-/// frame; returns how many datagrams it took. A datagram the kernel coalesced from a segmented
+/// the other users of its descriptor) and calls `each(frame, truncated)` for each frame;
+/// returns how many datagrams it took. A datagram the kernel coalesced from a segmented
 /// send (`UDP_GRO`, see [`enable_gro`]) is split back into its frames at the segment size it
-/// reports. `senders` says whether the kernel is asked for each datagram's sender ([`Senders`]).
-/// `local` says that every datagram comes from this machine (a socket on a loopback address,
-/// or connected to one): a look for one datagram is then one `recv` or `recvfrom`
-/// ([`recv_one`]).
+/// reports. `local` says that every datagram comes from this machine (a socket on a loopback
+/// address, or connected to one): a look for one datagram is then one `recv` ([`recv_one`]).
 pub(super) fn recv_batch(
     sock: &UdpSocket,
     slots: &mut RecvSlots,
-    senders: Senders,
     local: bool,
-    mut each: impl FnMut(&[u8], Option<SocketAddr>, bool),
+    mut each: impl FnMut(&[u8], bool),
 ) -> usize {
     use std::os::fd::AsRawFd;
     if local && slots.ask == 1 {
-        return recv_one(sock, slots, senders, each);
-    }
-    if slots.named != senders.asked() {
-        slots.named = senders.asked();
-        slots.stale = RECV_BATCH;
+        return recv_one(sock, slots, each);
     }
     let h = &mut *slots.headers;
     // Only the headers the last call filled (and the one it stopped at) changed: an empty poll
@@ -198,11 +153,7 @@ pub(super) fn recv_batch(
     for (k, slot) in slots.data.chunks_exact_mut(RECV_SLOT).enumerate().take(slots.stale.min(RECV_BATCH)) {
         h.iovs[k] = libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: RECV_SLOT };
         let hdr = &mut h.msgs[k].msg_hdr;
-        // The kernel shortens these lengths to what it wrote.
-        (hdr.msg_name, hdr.msg_namelen) = match slots.named {
-            true => ((&raw mut h.names[k]).cast(), std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t),
-            false => (std::ptr::null_mut(), 0),
-        };
+        (hdr.msg_name, hdr.msg_namelen) = (std::ptr::null_mut(), 0);
         hdr.msg_iov = &raw mut h.iovs[k];
         hdr.msg_iovlen = 1;
         hdr.msg_control = h.control[k].as_mut_ptr().cast();
@@ -228,62 +179,39 @@ pub(super) fn recv_batch(
         let len = (h.msgs[k].msg_len as usize).min(RECV_SLOT);
         let truncated = h.msgs[k].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let data = &slots.data[k * RECV_SLOT..k * RECV_SLOT + len];
-        let from = senders.sender(&h.names[k]);
         match gro_segment_size(&h.msgs[k].msg_hdr) {
-            Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, from, false)),
+            Some(seg) if !truncated && seg < len => data.chunks(seg).for_each(|frame| each(frame, false)),
             // A LAN member's bundle (see `WireSocket::bundles`) has no segment size.
-            None if local && !truncated => split_at_frame_lengths(data, |frame| each(frame, from, false)),
-            _ => each(data, from, truncated),
+            None if local && !truncated => split_at_frame_lengths(data, |frame| each(frame, false)),
+            _ => each(data, truncated),
         }
     }
     n
 }
 
-/// [`recv_batch`]'s look for one datagram from this machine: one `recv` on a connected socket
-/// (whose `peer` sent it), else one `recvfrom`. These are the cheapest calls that take a
-/// datagram (in C, on Linux 6.18, a `recvmmsg` for one datagram costs 0.13 µs more when it
-/// finds none and 0.29 µs more when it takes one, and a ping-pong's one-way trip 0.26 µs
-/// more), but they do not give the kernel's segment size of a datagram it coalesced. On
-/// loopback the kernel coalesces a segmented send only (it has no receive offload there), and
-/// a umlx sim segments only frames exactly as long as they say ([`delimited`]): such a
-/// datagram is split at its frames' own lengths ([`split_at_frame_lengths`]), into the frames
-/// it was sent as.
-fn recv_one(
-    sock: &UdpSocket,
-    slots: &mut RecvSlots,
-    senders: Senders,
-    mut each: impl FnMut(&[u8], Option<SocketAddr>, bool),
-) -> usize {
+/// [`recv_batch`]'s look for one datagram from this machine: one `recv`, the cheapest call
+/// that takes a datagram (in C, on Linux 6.18, a `recvmmsg` for one datagram costs 0.13 µs
+/// more when it finds none and 0.29 µs more when it takes one, and a ping-pong's one-way trip
+/// 0.26 µs more), but one that does not give the kernel's segment size of a datagram it
+/// coalesced. On loopback the kernel coalesces a segmented send only (it has no receive
+/// offload there), and a umlx sim segments only frames exactly as long as they say
+/// ([`delimited`]): such a datagram is split at its frames' own lengths
+/// ([`split_at_frame_lengths`]), into the frames it was sent as.
+fn recv_one(sock: &UdpSocket, slots: &mut RecvSlots, mut each: impl FnMut(&[u8], bool)) -> usize {
     use std::os::fd::AsRawFd;
     let slot = &mut slots.data[..RECV_SLOT];
-    let name = &mut slots.headers.names[0];
-    let mut name_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let (name_ptr, name_len_ptr) = match senders.asked() {
-        true => ((&raw mut *name).cast(), &raw mut name_len),
-        false => (std::ptr::null_mut(), std::ptr::null_mut()),
-    };
-    // SAFETY: recvfrom writes at most `RECV_SLOT` bytes into the slot (with MSG_TRUNC it
-    // returns the datagram's whole length, writing no more) and, when asked, at most
-    // `name_len` bytes of the sender's address into `name`: both exclusively borrowed through
-    // `slots`, `name_len` a local, all outliving the call. The descriptor is the socket's
-    // own, open while `sock` is borrowed.
+    // SAFETY: recv writes at most `RECV_SLOT` bytes into the slot (with MSG_TRUNC it returns
+    // the datagram's whole length, writing no more), exclusively borrowed through `slots` for
+    // the call. The descriptor is the socket's own, open while `sock` is borrowed.
     let r = unsafe {
-        libc::recvfrom(
-            sock.as_raw_fd(),
-            slot.as_mut_ptr().cast(),
-            RECV_SLOT,
-            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            name_ptr,
-            name_len_ptr,
-        )
+        libc::recv(sock.as_raw_fd(), slot.as_mut_ptr().cast(), RECV_SLOT, libc::MSG_DONTWAIT | libc::MSG_TRUNC)
     };
     // An error is what `recvmmsg` would have met (nothing waits, or a peer's ICMP error).
     let Ok(len) = usize::try_from(r) else { return 0 };
     slots.ask = RECV_BATCH;
-    let from = senders.sender(&slots.headers.names[0]);
     match slots.data[..RECV_SLOT].get(..len) {
-        Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, from, false)),
-        None => each(&slots.data[..RECV_SLOT], from, true),
+        Some(datagram) => split_at_frame_lengths(datagram, |frame| each(frame, false)),
+        None => each(&slots.data[..RECV_SLOT], true),
     }
     1
 }
@@ -320,33 +248,6 @@ fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
         }
     }
     None
-}
-
-/// The socket address the kernel wrote into `addr`, if IPv4 or IPv6.
-fn sockaddr_of(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-    match libc::c_int::from(addr.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a `sockaddr_in` (family AF_INET), which fits in and is
-            // aligned within `sockaddr_storage`.
-            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, a `sockaddr_in6` (family AF_INET6).
-            let a = unsafe { &*std::ptr::from_ref(addr).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
 }
 
 /// Most datagrams one `sendmmsg` call sends.
@@ -939,42 +840,14 @@ mod tests {
     }
 
     #[test]
-    fn a_receive_on_a_connected_socket_names_its_peer_and_the_next_unconnected_one_asks_the_kernel() {
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let sender = tx.local_addr().unwrap();
-        let mut slots = RecvSlots::new();
-        let mut took = Vec::new();
-        let mut k = 0u8;
-        // Batches of several datagrams and of one, so that a look in one mode follows a look
-        // in the other that used fewer headers than it will.
-        for (count, peer) in [(3, Some(sender)), (1, Some(sender)), (3, None), (1, None), (3, Some(sender))] {
-            for _ in 0..count {
-                k += 1;
-                tx.send_to(&[k; 64], rx.local_addr().unwrap()).unwrap();
-            }
-            assert!(wait_readable(&rx, Duration::from_secs(10)));
-            let senders = peer.map_or(Senders::Asked, Senders::Peer);
-            let n = recv_batch(&rx, &mut slots, senders, false, |frame, from, truncated| {
-                took.push((frame[0], from, truncated))
-            });
-            assert_eq!(n, count);
-        }
-        // Each sender is the socket's: given (a connected socket's peer) or asked for (the
-        // same slots, whose headers then ask again).
-        let expected: Vec<_> = (1..=k).map(|k| (k, Some(sender), false)).collect();
-        assert_eq!(took, expected);
-    }
-
-    #[test]
     fn a_receive_after_an_empty_one_takes_one_datagram_and_the_next_takes_a_batch() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut slots = RecvSlots::new();
         let mut took = Vec::new();
         let take = |slots: &mut RecvSlots, took: &mut Vec<u8>| {
-            recv_batch(&rx, slots, Senders::Asked, false, |frame, from, truncated| {
-                assert_eq!((from, truncated), (Some(tx.local_addr().unwrap()), false));
+            recv_batch(&rx, slots, false, |frame, truncated| {
+                assert!(!truncated);
                 took.push(frame[0]);
             })
         };
@@ -1013,8 +886,8 @@ mod tests {
         let mut slots = RecvSlots::new();
         let look = |slots: &mut RecvSlots| {
             let mut took = Vec::new();
-            let n = recv_batch(&rx, slots, Senders::Peer(tx_addr), true, |frame, from, truncated| {
-                assert_eq!((from, truncated), (Some(tx_addr), false));
+            let n = recv_batch(&rx, slots, true, |frame, truncated| {
+                assert!(!truncated);
                 took.push(frame.to_vec());
             });
             (n, took)
@@ -1054,18 +927,17 @@ mod tests {
     }
 
     #[test]
-    fn a_look_for_one_datagram_on_a_lan_socket_names_its_sender_and_splits_a_bundle() {
+    fn a_look_for_one_datagram_on_a_lan_socket_splits_a_bundle() {
         // A LAN member's socket (unconnected, on 127.0.0.1) and a lane of another member.
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         enable_gro(&rx);
         let lane = WireSocket::to_lan_members(UdpSocket::bind("127.0.0.1:0").unwrap());
         lane.connect(rx.local_addr().unwrap()).unwrap();
-        let sender = lane.local_addr().unwrap();
         let mut slots = RecvSlots::new();
         let mut look = || {
             let mut took = Vec::new();
-            let n = recv_batch(&rx, &mut slots, Senders::Asked, true, |frame, from, truncated| {
-                took.push((frame.to_vec(), from, truncated));
+            let n = recv_batch(&rx, &mut slots, true, |frame, truncated| {
+                took.push((frame.to_vec(), truncated));
             });
             (n, took)
         };
@@ -1074,7 +946,7 @@ mod tests {
         let dests: Vec<(usize, SocketAddr)> = (0..2).map(|i| (i, rx.local_addr().unwrap())).collect();
         send_datagrams(&lane, &frames, &dests, true);
         assert!(wait_readable(&rx, Duration::from_secs(10)));
-        let expected = frames.into_iter().map(|f| (f, Some(sender), false)).collect();
+        let expected = frames.into_iter().map(|f| (f, false)).collect();
         assert_eq!(look(), (1, expected));
     }
 
@@ -1119,9 +991,8 @@ mod tests {
         let mut slots = RecvSlots::new();
         let mut look = || {
             let mut took = Vec::new();
-            // As a LAN member receives: without asking for senders.
-            let n = recv_batch(&member, &mut slots, Senders::Unasked, true, |frame, from, truncated| {
-                assert_eq!((from, truncated), (None, false));
+            let n = recv_batch(&member, &mut slots, true, |frame, truncated| {
+                assert!(!truncated);
                 took.push(frame.to_vec());
             });
             (n, took)
