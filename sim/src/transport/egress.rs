@@ -69,7 +69,7 @@ impl DataPath<'_> {
             checksums,
         };
         match self.lane.template(path.qpn, &key) {
-            Some(t) => Egress::Frames(t),
+            Some(t) => Egress::Frames(*t),
             None => Egress::Refused,
         }
     }

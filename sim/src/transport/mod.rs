@@ -283,12 +283,13 @@ impl Lane {
     /// it was made of the same fields (a path changes rarely: at a QP's modify, a GID or MAC
     /// change, or a UD WQE to another destination), otherwise a new one, kept there. `None`
     /// when the builder refuses the path (not reached: the fields have no invalid values).
-    pub(crate) fn template(&mut self, qpn: u32, key: &PathKey) -> Option<FrameTemplate> {
+    /// Lent, not copied: its one copy is the [`Egress`] made of it.
+    pub(crate) fn template(&mut self, qpn: u32, key: &PathKey) -> Option<&FrameTemplate> {
         let slot = &mut self.templates[qpn as usize % TEMPLATE_SLOTS];
-        if let Some((k, t)) = slot
+        if let Some((k, _)) = slot
             && k == key
         {
-            return Some(*t);
+            return slot.as_ref().map(|(_, t)| t);
         }
         // The BTH is a placeholder: each frame of the template gets its packet's own.
         let bth = Bth::new(Opcode::RC_SEND_ONLY, 0, 0);
@@ -299,8 +300,7 @@ impl Lane {
             .with_checksums(key.checksums)
             .template()
             .ok()?;
-        *slot = Some((*key, t));
-        Some(t)
+        Some(&slot.insert((*key, t)).1)
     }
 }
 
