@@ -29,6 +29,19 @@ fn three_members(test: u16) -> Vec<LoopbackLan> {
     panic!("no free LAN of {MEMBERS} UDP ports found");
 }
 
+/// A sim (the first numbered one) on `lan`: the device, its port and its IPv4 address.
+fn sim_on(lan: LoopbackLan) -> (SimDevice, Port, Ipv4Addr) {
+    let cfg = SimConfig::numbered(0);
+    let ip = match cfg.ips[0] {
+        IpAddr::V4(ip) => ip,
+        other => panic!("an IPv4 address for the sim, not {other}"),
+    };
+    let dev = SimDevice::new(cfg);
+    let port = dev.port();
+    port.connect_lan(lan).expect("connecting to the LAN");
+    (dev, port, ip)
+}
+
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(5);
     while !cond() {
@@ -86,14 +99,7 @@ fn frames_to_a_learnt_member_leave_on_a_connected_lane_and_arp_from_the_member_p
     drop(lans.drain(1..));
     let peer = UdpSocket::bind(("127.0.0.1", base + 1)).expect("member 1's port");
     peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let cfg = SimConfig::numbered(0);
-    let ip0 = match cfg.ips[0] {
-        IpAddr::V4(ip) => ip,
-        other => panic!("an IPv4 address for the sim, not {other}"),
-    };
-    let dev = SimDevice::new(cfg);
-    let port = dev.port();
-    port.connect_lan(lans.remove(0)).expect("connecting to the LAN");
+    let (_dev, port, ip0) = sim_on(lans.remove(0));
     let peer_mac = [2, 0, 0, 0, 0, 0x77];
     let member = |from: SocketAddr| from.port() >= base && from.port() < base + MEMBERS;
 
@@ -171,14 +177,7 @@ fn lanes_open_to_eight_members_and_frames_to_the_others_leave_from_the_member_po
         base += 64;
         assert!(base < 60000, "no free LAN of {TEN} UDP ports found");
     };
-    let cfg = SimConfig::numbered(0);
-    let ip0 = match cfg.ips[0] {
-        IpAddr::V4(ip) => ip,
-        other => panic!("an IPv4 address for the sim, not {other}"),
-    };
-    let dev = SimDevice::new(cfg);
-    let port = dev.port();
-    port.connect_lan(lan).expect("connecting to the LAN");
+    let (_dev, port, ip0) = sim_on(lan);
     let mut buf = [0u8; 2048];
     // Each peer teaches the sim where it is (a tagged ARP request, answered).
     let macs: Vec<[u8; 6]> = (1..TEN).map(|m| [2, 0, 0, 0, 0x70, m as u8]).collect();
