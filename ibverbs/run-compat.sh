@@ -10,8 +10,9 @@
 #   UCX: ucx_info -d, ucx_perftest tag_lat, tag_bw and ucp_put_bw over rc_verbs and ud_verbs;
 #   then perftest's and umlx perf's figures for the same tests, side by side.
 #
-# Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, ITERS (pingpong
-# exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value words) give each side its own
+# Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, or BUILD_DIR (a
+# directory holding a libibverbs.so and a umlx built already, e.g. target/pgo/release: nothing
+# is built); ITERS (pingpong exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value words) give each side its own
 # device, e.g. two functions of a real adapter bound to vfio-pci:
 #   SERVER_ENV="UMLX_DEVICES=pci:0000:3b:00.0 UMLX_IP=192.0.2.1" \
 #   CLIENT_ENV="UMLX_DEVICES=pci:0000:3b:00.1 UMLX_IP=192.0.2.2" \
@@ -47,15 +48,26 @@ if ! command -v ibv_rc_pingpong >/dev/null || ! command -v ib_write_bw >/dev/nul
     fi
 fi
 
-echo "== building libibverbs.so.1 ($profile)"
-build_profile=(--profile "$profile")
-[ "$profile" = dev ] && profile_dir=debug || profile_dir=$profile
-if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs -p umlx-tools "${build_profile[@]}"); then
-    echo "build failed"
-    exit 1
+if [ -n "${BUILD_DIR:-}" ]; then
+    # Built already (tools/pgo-build.sh's target/pgo/release, say): its library and its umlx.
+    echo "== libibverbs.so.1 and umlx of $BUILD_DIR"
+    lib="$(cd "$BUILD_DIR" && pwd)/libibverbs.so"
+    umlx="$(cd "$BUILD_DIR" && pwd)/umlx"
+    if [ ! -f "$lib" ] || [ ! -x "$umlx" ]; then
+        echo "$BUILD_DIR holds no libibverbs.so and umlx"
+        exit 1
+    fi
+else
+    echo "== building libibverbs.so.1 ($profile)"
+    build_profile=(--profile "$profile")
+    [ "$profile" = dev ] && profile_dir=debug || profile_dir=$profile
+    if ! (cd "$root" && nice -n 10 cargo build -q -p umlx-ibverbs -p umlx-tools "${build_profile[@]}"); then
+        echo "build failed"
+        exit 1
+    fi
+    lib="$target/$profile_dir/libibverbs.so"
+    umlx="$target/$profile_dir/umlx"
 fi
-lib="$target/$profile_dir/libibverbs.so"
-umlx="$target/$profile_dir/umlx"
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 ln -s "$lib" "$work/libibverbs.so.1"
