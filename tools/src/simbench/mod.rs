@@ -7,7 +7,8 @@
 //! the 64-byte rate of several such pairs at once, one thread each), the two-process figures
 //! (`umlx perf send-lat`, `umlx perf write-lat` and `umlx rc-pingpong` run as a server and a
 //! client process of this same binary on the automatic wire, the loopback LAN, as a user runs
-//! them), the raw reference (a 64-byte UDP
+//! them; and, as a reference, one `rc-pingpong` run with both processes on one CPU), the raw
+//! reference (a 64-byte UDP
 //! ping-pong between two busy-polling processes, the hidden `umlx bench udp-echo`), the child
 //! processes' supervision (a timeout, killed on any error, a failure reported with the command
 //! and the tail of its stderr), and the report (a table, or one JSON object with `--json`).
@@ -240,6 +241,8 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let raw_pingpong = raw("rc-pingpong")?;
     say(&format!("umlx rc-pingpong -s 4096, two processes, {PINGPONG_RUNS} runs"));
     let (pingpong, pingpong_runs) = rc_pingpong(a.iters)?;
+    say("umlx rc-pingpong -s 4096, two processes on one CPU");
+    let pingpong_one_cpu = rc_pingpong_one_cpu(a.iters)?;
 
     let raws = [raw_send, raw_write, raw_pingpong];
     let rtt = crate::bench::median(raws.iter().map(|r| r.0).collect());
@@ -361,6 +364,14 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             value: pingpong,
             goal: Goal::AtMost(TARGET_PINGPONG_RTTS * raw_pingpong.0),
         },
+        Row {
+            key: "rc_pingpong_4k_one_cpu_us",
+            label: "  both processes on one CPU".into(),
+            unit: "µs",
+            // No CPU to pin to (one allowed, or no `taskset`): not measured.
+            value: pingpong_one_cpu.unwrap_or(f64::NAN),
+            goal: Goal::Info,
+        },
     ];
     let raw_runs = raws.map(|r| r.0);
     if json {
@@ -454,7 +465,8 @@ fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[
             Some(true) => "pass",
             Some(false) => "miss",
         };
-        println!("{:<38} {:>12.prec$} {:<8} {:>12} {:>8} {:>6}", r.label, r.value, r.unit, target, ratio, result);
+        let value = if r.value.is_finite() { format!("{:.prec$}", r.value) } else { "-".into() };
+        println!("{:<38} {:>12} {:<8} {:>12} {:>8} {:>6}", r.label, value, r.unit, target, ratio, result);
     }
     println!(
         "\n64 B: {} messages (after {} warm-up and one full window held at the responder), window 256, every 32nd \
@@ -462,7 +474,8 @@ fn print_table(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[
          remote end of both. {} pairs at once: {} messages together, each pair on a fabric and a thread of its own, \
          after its own warm-up; a reference. QPs of one pair: as many streams on as many QP pairs of one pair of \
          adapters, a thread each (the adapters' queues run on several cores at once). rc-pingpong: the median of {} \
-         runs ({} µs per iteration).",
+         runs ({} µs per iteration); on one CPU: one run, both processes pinned to the first CPU of the pair, each \
+         turn waiting for the other to yield it (a reference).",
         ip.write64_msgs,
         WARMUP.min(ip.write64_msgs),
         ip.write64k_bytes,

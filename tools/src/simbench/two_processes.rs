@@ -194,13 +194,18 @@ fn strings(v: &[&str]) -> Vec<String> {
 /// an IP of its own. The client is started once the server printed a line with `ready`.
 /// Returns the client's stdout.
 fn run_pair(tool: &[&str], args: &[String], ready: &str) -> Result<Vec<String>, String> {
+    run_pair_on(tool, args, ready, pair_cpus())
+}
+
+/// [`run_pair`] with the server on `cpus[0]` and the client on `cpus[1]` (unpinned: `None`).
+fn run_pair_on(tool: &[&str], args: &[String], ready: &str, cpus: Option<[usize; 2]>) -> Result<Vec<String>, String> {
     let tcp = free_tcp_port()?.to_string();
     let mut server = strings(tool);
     server.extend(args.iter().cloned());
     server.extend(strings(&["-p", &tcp]));
     let mut client = server.clone();
     client.push("127.0.0.1".into());
-    run_two(&server, &client, ready)
+    run_two(&server, &client, ready, cpus)
 }
 
 /// The CPUs the two processes of each pair (the raw reference's and the tests') are pinned to,
@@ -239,10 +244,15 @@ fn cpu_list(list: &str) -> Option<Vec<usize>> {
 }
 
 /// Runs `umlx SERVER_ARGS`, then, once it printed a line with `ready`, `umlx CLIENT_ARGS`, both
-/// within [`CHILD_LIMIT`], each on a CPU of its own ([`pair_cpus`]); returns the client's stdout.
-fn run_two(server_args: &[String], client_args: &[String], ready: &str) -> Result<Vec<String>, String> {
+/// within [`CHILD_LIMIT`], the server on `cpus[0]` and the client on `cpus[1]` (unpinned:
+/// `None`); returns the client's stdout.
+fn run_two(
+    server_args: &[String],
+    client_args: &[String],
+    ready: &str,
+    cpus: Option<[usize; 2]>,
+) -> Result<Vec<String>, String> {
     let deadline = Instant::now() + CHILD_LIMIT;
-    let cpus = pair_cpus();
     let mut server = Kid::spawn(server_args, cpus.map(|c| c[0]))?;
     server.wait_line(ready, deadline)?;
     let mut client = Kid::spawn(client_args, cpus.map(|c| c[1]))?;
@@ -371,7 +381,7 @@ pub(super) fn raw_udp(round_trips: u64) -> Result<(f64, f64), String> {
         ])
     };
     let client = side("client", ub, ua);
-    let out = run_two(&side("server", ua, ub), &client, "ready")?;
+    let out = run_two(&side("server", ua, ub), &client, "ready", pair_cpus())?;
     let line = out
         .iter()
         .find(|l| l.starts_with("udp-echo:"))
@@ -419,18 +429,28 @@ pub(super) const PINGPONG_RUNS: usize = 3;
 pub(super) fn rc_pingpong(iters: Option<u64>) -> Result<(f64, Vec<f64>), String> {
     let mut runs = Vec::with_capacity(PINGPONG_RUNS);
     for _ in 0..PINGPONG_RUNS {
-        runs.push(rc_pingpong_once(iters)?);
+        runs.push(rc_pingpong_once(iters, pair_cpus())?);
     }
     Ok((crate::bench::median(runs.clone()), runs))
 }
 
-/// One run of `umlx rc-pingpong -s 4096` as two processes: its time per iteration (µs).
-fn rc_pingpong_once(iters: Option<u64>) -> Result<f64, String> {
+/// The time per iteration (µs) of one run of `umlx rc-pingpong -s 4096` with both processes on
+/// one CPU (the first of [`pair_cpus`]), as on a machine with a core for the two: each turn of
+/// the ping-pong waits for the other process to yield the CPU (`umlx`'s polls yield when others
+/// wait for theirs). `None` where the processes cannot be pinned.
+pub(super) fn rc_pingpong_one_cpu(iters: Option<u64>) -> Result<Option<f64>, String> {
+    let Some([cpu, _]) = pair_cpus() else { return Ok(None) };
+    rc_pingpong_once(iters, Some([cpu, cpu])).map(Some)
+}
+
+/// One run of `umlx rc-pingpong -s 4096` as two processes, on `cpus` ([`run_pair_on`]): its
+/// time per iteration (µs).
+fn rc_pingpong_once(iters: Option<u64>, cpus: Option<[usize; 2]>) -> Result<f64, String> {
     let mut args = strings(&["-s", "4096"]);
     if let Some(n) = iters {
         args.extend(["-n".into(), n.to_string()]);
     }
-    let out = run_pair(&["rc-pingpong"], &args, "local address")?;
+    let out = run_pair_on(&["rc-pingpong"], &args, "local address", cpus)?;
     let line = out
         .iter()
         .find(|l| l.contains("usec/iter"))
