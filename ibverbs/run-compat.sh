@@ -12,8 +12,8 @@
 #
 # Environment: PROFILE (cargo profile, default release), CARGO_TARGET_DIR, or BUILD_DIR (a
 # directory holding a libibverbs.so and a umlx built already, e.g. target/pgo/release: nothing
-# is built); ITERS (pingpong exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value words) give each side its own
-# device, e.g. two functions of a real adapter bound to vfio-pci:
+# is built); ITERS (pingpong exchanges, default 1000); SERVER_ENV and CLIENT_ENV (VAR=value
+# words) give each side its own device, e.g. two functions of a real adapter bound to vfio-pci:
 #   SERVER_ENV="UMLX_DEVICES=pci:0000:3b:00.0 UMLX_IP=192.0.2.1" \
 #   CLIENT_ENV="UMLX_DEVICES=pci:0000:3b:00.1 UMLX_IP=192.0.2.2" \
 #   SERVER_UMLX="-d pci:0000:3b:00.0 --ip 192.0.2.1" CLIENT_UMLX="-d pci:0000:3b:00.1 --ip 192.0.2.2" \
