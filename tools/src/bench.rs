@@ -306,7 +306,7 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
 
 /// `poll_cq_empty_wire`: empty polls of a CQ of a sim on the automatic wire (the loopback LAN),
 /// as a two-process program's polls are while its peer works: each looks at the CQ, then takes
-/// the wire's receive (one `recvfrom` that finds nothing) in the polling thread. Its
+/// the wire's receive (one `recv` that finds nothing) in the polling thread. Its
 /// instructions are the program's and the sim's user-space ones; the system call's kernel time
 /// is in the ns only.
 fn run_poll_empty_wire(runs: usize) -> Result<Vec<f64>, String> {

@@ -173,7 +173,8 @@ checks = [
     (d.get('two_process_cpus') is None or (isinstance(d['two_process_cpus'], list) and len(d['two_process_cpus']) == 2
      and d['two_process_cpus'][0] != d['two_process_cpus'][1]), 'two_process_cpus'),
     # The one-CPU rc-pingpong: measured where the pair is pinned, a reference (no target).
-    ((num('rc_pingpong_4k_one_cpu_us') > 0 if d.get('two_process_cpus') else d.get('rc_pingpong_4k_one_cpu_us', 0) is None)
+    ((num('rc_pingpong_4k_one_cpu_us') > 0 if d.get('two_process_cpus')
+      else d.get('rc_pingpong_4k_one_cpu_us', 0) is None)
      and 'rc_pingpong_4k_one_cpu_us' not in d['ratio_to_target'], 'rc_pingpong_4k_one_cpu_us'),
     # The test's build is cargo's own, never the profile-guided one.
     (d.get('build') in ('release', 'debug'), 'build'),
