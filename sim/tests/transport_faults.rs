@@ -162,7 +162,7 @@ fn rc_payload_unmapped_before_its_retransmission_is_a_local_protection_error() {
 fn an_engine_waits_for_a_distant_retransmit_timer_instead_of_looking_every_100_us() {
     // Every frame is lost and the ACK timeout is about 4 s (4.096 µs << 20): the WRITE's
     // retransmit timer stays armed for the whole test. The engine runs the device when its
-    // timers are due: here only the firmware's page touch, every 5 ms, so about 20 times in
+    // timers are due: here only the firmware's page touch, every 10 ms, so about 10 times in
     // 100 ms (it ran the timers every millisecond whatever was due, about 100 times, and before
     // that every 100 µs while any timer was armed, about 1,000 times).
     let mut p = RcPair::new(

@@ -111,11 +111,15 @@ impl EngineClock {
     /// timers when they fall due, and takes the frames and posted writes left waiting when it
     /// lets go (the module doc), so what waits now is on its way to it. The engine looks again
     /// when the grace ends if something waits, else when the timers are due or the grace ends,
-    /// whichever is later. Otherwise it leaves it alone when nothing waits (`nothing_waits`: no
-    /// frame, no posted write, no ACK left unsent) and a thread that ran the device left the
-    /// timers due later than now, until then. It takes it when
-    /// something waits, when the timers are due, or when no thread has left them yet. Every
-    /// wake is no later than `planned`.
+    /// whichever is later. While an application polls the wire (`polled`), it looks again
+    /// when the timers are due after the grace, else at its plan: that application runs the
+    /// device at each frame it takes and each doorbell it rings, and its next run takes what
+    /// waits and the timers due (looks at each grace's end made the engine of a `send-lat`
+    /// server wake twice at each of the firmware's page touches). Otherwise it leaves it alone
+    /// when nothing waits (`nothing_waits`: no frame, no posted write, no ACK left unsent) and a
+    /// thread that ran the device left the timers due later than now, until then. It takes it
+    /// when something waits, when the timers are due, or when no thread has left them yet.
+    /// Every wake is no later than `planned`.
     ///
     /// (Taking the device for nothing, the engine made an application that rang a doorbell
     /// meanwhile post it for the engine, and the engine then ran the device for that
@@ -124,12 +128,24 @@ impl EngineClock {
     /// had the same effect: in an in-process stream of 64-byte WRITEs, the responder's engine
     /// took a full window of WRITEs from the application a thousand times a second, each a
     /// 16 - 64 microsecond stall of the application, which yielded 64 - 255 times per stall.)
-    pub(super) fn engine_idle_until(&self, now: Instant, planned: Instant, nothing_waits: bool) -> Option<Instant> {
+    pub(super) fn engine_idle_until(
+        &self,
+        now: Instant,
+        planned: Instant,
+        nothing_waits: bool,
+        polled: bool,
+    ) -> Option<Instant> {
         let due = self.published_due()?;
         if let Some(grace_ends) = self.published(&self.left).map(|t| t + ENGINE_GRACE)
             && grace_ends > now
         {
-            let wake = if nothing_waits { due.max(grace_ends) } else { grace_ends }.min(planned);
+            let wake = match (polled, nothing_waits) {
+                (true, _) if due > grace_ends => due,
+                (true, _) => planned,
+                (false, true) => due.max(grace_ends),
+                (false, false) => grace_ends,
+            }
+            .min(planned);
             self.engine_plans(wake);
             return Some(wake);
         }
@@ -190,6 +206,15 @@ impl EngineClock {
 pub(super) const LEFT_PRECISION: Duration = Duration::from_micros(2);
 /// The longest the engine sleeps.
 pub(super) const ENGINE_IDLE_PARK: Duration = Duration::from_millis(1);
+/// The longest the engine sleeps while an application polls the wire
+/// ([`crate::port::Port::poll_wire`]). That application runs the device itself, and sends the
+/// ACKs its polls leave waiting with what it posts next or at its next look at an empty wire;
+/// the engine sends them only when a look finds no poll since the one before (the application
+/// stopped), at most twice this after the poll that left them, long before a requester
+/// retransmits. Each wake of the engine takes a CPU that a busy-polling application may be
+/// using: with the wire's receive thread's, a thousand a second each took 1 - 2% of a
+/// `send-lat` application's turns, and with them its 99th percentile.
+pub(super) const ENGINE_POLLED_PARK: Duration = Duration::from_millis(10);
 /// The shortest time between two runs of the timers; a QP that needs service whatever the
 /// time is served this often.
 pub(super) const ENGINE_MIN_PARK: Duration = Duration::from_micros(100);
@@ -249,7 +274,8 @@ fn touch_stack() {
 /// It never queues for the device lock: a thread that holds it runs the device to completion,
 /// which takes the frames waiting and runs the timers when due, and looks again for posted
 /// writes and queued frames after it lets go. So the engine sleeps until the timers are next
-/// due (a millisecond at most); a run that leaves them due sooner than that wakes it. Waking
+/// due (a millisecond at most, [`ENGINE_POLLED_PARK`] while an application polls the wire); a
+/// run that leaves them due sooner than that wakes it. Waking
 /// to find no frame and no posted write waiting, and the timers left due later by a thread
 /// that ran the device meanwhile, it does not take the device at all.
 pub(super) fn engine(weak: Weak<Inner>) {
@@ -271,13 +297,16 @@ pub(super) fn engine(weak: Weak<Inner>) {
 fn engine_look(inner: &Inner) -> Instant {
     // Noted before the lock is tried: a holder that lets go later compares with it.
     let now = Instant::now();
-    let planned = now + ENGINE_IDLE_PARK;
+    let polled = inner.port.take_polled_for_engine();
+    let park = if polled { ENGINE_POLLED_PARK } else { ENGINE_IDLE_PARK };
+    let planned = now + park;
     inner.clock.engine_plans(planned);
-    // Frames, posted writes, or ACKs a polling application left unsent (they wait at most
-    // until this look: `Port::acks_may_wait`).
-    let nothing_waits =
-        !inner.port.rx_waiting() && !inner.posted_any.load(Ordering::Relaxed) && !inner.port.acks_deferred();
-    if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits) {
+    // Frames, posted writes, or ACKs a polling application left unsent once it stopped polling
+    // (`Port::acks_may_wait`; while it polls, they leave with what it does next).
+    let nothing_waits = !inner.port.rx_waiting()
+        && !inner.posted_any.load(Ordering::Relaxed)
+        && (polled || !inner.port.acks_deferred());
+    if let Some(wake) = inner.clock.engine_idle_until(now, planned, nothing_waits, polled) {
         return wake;
     }
     match inner.try_lock() {
@@ -295,7 +324,7 @@ fn engine_look(inner: &Inner) -> Instant {
             // The buffers the run was given back serve the threads that run the data path
             // (`buffers`: an engine's list would keep them from those threads).
             crate::buffers::release();
-            let wake = h.timers_due.min(Instant::now() + ENGINE_IDLE_PARK);
+            let wake = h.timers_due.min(Instant::now() + park);
             inner.clock.engine_plans(wake);
             wake
         }

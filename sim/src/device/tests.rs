@@ -110,23 +110,23 @@ fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
     let now = Instant::now();
     let planned = now + ENGINE_IDLE_PARK;
     c.engine_plans(planned);
-    assert_eq!(c.engine_idle_until(now, planned, true), None, "no thread has run the timers yet");
+    assert_eq!(c.engine_idle_until(now, planned, true, false), None, "no thread has run the timers yet");
     let due = now + Duration::from_micros(300);
     assert!(c.leaving(ns(now), ns(due)), "due before the engine's plan: it is woken");
     // Once the grace of that thread's run has ended:
     let t = now + ENGINE_GRACE;
-    assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
-    assert_eq!(c.engine_idle_until(t, planned, false), None, "a frame or a posted write waits");
-    assert_eq!(c.engine_idle_until(due, planned, true), None, "the timers are due");
+    assert_eq!(c.engine_idle_until(t, planned, true, false), Some(due));
+    assert_eq!(c.engine_idle_until(t, planned, false, false), None, "a frame or a posted write waits");
+    assert_eq!(c.engine_idle_until(due, planned, true, false), None, "the timers are due");
     // Its look at `due` is its plan: a thread leaving with the timers due then does not
     // wake it, one leaving them due sooner does.
     c.engine_plans(planned);
-    assert_eq!(c.engine_idle_until(t, planned, true), Some(due));
+    assert_eq!(c.engine_idle_until(t, planned, true, false), Some(due));
     assert!(!c.leaving(ns(now), ns(due)));
     assert!(c.leaving(ns(now), ns(due - Duration::from_micros(100))));
     // Timers left later than the engine's idle period: it looks at its plan.
     c.leaving(ns(now), ns(now + 3 * ENGINE_IDLE_PARK));
-    assert_eq!(c.engine_idle_until(t, planned, true), Some(planned));
+    assert_eq!(c.engine_idle_until(t, planned, true, false), Some(planned));
 }
 
 /// Within the grace of a thread's run, the engine leaves the device to that thread even
@@ -143,19 +143,51 @@ fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
     c.engine_plans(planned);
     c.leaving(ns(now), ns(due));
     let soon = now + Duration::from_micros(10);
-    assert_eq!(c.engine_idle_until(soon, planned, true), Some(due), "nothing waits: until the timers");
-    assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends), "a frame on its way to that thread");
+    assert_eq!(c.engine_idle_until(soon, planned, true, false), Some(due), "nothing waits: until the timers");
+    assert_eq!(c.engine_idle_until(soon, planned, false, false), Some(grace_ends), "a frame on its way to that thread");
     // Timers due within the grace, and already due when the engine looks.
     c.leaving(ns(now), ns(now + Duration::from_micros(5)));
-    assert_eq!(c.engine_idle_until(soon, planned, true), Some(grace_ends));
-    assert_eq!(c.engine_idle_until(soon, planned, false), Some(grace_ends));
+    assert_eq!(c.engine_idle_until(soon, planned, true, false), Some(grace_ends));
+    assert_eq!(c.engine_idle_until(soon, planned, false, false), Some(grace_ends));
     assert_eq!(
-        c.engine_idle_until(soon, soon + Duration::from_micros(20), false),
+        c.engine_idle_until(soon, soon + Duration::from_micros(20), false, false),
         Some(soon + Duration::from_micros(20))
     );
     // The grace over, the engine takes the device for what waits, or for the timers.
-    assert_eq!(c.engine_idle_until(grace_ends, planned, false), None);
-    assert_eq!(c.engine_idle_until(grace_ends, planned, true), None);
+    assert_eq!(c.engine_idle_until(grace_ends, planned, false, false), None);
+    assert_eq!(c.engine_idle_until(grace_ends, planned, true, false), None);
+}
+
+/// While an application polls the wire, the engine leaves a device a thread just let go of
+/// until the timers are due after the grace, else until its plan: not at the grace's end,
+/// whatever waits (the application's next run takes it). The grace over, it behaves as when
+/// nobody polls.
+#[test]
+fn an_engine_leaves_a_device_its_polling_application_just_ran_until_its_plan() {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    let planned = now + ENGINE_POLLED_PARK;
+    let grace_ends = now + ENGINE_GRACE;
+    let soon = now + Duration::from_micros(10);
+    c.engine_plans(planned);
+    // Timers due after the grace: the engine looks when they are due, whatever waits.
+    let due = now + Duration::from_micros(300);
+    c.leaving(ns(now), ns(due));
+    assert_eq!(c.engine_idle_until(soon, planned, true, true), Some(due));
+    assert_eq!(c.engine_idle_until(soon, planned, false, true), Some(due), "a frame on its way to that thread");
+    // Due within the grace, or already due: left to the application's next run until the plan.
+    c.leaving(ns(now), ns(now + Duration::from_micros(5)));
+    assert_eq!(c.engine_idle_until(soon, planned, true, true), Some(planned));
+    assert_eq!(c.engine_idle_until(soon, planned, false, true), Some(planned));
+    // Never later than the plan.
+    c.leaving(ns(now), ns(planned + ENGINE_POLLED_PARK));
+    assert_eq!(c.engine_idle_until(soon, planned, true, true), Some(planned));
+    // The grace over, what waits or is due is the engine's.
+    c.leaving(ns(now), ns(now + Duration::from_micros(5)));
+    assert_eq!(c.engine_idle_until(grace_ends, planned, true, true), None, "the timers are due");
+    c.leaving(ns(now), ns(due));
+    assert_eq!(c.engine_idle_until(grace_ends, planned, false, true), None, "a frame or a posted write waits");
+    assert_eq!(c.engine_idle_until(grace_ends, planned, true, true), Some(due));
 }
 
 /// A held device with timers long past due (the holder runs them) or not armed: the engine

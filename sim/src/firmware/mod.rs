@@ -69,7 +69,7 @@ pub(crate) const SPARE_LANE_SLOTS: usize = 4;
 const HEALTH_TICK: Duration = Duration::from_millis(1);
 /// How often the firmware touches one of the pages it holds ([`Hca::touch_pages`]): the
 /// longest its timers ever wait.
-pub(crate) const PAGE_TOUCH_PERIOD: Duration = Duration::from_millis(5);
+pub(crate) const PAGE_TOUCH_PERIOD: Duration = Duration::from_millis(10);
 
 /// Lifecycle state of the HCA as the firmware sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -262,6 +262,9 @@ pub(crate) struct PortInner {
     /// Set by each [`Port::poll_wire`]; the wire's receive thread clears it as it looks. While
     /// an application keeps polling, the receive thread leaves the socket to it.
     polled: AtomicBool,
+    /// Set by each [`Port::poll_wire`] too; the device's engine clears it as it looks
+    /// ([`Port::take_polled_for_engine`]).
+    polled_for_engine: AtomicBool,
     /// Whether the device left ACKs unsent when it handled frames an application's
     /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
     /// device's next transmit, or its engine sends them.
@@ -314,6 +317,7 @@ impl Port {
                 tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
                 drain: Mutex::new(None),
                 polled: AtomicBool::new(false),
+                polled_for_engine: AtomicBool::new(false),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
                 admin_up: Arc::new(AtomicBool::new(true)),
@@ -690,11 +694,20 @@ impl Port {
     /// CQ and will soon see what these frames completed; what it then posts (the reply of a
     /// ping-pong) leaves with the ACKs, in one datagram, and a one-way trip costs one
     /// send instead of two. The ACKs wait at most until the application's next look at an
-    /// empty wire, the device's next transmit, or its engine's next look (1 ms). An RC
-    /// requester waits far longer before it retransmits, and ACKs are cumulative, so a later
-    /// one covers what a waiting one would have (the wire doc's §5.3).
+    /// empty wire, the device's next transmit, or, if the application stopped polling, its
+    /// engine's first look that finds no poll since the one before (20 ms at most: see
+    /// `device::engine`'s `ENGINE_POLLED_PARK`). An RC requester waits longer before it
+    /// retransmits (perftest's and rdma-core's ACK timeout of 14 is 67 ms), and ACKs are
+    /// cumulative, so a later one covers what a waiting one would have (the wire doc's §5.3).
     pub(crate) fn acks_may_wait(&self) -> bool {
         POLLING.get() == Arc::as_ptr(&self.inner).addr()
+    }
+
+    /// Whether an application polled the wire ([`Port::poll_wire`]) since the last call: the
+    /// engine's question at each look.
+    pub(crate) fn take_polled_for_engine(&self) -> bool {
+        self.inner.polled_for_engine.load(Ordering::Relaxed)
+            && self.inner.polled_for_engine.swap(false, Ordering::Relaxed)
     }
 
     /// Whether the device left ACKs unsent for a polling application ([`Port::acks_may_wait`]):
@@ -985,6 +998,9 @@ impl Port {
         }
         if !self.inner.polled.load(Ordering::Relaxed) {
             self.inner.polled.store(true, Ordering::Relaxed);
+        }
+        if !self.inner.polled_for_engine.load(Ordering::Relaxed) {
+            self.inner.polled_for_engine.store(true, Ordering::Relaxed);
         }
         let Ok(mut view) = self.inner.drain.try_lock() else { return false };
         let got = WIRE_SLOTS.with(|b| {
