@@ -139,7 +139,7 @@ keys = ['inprocess_write64_msgs_per_s', 'inprocess_write64k_gb_per_s', 'rss_kib_
         'inprocess_write64_parallel_msgs_per_s',
         'rss_kib_after_run', 'rss_anon_kib_after_warmup', 'rss_anon_kib_after_run',
         'raw_udp_rtt_p50_us', 'raw_udp_half_rtt_us', 'raw_udp_rtt_p99_us',
-        'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us',
+        'send_lat_p50_us', 'write_lat_p50_us', 'rc_pingpong_4k_us', 'send_lat_p99_us', 'write_lat_p99_us',
         'target_inprocess_write64_msgs_per_s', 'target_inprocess_write64k_gb_per_s',
         'target_send_lat_p50_us', 'target_write_lat_p50_us', 'target_rc_pingpong_4k_us']
 checks = [
@@ -176,6 +176,9 @@ checks = [
     ((num('rc_pingpong_4k_one_cpu_us') > 0 if d.get('two_process_cpus')
       else d.get('rc_pingpong_4k_one_cpu_us', 0) is None)
      and 'rc_pingpong_4k_one_cpu_us' not in d['ratio_to_target'], 'rc_pingpong_4k_one_cpu_us'),
+    # The tails: references, each no lower than its median.
+    (all(num(k + '_p99_us') >= num(k + '_p50_us') and k + '_p99_us' not in d['ratio_to_target']
+         for k in ('send_lat', 'write_lat')), 'send_lat_p99_us, write_lat_p99_us'),
     # The test's build is cargo's own, never the profile-guided one.
     (d.get('build') in ('release', 'debug'), 'build'),
 ]

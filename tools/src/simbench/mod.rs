@@ -7,7 +7,8 @@
 //! the 64-byte rate of several such pairs at once, one thread each), the two-process figures
 //! (`umlx perf send-lat`, `umlx perf write-lat` and `umlx rc-pingpong` run as a server and a
 //! client process of this same binary on the automatic wire, the loopback LAN, as a user runs
-//! them; and, as a reference, one `rc-pingpong` run with both processes on one CPU), the raw
+//! them; and, as references, the two latencies' 99th percentiles and one `rc-pingpong` run with
+//! both processes on one CPU), the raw
 //! reference (a 64-byte UDP
 //! ping-pong between two busy-polling processes, the hidden `umlx bench udp-echo`), the child
 //! processes' supervision (a timeout, killed on any error, a failure reported with the command
@@ -234,10 +235,10 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let lat_iters = a.iters.unwrap_or(round_trips);
     let raw_send = raw("send-lat")?;
     say(&format!("umlx perf send-lat -s 64 -n {lat_iters}, two processes"));
-    let send_lat = perf_lat("send-lat", Some(lat_iters))?;
+    let (send_lat, send_lat_p99) = perf_lat("send-lat", Some(lat_iters))?;
     let raw_write = raw("write-lat")?;
     say(&format!("umlx perf write-lat -s 64 -n {lat_iters}, two processes"));
-    let write_lat = perf_lat("write-lat", Some(lat_iters))?;
+    let (write_lat, write_lat_p99) = perf_lat("write-lat", Some(lat_iters))?;
     let raw_pingpong = raw("rc-pingpong")?;
     say(&format!("umlx rc-pingpong -s 4096, two processes, {PINGPONG_RUNS} runs"));
     let (pingpong, pingpong_runs) = rc_pingpong(a.iters)?;
@@ -350,6 +351,7 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             value: send_lat,
             goal: Goal::AtMost(TARGET_LAT_HALF_RTTS * raw_send.0 / 2.0),
         },
+        Row { key: "send_lat_p99_us", label: "  p99".into(), unit: "µs", value: send_lat_p99, goal: Goal::Info },
         Row {
             key: "write_lat_p50_us",
             label: "perf write-lat -s 64, p50".into(),
@@ -357,6 +359,7 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
             value: write_lat,
             goal: Goal::AtMost(TARGET_LAT_HALF_RTTS * raw_write.0 / 2.0),
         },
+        Row { key: "write_lat_p99_us", label: "  p99".into(), unit: "µs", value: write_lat_p99, goal: Goal::Info },
         Row {
             key: "rc_pingpong_4k_us",
             label: "rc-pingpong -s 4096, per iteration".into(),

@@ -396,23 +396,28 @@ pub(super) fn raw_udp(round_trips: u64) -> Result<(f64, f64), String> {
     Ok((num("p50 ")?, num("p99 ")?))
 }
 
-/// The median latency (µs) of `umlx perf TEST -s 64` as two processes.
-pub(super) fn perf_lat(test: &str, iters: Option<u64>) -> Result<f64, String> {
+/// The median and the 99th percentile of the one-way latency (µs) of `umlx perf TEST -s 64` as
+/// two processes.
+pub(super) fn perf_lat(test: &str, iters: Option<u64>) -> Result<(f64, f64), String> {
     let mut args = strings(&["-s", "64", "-d", "sim", "--no-progress"]);
     if let Some(n) = iters {
         args.extend(["-n".into(), n.to_string()]);
     }
     let out = run_pair(&["perf", test], &args, "Waiting for client")?;
-    // The row under the header with t_typical: bytes, iterations, t_min, t_max, t_typical, ...
+    // The row under the header with t_typical: bytes, iterations, t_min, t_max, t_typical,
+    // t_avg, t_stdev, 99% percentile, 99.9% percentile.
     let at = out
         .iter()
         .position(|l| l.contains("t_typical"))
         .ok_or_else(|| format!("`umlx perf {test}` (client) printed no latency table: {}", out.join("\n")))?;
     let row = out[at + 1..].iter().find(|l| !l.trim().is_empty()).map(String::as_str).unwrap_or("");
-    row.split_whitespace()
-        .nth(4)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("`umlx perf {test}` (client): no t_typical in the row {row:?}"))
+    let column = |n: usize, name: &str| {
+        row.split_whitespace()
+            .nth(n)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("`umlx perf {test}` (client): no {name} in the row {row:?}"))
+    };
+    Ok((column(4, "t_typical")?, column(7, "99% percentile")?))
 }
 
 /// Runs of `umlx rc-pingpong` whose median the report gives.
