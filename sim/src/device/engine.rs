@@ -283,10 +283,12 @@ pub(super) fn engine(weak: Weak<Inner>) {
     if let Some(inner) = weak.upgrade() {
         inner.port.set_waker(std::thread::current());
     }
+    // The wire's polls counted at the last look (`Port::polls`).
+    let mut polls_seen = 0;
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let hold = inner.engine_hold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let wake = engine_look(&inner);
+        let wake = engine_look(&inner, &mut polls_seen);
         drop(hold);
         drop(inner);
         std::thread::park_timeout(wake.saturating_duration_since(Instant::now()));
@@ -294,10 +296,13 @@ pub(super) fn engine(weak: Weak<Inner>) {
 }
 
 /// One look of the engine at the device: what it runs, if anything; when it looks next.
-fn engine_look(inner: &Inner) -> Instant {
+/// `polls_seen`: the wire's polls counted at the last look, updated.
+fn engine_look(inner: &Inner, polls_seen: &mut u64) -> Instant {
     // Noted before the lock is tried: a holder that lets go later compares with it.
     let now = Instant::now();
-    let polled = inner.port.take_polled_for_engine();
+    let polls = inner.port.polls();
+    let polled = polls != *polls_seen;
+    *polls_seen = polls;
     let park = if polled { ENGINE_POLLED_PARK } else { ENGINE_IDLE_PARK };
     let planned = now + park;
     inner.clock.engine_plans(planned);

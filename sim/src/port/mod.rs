@@ -259,12 +259,12 @@ pub(crate) struct PortInner {
     /// Held by whichever thread takes datagrams from the UDP wire's socket; holds the view of
     /// `link` those looks use ([`WireView`]).
     drain: Mutex<Option<WireView>>,
-    /// Set by each [`Port::poll_wire`]; the wire's receive thread clears it as it looks. While
-    /// an application keeps polling, the receive thread leaves the socket to it.
-    polled: AtomicBool,
-    /// Set by each [`Port::poll_wire`] too; the device's engine clears it as it looks
-    /// ([`Port::take_polled_for_engine`]).
-    polled_for_engine: AtomicBool,
+    /// How many times applications polled the wire ([`Port::poll_wire`]; a count that may miss
+    /// polls of threads at once). The wire's receive thread and the device's engine each compare
+    /// it with what they saw last: while an application keeps polling, the receive thread
+    /// leaves the socket to it, and the engine the device. Each poll writes it: on a line of
+    /// its own.
+    polls: crate::CacheLines<AtomicU64>,
     /// Whether the device left ACKs unsent when it handled frames an application's
     /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
     /// device's next transmit, or its engine sends them.
@@ -316,8 +316,7 @@ impl Port {
                 receiver: std::sync::OnceLock::new(),
                 tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
                 drain: Mutex::new(None),
-                polled: AtomicBool::new(false),
-                polled_for_engine: AtomicBool::new(false),
+                polls: crate::CacheLines(AtomicU64::new(0)),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
                 admin_up: Arc::new(AtomicBool::new(true)),
@@ -703,11 +702,10 @@ impl Port {
         POLLING.get() == Arc::as_ptr(&self.inner).addr()
     }
 
-    /// Whether an application polled the wire ([`Port::poll_wire`]) since the last call: the
-    /// engine's question at each look.
-    pub(crate) fn take_polled_for_engine(&self) -> bool {
-        self.inner.polled_for_engine.load(Ordering::Relaxed)
-            && self.inner.polled_for_engine.swap(false, Ordering::Relaxed)
+    /// How many times applications polled the wire ([`Port::poll_wire`]) so far (see
+    /// `PortInner::polls`).
+    pub(crate) fn polls(&self) -> u64 {
+        self.inner.polls.load(Ordering::Relaxed)
     }
 
     /// Whether the device left ACKs unsent for a polling application ([`Port::acks_may_wait`]):
@@ -996,12 +994,9 @@ impl Port {
         if !self.inner.on_socket.load(Ordering::Relaxed) {
             return false;
         }
-        if !self.inner.polled.load(Ordering::Relaxed) {
-            self.inner.polled.store(true, Ordering::Relaxed);
-        }
-        if !self.inner.polled_for_engine.load(Ordering::Relaxed) {
-            self.inner.polled_for_engine.store(true, Ordering::Relaxed);
-        }
+        // Not a read-modify-write: a poll of another thread at once may go uncounted.
+        let polls = self.inner.polls.load(Ordering::Relaxed);
+        self.inner.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
         let Ok(mut view) = self.inner.drain.try_lock() else { return false };
         let got = WIRE_SLOTS.with(|b| {
             let mut b = b.borrow_mut();

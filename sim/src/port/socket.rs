@@ -61,12 +61,33 @@ const UDP_RX_PREEMPTED: Duration = Duration::from_micros(200);
 const UDP_RX_SPIN_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How long a UDP wire's receive thread sleeps, instead of waiting at its socket, when an
-/// application polled the wire since its last look ([`Port::poll_wire`]). Waking at each
-/// datagram only to find it taken would take a core from the polling threads (on a machine
-/// with as many busy pollers as cores, every datagram would cost a context switch there). When
-/// the polling stops, a datagram waits at most this long for the receive thread (and pausing
-/// stops for a while: [`UDP_RX_PAUSE_HOLDOFF`]).
+/// application polled the wire since its last look ([`Port::poll_wire`]): the first pause.
+/// Waking at each datagram only to find it taken would take a core from the polling threads
+/// (on a machine with as many busy pollers as cores, every datagram would cost a context
+/// switch there). When the polling stops, a datagram waits at most one pause for the receive
+/// thread (and pausing stops for a while: [`UDP_RX_PAUSE_HOLDOFF`]).
 const UDP_RX_POLLED_PAUSE: Duration = Duration::from_millis(1);
+
+/// The longest pause. A pause through which the application polled steadily (at least once
+/// every [`UDP_RX_STEADY_POLL_GAP`] on average), and that left nothing for the thread, doubles
+/// the next, up to this; any other starts again at [`UDP_RX_POLLED_PAUSE`]. Each pause ends
+/// with a wake of the thread on a CPU a busy-polling application may be using: a thousand a
+/// second, with the engine's, took 1 - 2% of a `send-lat` application's turns, and with them
+/// its 99th percentile.
+const UDP_RX_POLLED_PAUSE_MAX: Duration = Duration::from_millis(8);
+
+/// How long after a pause that left datagrams waiting (the application had stopped polling,
+/// [`Pause::Missed`]) the pauses stay at [`UDP_RX_POLLED_PAUSE`]: an application that polls
+/// steadily for a while, then watches memory for a message, and polls again (perftest's
+/// `ib_write_lat` spins on its send CQ, then on the buffer the peer's WRITE fills) would see
+/// that WRITE wait for a long pause's end each time it stopped.
+const UDP_RX_LONG_PAUSE_AFTER_MISS: Duration = Duration::from_secs(1);
+
+/// The longest average gap between the polls of an application that polls steadily: a
+/// busy-polling loop looks at the wire every 0.3 - 1 µs here, and a `send-lat` application,
+/// busy with its own work between, about every 2 µs. One that polls now and then does not,
+/// and its pauses stay short.
+const UDP_RX_STEADY_POLL_GAP: Duration = Duration::from_micros(5);
 
 /// How long a UDP wire's receive thread stops pausing for pollers after two pauses within
 /// [`UDP_RX_PAUSE_MISS_WINDOW`] ended with datagrams waiting ([`Pause::Missed`]). An
@@ -676,37 +697,51 @@ enum Pause {
     /// No application polled the wire since the last look: the thread serves the socket.
     NotPolled,
     /// An application polled, and the thread paused; it took what arrived, or still polls.
-    Polled,
+    /// `steadily`: it polled through the whole pause ([`UDP_RX_STEADY_POLL_GAP`]).
+    Polled { steadily: bool },
     /// The thread paused, and datagrams still wait a grace after its end, with no poll since:
     /// the application stopped polling. If it waits for the device some other way (watching
     /// memory an RDMA WRITE fills, as `ib_write_lat` does), pausing only delays it.
     Missed,
 }
 
-/// When an application polled the wire since the receive thread's last look, sleeps
-/// [`UDP_RX_POLLED_PAUSE`] without watching the socket, and says whether datagrams were left
-/// waiting for the thread. `None` when the port is gone or moved to another socket or wire.
-fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<WireSocket>) -> Option<Pause> {
-    let port = weak.upgrade()?;
-    if !port.polled.swap(false, Ordering::Relaxed) {
+/// When an application polled the wire since the receive thread's last pause began (the
+/// port's poll count differs from `seen`, the count then, which it updates), sleeps `pause`
+/// without watching the socket, and says whether datagrams were left waiting for the thread.
+/// `None` when the port is gone or moved to another socket or wire.
+fn pause_for_poller(weak: &Weak<PortInner>, sock: &Arc<WireSocket>, pause: Duration, seen: &mut u64) -> Option<Pause> {
+    let polls = || Some(weak.upgrade()?.polls.load(Ordering::Relaxed));
+    let start = polls()?;
+    if std::mem::replace(seen, start) == start {
         return Some(Pause::NotPolled);
     }
-    if !lock(&port.link).receives_on(sock) {
+    if !lock(&weak.upgrade()?.link).receives_on(sock) {
         return None;
     }
-    drop(port);
-    std::thread::sleep(UDP_RX_POLLED_PAUSE);
+    std::thread::sleep(pause);
+    let end = polls()?;
+    let steadily = u128::from(end.wrapping_sub(start)) * UDP_RX_STEADY_POLL_GAP.as_nanos() >= pause.as_nanos();
     if !wait_readable(sock, Duration::ZERO) {
-        return Some(Pause::Polled);
+        return Some(Pause::Polled { steadily });
     }
     // Datagrams wait: the application may be busy with what it took, or have stopped polling.
     // One that polls again within the grace takes them.
-    weak.upgrade()?.polled.store(false, Ordering::Relaxed);
     std::thread::sleep(UDP_RX_PAUSE_GRACE);
-    if weak.upgrade()?.polled.load(Ordering::Relaxed) || !wait_readable(sock, Duration::ZERO) {
-        return Some(Pause::Polled);
+    if polls()? != end || !wait_readable(sock, Duration::ZERO) {
+        return Some(Pause::Polled { steadily });
     }
     Some(Pause::Missed)
+}
+
+/// The pause after one of `pause` that ended as `paused` ([`pause_for_poller`]): twice as long,
+/// up to [`UDP_RX_POLLED_PAUSE_MAX`], after one through which the application polled steadily
+/// (and took what arrived), unless a pause left datagrams waiting within
+/// [`UDP_RX_LONG_PAUSE_AFTER_MISS`] (`missed_lately`); else [`UDP_RX_POLLED_PAUSE`].
+fn next_pause(pause: Duration, paused: Option<&Pause>, missed_lately: bool) -> Duration {
+    match paused {
+        Some(Pause::Polled { steadily: true }) if !missed_lately => (pause * 2).min(UDP_RX_POLLED_PAUSE_MAX),
+        _ => UDP_RX_POLLED_PAUSE,
+    }
 }
 
 /// A UDP wire's receive thread: waits for datagrams, queues those waiting (up to
@@ -724,12 +759,22 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
     let mut spin_off_until: Option<Instant> = None;
     let mut pause_off_until: Option<Instant> = None;
     let mut last_miss: Option<Instant> = None;
+    let mut pause = UDP_RX_POLLED_PAUSE;
+    // The wire's polls counted at the last look (`PortInner::polls`).
+    let mut polls_seen = 0;
+    let mut missed_at: Option<Instant> = None;
     loop {
         if pause_off_until.is_none_or(|t| Instant::now() >= t) {
-            match pause_for_poller(&weak, &sock) {
+            let paused = pause_for_poller(&weak, &sock, pause, &mut polls_seen);
+            if matches!(paused, Some(Pause::Missed)) {
+                missed_at = Some(Instant::now());
+            }
+            let missed_lately = missed_at.is_some_and(|t| t.elapsed() < UDP_RX_LONG_PAUSE_AFTER_MISS);
+            pause = next_pause(pause, paused.as_ref(), missed_lately);
+            match paused {
                 None => return,
                 Some(Pause::NotPolled) => {}
-                Some(Pause::Polled) => {
+                Some(Pause::Polled { .. }) => {
                     // Neither a sign of preemption nor of a conversation to spin for.
                     (last_look, last_frame) = (None, None);
                     continue;
@@ -780,6 +825,27 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pauses_for_a_steady_poller_double_up_to_their_longest_and_any_other_end_starts_them_again() {
+        let steady = Pause::Polled { steadily: true };
+        let mut pause = UDP_RX_POLLED_PAUSE;
+        let mut seen = vec![pause];
+        while pause < UDP_RX_POLLED_PAUSE_MAX {
+            pause = next_pause(pause, Some(&steady), false);
+            seen.push(pause);
+        }
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(seen, [ms(1), ms(2), ms(4), ms(8)]);
+        assert_eq!(next_pause(pause, Some(&steady), false), UDP_RX_POLLED_PAUSE_MAX, "no longer than the longest");
+        // An application that polled now and then, or left datagrams waiting, or did not poll;
+        // or a steady one soon after a pause that it left datagrams waiting through.
+        for other in [Pause::Polled { steadily: false }, Pause::Missed, Pause::NotPolled] {
+            assert_eq!(next_pause(pause, Some(&other), false), UDP_RX_POLLED_PAUSE);
+        }
+        assert_eq!(next_pause(pause, Some(&steady), true), UDP_RX_POLLED_PAUSE);
+        assert_eq!(next_pause(pause, None, false), UDP_RX_POLLED_PAUSE);
+    }
 
     #[test]
     fn a_connected_wire_sends_every_frame_whole_whatever_its_segment_option() {
