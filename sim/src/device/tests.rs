@@ -129,20 +129,24 @@ fn an_engine_with_nothing_to_do_leaves_a_device_its_application_runs_alone() {
     assert_eq!(c.engine_idle_until(t, planned, true, false), Some(planned));
 }
 
+/// An engine clock whose engine plans to look `park` from now: the clock, now, that plan, the
+/// end of the grace of a thread that lets go now, and a moment within that grace.
+fn a_clock_in_a_grace(park: Duration) -> (EngineClock, Instant, Instant, Instant, Instant) {
+    let c = EngineClock::new();
+    let now = Instant::now();
+    c.engine_plans(now + park);
+    (c, now, now + park, now + ENGINE_GRACE, now + Duration::from_micros(10))
+}
+
 /// Within the grace of a thread's run, the engine leaves the device to that thread even
 /// when a frame waits or the timers are due (the thread takes them), and looks again when
 /// the grace ends if something waits, else when the timers are due or the grace ends,
 /// whichever is later; never later than its plan.
 #[test]
 fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
-    let c = EngineClock::new();
-    let now = Instant::now();
-    let planned = now + ENGINE_IDLE_PARK;
-    let grace_ends = now + ENGINE_GRACE;
+    let (c, now, planned, grace_ends, soon) = a_clock_in_a_grace(ENGINE_IDLE_PARK);
     let due = now + Duration::from_micros(300);
-    c.engine_plans(planned);
     c.leaving(ns(now), ns(due));
-    let soon = now + Duration::from_micros(10);
     assert_eq!(c.engine_idle_until(soon, planned, true, false), Some(due), "nothing waits: until the timers");
     assert_eq!(c.engine_idle_until(soon, planned, false, false), Some(grace_ends), "a frame on its way to that thread");
     // Timers due within the grace, and already due when the engine looks.
@@ -164,12 +168,7 @@ fn an_engine_leaves_a_device_a_thread_just_let_go_of_to_that_thread() {
 /// nobody polls.
 #[test]
 fn an_engine_leaves_a_device_its_polling_application_just_ran_until_its_plan() {
-    let c = EngineClock::new();
-    let now = Instant::now();
-    let planned = now + ENGINE_POLLED_PARK;
-    let grace_ends = now + ENGINE_GRACE;
-    let soon = now + Duration::from_micros(10);
-    c.engine_plans(planned);
+    let (c, now, planned, grace_ends, soon) = a_clock_in_a_grace(ENGINE_POLLED_PARK);
     // Timers due after the grace: the engine looks when they are due, whatever waits.
     let due = now + Duration::from_micros(300);
     c.leaving(ns(now), ns(due));
