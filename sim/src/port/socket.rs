@@ -96,6 +96,7 @@ const UDP_RX_STEADY_POLL_GAP: Duration = Duration::from_micros(5);
 /// this long.
 const UDP_RX_PAUSE_HOLDOFF: Duration = Duration::from_millis(100);
 const UDP_RX_PAUSE_MISS_WINDOW: Duration = Duration::from_millis(50);
+const _: () = assert!(UDP_RX_PAUSE_HOLDOFF.as_millis() > UDP_RX_PAUSE_MISS_WINDOW.as_millis());
 
 /// How long datagrams found waiting at the end of a pause are left to the application before
 /// the receive thread decides it stopped polling: a poller busy with the frames it took (the
@@ -758,18 +759,15 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
     let mut last_look: Option<Instant> = None;
     let mut spin_off_until: Option<Instant> = None;
     let mut pause_off_until: Option<Instant> = None;
+    // The last pause that ended as `Pause::Missed`.
     let mut last_miss: Option<Instant> = None;
     let mut pause = UDP_RX_POLLED_PAUSE;
     // The wire's polls counted at the last look (`PortInner::polls`).
     let mut polls_seen = 0;
-    let mut missed_at: Option<Instant> = None;
     loop {
         if pause_off_until.is_none_or(|t| Instant::now() >= t) {
             let paused = pause_for_poller(&weak, &sock, pause, &mut polls_seen);
-            if matches!(paused, Some(Pause::Missed)) {
-                missed_at = Some(Instant::now());
-            }
-            let missed_lately = missed_at.is_some_and(|t| t.elapsed() < UDP_RX_LONG_PAUSE_AFTER_MISS);
+            let missed_lately = last_miss.is_some_and(|t| t.elapsed() < UDP_RX_LONG_PAUSE_AFTER_MISS);
             pause = next_pause(pause, paused.as_ref(), missed_lately);
             match paused {
                 None => return,
@@ -782,13 +780,13 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
                 Some(Pause::Missed) => {
                     // One miss may only mean the application was preempted, or busy with what
                     // it took, while it polled; a second one soon after means it stopped.
+                    // (The miss that starts a hold-off stays the last one: the next miss comes
+                    // after the hold-off, outside the window.)
                     let now = Instant::now();
                     if last_miss.is_some_and(|t| now.duration_since(t) < UDP_RX_PAUSE_MISS_WINDOW) {
                         pause_off_until = Some(now + UDP_RX_PAUSE_HOLDOFF);
-                        last_miss = None;
-                    } else {
-                        last_miss = Some(now);
                     }
+                    last_miss = Some(now);
                     (last_look, last_frame) = (None, None);
                 }
             }
