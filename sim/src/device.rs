@@ -35,7 +35,7 @@
 //! posted (else whole, as above).
 //!
 //! The engine thread, and the clock it and the threads that let go of the device share, are
-//! in the `engine` submodule.
+//! in the `engine` submodule; the ACKs the process's exit sends for its devices, in `exit`.
 
 use crate::config::SimConfig;
 use crate::firmware::{DataPath, Hca, HcaState, SimStats};
@@ -49,6 +49,7 @@ use umlx_hwdesc::enums::HealthSyndrome;
 use umlx_wire::packet::Checksums;
 
 mod engine;
+mod exit;
 use engine::{EngineClock, engine, run_timers};
 pub(crate) use engine::{prepare_own_thread, prepare_thread};
 
@@ -590,6 +591,7 @@ impl SimDevice {
             timers_wanted: AtomicBool::new(false),
             engine_hold: Mutex::new(()),
         });
+        exit::register(&inner);
         let receiver: Weak<dyn crate::port::Receiver> = Arc::downgrade(&inner) as Weak<Inner>;
         inner.port.set_receiver(receiver);
         let weak = Arc::downgrade(&inner);
