@@ -19,8 +19,10 @@ use super::Inner;
 use std::sync::{Arc, Mutex, Once, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-/// Every device started in this process (the dead ones are pruned at each start).
-static DEVICES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+/// Every device started in this process (the dead ones are pruned at each start), and the
+/// process that started them: a child forked since inherits the list and the handler, and
+/// sends nothing for its parent's devices.
+static DEVICES: Mutex<(u32, Vec<Weak<Inner>>)> = Mutex::new((0, Vec::new()));
 
 /// How long the exit waits for a device another thread holds before it leaves its ACKs unsent.
 const EXIT_WAIT: Duration = Duration::from_millis(100);
@@ -37,14 +39,21 @@ pub(super) fn register(inner: &Arc<Inner>) {
         unsafe { libc::atexit(send_owed_acks_at_exit) };
     });
     let mut devices = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
-    devices.retain(|d| d.strong_count() > 0);
-    devices.push(Arc::downgrade(inner));
+    let me = std::process::id();
+    if devices.0 != me {
+        *devices = (me, Vec::new());
+    }
+    devices.1.retain(|d| d.strong_count() > 0);
+    devices.1.push(Arc::downgrade(inner));
 }
 
-/// The devices alive now whose ACKs wait.
+/// The devices this process started that are alive now and owe ACKs.
 fn owing() -> Vec<Arc<Inner>> {
     let devices = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
-    devices.iter().filter_map(Weak::upgrade).filter(|d| d.port.acks_deferred()).collect()
+    if devices.0 != std::process::id() {
+        return Vec::new();
+    }
+    devices.1.iter().filter_map(Weak::upgrade).filter(|d| d.port.acks_deferred()).collect()
 }
 
 /// Sends the ACKs each device's polling application left waiting, with what else waits in
@@ -91,7 +100,7 @@ mod tests {
     fn every_device_is_registered_and_a_dropped_one_is_pruned() {
         let a = SimDevice::new(SimConfig::numbered(1));
         let find = |d: &SimDevice| {
-            DEVICES.lock().unwrap().iter().any(|w| w.upgrade().is_some_and(|i| Arc::ptr_eq(&i, &d.inner)))
+            DEVICES.lock().unwrap().1.iter().any(|w| w.upgrade().is_some_and(|i| Arc::ptr_eq(&i, &d.inner)))
         };
         assert!(find(&a), "a started device is registered");
         let dead = Arc::downgrade(&a.inner);
@@ -105,6 +114,7 @@ mod tests {
         let b = SimDevice::new(SimConfig::numbered(2));
         assert!(find(&b));
         let list = DEVICES.lock().unwrap();
-        assert!(!list.iter().any(|w| w.ptr_eq(&dead)), "the dropped device was pruned at the next start");
+        assert_eq!(list.0, std::process::id());
+        assert!(!list.1.iter().any(|w| w.ptr_eq(&dead)), "the dropped device was pruned at the next start");
     }
 }
