@@ -505,6 +505,19 @@ impl crate::port::Receiver for Inner {
         self.try_shared(|_| ())
     }
 
+    fn receive_waiting(&self) -> bool {
+        if let Some(mut h) = self.try_lock() {
+            self.run_to_completion(&mut h);
+            return true;
+        }
+        // Held shared: a run beside the others, for every queue no other run is handling.
+        let Some(h) = self.try_read() else { return false };
+        self.run_shared(&h, u32::MAX, |_| ());
+        drop(h);
+        self.run_left_over(false);
+        true
+    }
+
     fn carrier_changed(&self, present: bool) {
         self.lock().set_carrier(present);
     }

@@ -201,3 +201,23 @@ fn an_engine_that_finds_the_device_held_sleeps_between_its_floor_and_its_plan() 
     let later = now + Duration::from_millis(5);
     assert_eq!(c.engine_wake_when_held(later, later + ENGINE_IDLE_PARK), later + ENGINE_MIN_PARK);
 }
+
+/// Frames left waiting in the port's receive queues (by a thread whose run could not have the
+/// device then, another thread holding it) are handled at the next look of a polling
+/// application at its wire, even one that finds the wire empty: the engine leaves what waits
+/// to an application that polls, for up to `ENGINE_POLLED_PARK` (a sender that waited for
+/// such frames, ACKs, stalled for 8 - 10 ms every 10 ms in a 64-byte `send-bw`).
+#[test]
+fn a_look_at_an_empty_wire_handles_the_frames_waiting_in_the_port() {
+    let dev = SimDevice::new(SimConfig::numbered(1));
+    let port = dev.port();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("a peer socket");
+    port.connect_udp("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).expect("a UDP wire");
+    let received = port.stats().rx_frames;
+    // Not a RoCE frame: counted and dropped when the device handles it.
+    port.queue_unannounced(vec![0x5A; 60]);
+    assert!(port.rx_waiting(), "the frame waits");
+    assert!(!port.poll_wire(), "nothing arrived on the wire");
+    assert!(!port.rx_waiting(), "the look left the frame waiting");
+    assert_eq!(port.stats().rx_frames, received + 1);
+}

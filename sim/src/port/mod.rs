@@ -98,6 +98,10 @@ pub(crate) trait Receiver: Send + Sync {
     /// Handles the waiting frames now in this thread, unless another thread holds the device
     /// (then returns false, and the frames wait for that thread or the engine).
     fn try_receive(&self) -> bool;
+    /// Handles the frames waiting in every receive queue, whichever thread queued them, now in
+    /// this thread, unless another thread holds the whole device (then returns false, and
+    /// that thread takes them as it lets go).
+    fn receive_waiting(&self) -> bool;
     /// The port's cable went in (`present`) or out ([`Port::disconnect`], a connect after it):
     /// the device's link follows. Waits for the device; never called from a run of it.
     fn carrier_changed(&self, present: bool);
@@ -448,6 +452,13 @@ impl Port {
     /// A frame arrives from the wire: it waits for the device's engine.
     pub fn inject(&self, frame: Vec<u8>) {
         self.inner.inject(frame, Checksums::Compute);
+    }
+
+    /// Queues a frame as one arriving from the wire, without telling the device: as a frame a
+    /// thread queued but could not have the device handle, another thread holding it.
+    #[cfg(test)]
+    pub(crate) fn queue_unannounced(&self, frame: Vec<u8>) {
+        self.inner.enqueue(frame, Checksums::Compute);
     }
 
     /// [`Port::inject`] of frames that arrive together: the device takes them as one burst.
@@ -846,6 +857,18 @@ impl PortInner {
         }
     }
 
+    /// Has the device handle the frames waiting in every receive queue now
+    /// ([`Receiver::receive_waiting`]), unless this thread's run of it will.
+    fn receive_waiting(&self) {
+        let me = std::ptr::from_ref(self).addr();
+        if RUNNING.with(|r| r.borrow().contains(&me)) {
+            return;
+        }
+        if let Some(r) = self.receiver.get().and_then(Weak::upgrade) {
+            r.receive_waiting();
+        }
+    }
+
     fn record(&self, frames: &[Vec<u8>]) {
         if !self.recording.load(std::sync::atomic::Ordering::Relaxed) {
             return;
@@ -1006,6 +1029,10 @@ impl Port {
         if got.unwrap_or(0) == 0 {
             if self.inner.acks_deferred.load(Ordering::Relaxed) {
                 self.inner.notify(); // a run that sends the ACKs left waiting
+            } else if self.inner.rx_waiting.load(Ordering::Relaxed) != 0 {
+                // Frames a thread queued, and could not have the device handle then: the
+                // engine leaves them to a polling application (`device::engine`).
+                self.inner.receive_waiting();
             }
             return false;
         }
