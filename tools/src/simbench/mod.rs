@@ -57,6 +57,10 @@ const BULK_BYTES: u64 = 4 << 30;
 const BULK_BYTES_QUICK: u64 = 512 << 20;
 /// Measured UDP round trips (a tenth as many before them).
 const ROUND_TRIPS: u64 = 100_000;
+/// 64-byte SENDs of the two-process `send-bw` figure (a reference: a stream between two
+/// processes, where the latencies are ping-pongs). It stalled for 8 - 10 ms every 10 ms
+/// (22 - 29 thousand messages a second) until `390bb0f`, unseen by the other figures.
+const SEND_BW_MESSAGES: u64 = 100_000;
 /// How long one child process may run.
 const CHILD_LIMIT: Duration = Duration::from_secs(120);
 /// A WRITE run with no completion for this long is stuck.
@@ -90,8 +94,8 @@ pub struct SimBenchArgs {
     /// Measured UDP round trips of the raw reference (a tenth as many before them)
     #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u64).range(10..))]
     pub round_trips: Option<u64>,
-    /// Iterations of the perf latency tests (default: the raw reference's round trips) and
-    /// the RC ping-pong (default: its own, 1000)
+    /// Iterations of the perf latency tests (default: the raw reference's round trips), the
+    /// RC ping-pong (default: its own, 1000) and messages of the send-bw (default: 100,000)
     #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u64).range(5..))]
     pub iters: Option<u64>,
 }
@@ -239,6 +243,9 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
     let raw_write = raw("write-lat")?;
     say(&format!("umlx perf write-lat -s 64 -n {lat_iters}, two processes"));
     let (write_lat, write_lat_p99) = perf_lat("write-lat", Some(lat_iters))?;
+    let bw_messages = a.iters.unwrap_or(SEND_BW_MESSAGES);
+    say(&format!("umlx perf send-bw -s 64 -n {bw_messages}, two processes"));
+    let send_bw = perf_bw_rate("send-bw", bw_messages)?;
     let raw_pingpong = raw("rc-pingpong")?;
     say(&format!("umlx rc-pingpong -s 4096, two processes, {PINGPONG_RUNS} runs"));
     let (pingpong, pingpong_runs) = rc_pingpong(a.iters)?;
@@ -361,6 +368,13 @@ pub fn run(a: &SimBenchArgs) -> Result<(), String> {
         },
         Row { key: "write_lat_p99_us", label: "  p99".into(), unit: "µs", value: write_lat_p99, goal: Goal::Info },
         Row {
+            key: "send_bw64_msgs_per_s",
+            label: "perf send-bw -s 64".into(),
+            unit: "M msg/s",
+            value: send_bw / 1e6,
+            goal: Goal::Info,
+        },
+        Row {
             key: "rc_pingpong_4k_us",
             label: "rc-pingpong -s 4096, per iteration".into(),
             unit: "µs",
@@ -392,7 +406,8 @@ fn print_json(rows: &[Row], ip: &InProcess, pingpong_runs: &[f64], raw_runs: &[f
         let v = match r.key {
             "inprocess_write64_msgs_per_s"
             | "inprocess_write64_parallel_msgs_per_s"
-            | "inprocess_write64_one_pair_flows_msgs_per_s" => js(r.value * 1e6),
+            | "inprocess_write64_one_pair_flows_msgs_per_s"
+            | "send_bw64_msgs_per_s" => js(r.value * 1e6),
             _ if r.unit == "KiB" => format!("{:.0}", r.value),
             _ => js(r.value),
         };

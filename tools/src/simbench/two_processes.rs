@@ -420,6 +420,24 @@ pub(super) fn perf_lat(test: &str, iters: Option<u64>) -> Result<(f64, f64), Str
     Ok((column(4, "t_typical")?, column(7, "99% percentile")?))
 }
 
+/// The message rate (messages per second) of `umlx perf TEST -s 64 -n ITERS` (a bandwidth
+/// test) as two processes: its MsgRate column.
+pub(super) fn perf_bw_rate(test: &str, iters: u64) -> Result<f64, String> {
+    let args = strings(&["-s", "64", "-n", &iters.to_string(), "-d", "sim", "--no-progress"]);
+    let out = run_pair(&["perf", test], &args, "Waiting for client")?;
+    // The row under the header: bytes, iterations, BW peak, BW average, MsgRate (Mpps).
+    let at = out
+        .iter()
+        .position(|l| l.contains("MsgRate"))
+        .ok_or_else(|| format!("`umlx perf {test}` (client) printed no bandwidth table: {}", out.join("\n")))?;
+    let row = out[at + 1..].iter().find(|l| !l.trim().is_empty()).map(String::as_str).unwrap_or("");
+    row.split_whitespace()
+        .nth(4)
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|mpps| mpps * 1e6)
+        .ok_or_else(|| format!("`umlx perf {test}` (client): no MsgRate in the row {row:?}"))
+}
+
 /// Runs of `umlx rc-pingpong` whose median the report gives.
 pub(super) const PINGPONG_RUNS: usize = 3;
 
