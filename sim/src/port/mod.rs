@@ -1033,6 +1033,14 @@ impl Port {
                 // Frames a thread queued, and could not have the device handle then: the
                 // engine leaves them to a polling application (`device::engine`).
                 self.inner.receive_waiting();
+                if self.inner.rx_waiting.load(Ordering::Relaxed) != 0 {
+                    // Another thread's run holds them (it claimed their queue, or holds the
+                    // device whole). If that thread waits for this CPU (the wire's receive
+                    // thread, preempted mid-run by this busy-polling application on the core
+                    // they share), spinning here would keep them waiting for the rest of the
+                    // time slice: give it the CPU.
+                    std::thread::yield_now();
+                }
             }
             return false;
         }
