@@ -403,39 +403,47 @@ pub(super) fn perf_lat(test: &str, iters: Option<u64>) -> Result<(f64, f64), Str
     if let Some(n) = iters {
         args.extend(["-n".into(), n.to_string()]);
     }
-    let out = run_pair(&["perf", test], &args, "Waiting for client")?;
-    // The row under the header with t_typical: bytes, iterations, t_min, t_max, t_typical,
-    // t_avg, t_stdev, 99% percentile, 99.9% percentile.
-    let at = out
-        .iter()
-        .position(|l| l.contains("t_typical"))
-        .ok_or_else(|| format!("`umlx perf {test}` (client) printed no latency table: {}", out.join("\n")))?;
-    let row = out[at + 1..].iter().find(|l| !l.trim().is_empty()).map(String::as_str).unwrap_or("");
-    let column = |n: usize, name: &str| {
-        row.split_whitespace()
-            .nth(n)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("`umlx perf {test}` (client): no {name} in the row {row:?}"))
-    };
-    Ok((column(4, "t_typical")?, column(7, "99% percentile")?))
+    // The row: bytes, iterations, t_min, t_max, t_typical, t_avg, t_stdev, 99% percentile,
+    // 99.9% percentile.
+    let table = PerfTable::of(test, &args, "t_typical")?;
+    Ok((table.column(4, "t_typical")?, table.column(7, "99% percentile")?))
 }
 
 /// The message rate (messages per second) of `umlx perf TEST -s 64 -n ITERS` (a bandwidth
 /// test) as two processes: its MsgRate column.
 pub(super) fn perf_bw_rate(test: &str, iters: u64) -> Result<f64, String> {
     let args = strings(&["-s", "64", "-n", &iters.to_string(), "-d", "sim", "--no-progress"]);
-    let out = run_pair(&["perf", test], &args, "Waiting for client")?;
-    // The row under the header: bytes, iterations, BW peak, BW average, MsgRate (Mpps).
-    let at = out
-        .iter()
-        .position(|l| l.contains("MsgRate"))
-        .ok_or_else(|| format!("`umlx perf {test}` (client) printed no bandwidth table: {}", out.join("\n")))?;
-    let row = out[at + 1..].iter().find(|l| !l.trim().is_empty()).map(String::as_str).unwrap_or("");
-    row.split_whitespace()
-        .nth(4)
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|mpps| mpps * 1e6)
-        .ok_or_else(|| format!("`umlx perf {test}` (client): no MsgRate in the row {row:?}"))
+    // The row: bytes, iterations, BW peak, BW average, MsgRate (Mpps).
+    let table = PerfTable::of(test, &args, "MsgRate")?;
+    Ok(table.column(4, "MsgRate")? * 1e6)
+}
+
+/// The result row of a run of `umlx perf TEST ARGS` as two processes (the client's).
+struct PerfTable {
+    test: String,
+    row: String,
+}
+
+impl PerfTable {
+    /// Runs the pair; the row is the first line after the header line with `header` in it.
+    fn of(test: &str, args: &[String], header: &str) -> Result<PerfTable, String> {
+        let out = run_pair(&["perf", test], args, "Waiting for client")?;
+        let at = out
+            .iter()
+            .position(|l| l.contains(header))
+            .ok_or_else(|| format!("`umlx perf {test}` (client) printed no result table: {}", out.join("\n")))?;
+        let row = out[at + 1..].iter().find(|l| !l.trim().is_empty()).cloned().unwrap_or_default();
+        Ok(PerfTable { test: test.to_string(), row })
+    }
+
+    /// Column `n` (from 0) of the row, as a number; `name` for the error.
+    fn column(&self, n: usize, name: &str) -> Result<f64, String> {
+        self.row
+            .split_whitespace()
+            .nth(n)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("`umlx perf {}` (client): no {name} in the row {:?}", self.test, self.row))
+    }
 }
 
 /// Runs of `umlx rc-pingpong` whose median the report gives.
