@@ -505,17 +505,16 @@ impl crate::port::Receiver for Inner {
         self.try_shared(|_| ())
     }
 
-    fn receive_waiting(&self) -> bool {
+    fn receive_waiting(&self) {
         if let Some(mut h) = self.try_lock() {
             self.run_to_completion(&mut h);
-            return true;
+            return;
         }
         // Held shared: a run beside the others, for every queue no other run is handling.
-        let Some(h) = self.try_read() else { return false };
+        let Some(h) = self.try_read() else { return };
         self.run_shared(&h, u32::MAX, |_| ());
         drop(h);
         self.run_left_over(false);
-        true
     }
 
     fn carrier_changed(&self, present: bool) {

@@ -114,7 +114,8 @@ impl EngineClock {
     /// whichever is later. While an application polls the wire (`polled`), it looks again
     /// when the timers are due after the grace, else at its plan: that application runs the
     /// device at each frame it takes and each doorbell it rings, and its next run takes what
-    /// waits and the timers due (looks at each grace's end made the engine of a `send-lat`
+    /// waits and the timers due (a look at an empty wire too handles the frames waiting:
+    /// `Port::poll_wire`; looks at each grace's end made the engine of a `send-lat`
     /// server wake twice at each of the firmware's page touches). Otherwise it leaves it alone
     /// when nothing waits (`nothing_waits`: no frame, no posted write, no ACK left unsent) and a
     /// thread that ran the device left the timers due later than now, until then. It takes it

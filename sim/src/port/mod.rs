@@ -99,9 +99,10 @@ pub(crate) trait Receiver: Send + Sync {
     /// (then returns false, and the frames wait for that thread or the engine).
     fn try_receive(&self) -> bool;
     /// Handles the frames waiting in every receive queue, whichever thread queued them, now in
-    /// this thread, unless another thread holds the whole device (then returns false, and
-    /// that thread takes them as it lets go).
-    fn receive_waiting(&self) -> bool;
+    /// this thread, but those of a queue another run has claimed (that run takes them) or all
+    /// of them while another thread holds the whole device (that thread takes them as it lets
+    /// go).
+    fn receive_waiting(&self);
     /// The port's cable went in (`present`) or out ([`Port::disconnect`], a connect after it):
     /// the device's link follows. Waits for the device; never called from a run of it.
     fn carrier_changed(&self, present: bool);
