@@ -5,7 +5,8 @@
 #   ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong -g 1 -c, polled on the default device (a
 #   sim on the automatic loopback wire) and with completion events (-e) on a named UDP wire;
 #   ibv_uc_pingpong and ibv_xsrq_pingpong failing cleanly;
-#   perftest's eight RC tests with -x 1, and ib_write_bw -a, ib_read_bw -a;
+#   perftest's eight RC tests with -x 1, ib_send_lat, ib_read_lat and ib_send_bw in event
+#   mode (-e), and ib_write_bw -a, ib_read_bw -a;
 #   mixed pairs: rdma-core programs against umlx rc-pingpong and umlx perf;
 #   UCX: ucx_info -d, ucx_perftest tag_lat, tag_bw and ucp_put_bw over rc_verbs and ud_verbs;
 #   then perftest's and umlx perf's figures for the same tests, side by side.
@@ -304,6 +305,27 @@ for t in ib_write_bw ib_read_bw; do
         if [ "$n" = 23 ]; then ok "$t-all: 23 sizes, 2 B to 8 MiB"; else bad "$t-all: $n result rows, not 23"; show "$t-all-client"; fi
     else
         show "$t-all-server"; show "$t-all-client"
+    fi
+done
+
+# Event mode (-e): perftest waits for a CQ event, then polls once, so an event for a
+# completion that was already in the CQ when it was armed (a stale one) fails it.
+for t in ib_send_lat ib_read_lat ib_send_bw; do
+    case $t in
+    *_bw) size=65536 ;;
+    *) size=2 ;;
+    esac
+    if pair "$t-events" "$t -x 1 -e -n 1000" "$t -x 1 -e -n 1000"; then
+        row=$(result_row "$t-events-client")
+        if echo "$row" | grep -Eq "^ $size 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
+            ok "$t-events-client: result row:$(echo "$row" | cut -c1-70)"
+        else
+            bad "$t-events-client: no result row for $size bytes, 1000 iterations"
+            show "$t-events-client"
+        fi
+    else
+        show "$t-events-server"
+        show "$t-events-client"
     fi
 done
 

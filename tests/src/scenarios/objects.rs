@@ -159,7 +159,7 @@ pub fn cq_poll_batches_and_producer_counter(env: &mut Env) -> Result<Outcome> {
 /// arm, naming the CQ; `ack_cq_events`; two CQs on one channel (the QP's send and receive CQs)
 /// each named by their own events.
 pub fn completion_channel_events(env: &mut Env) -> Result<Outcome> {
-    let (a, b) = env.sides()?;
+    let (mut a, b) = env.sides()?;
     let (t, quiet) = (env.timeout, env.quiet);
     let ch = b.ep.ctx.create_comp_channel()?;
     ensure!(
@@ -197,6 +197,23 @@ pub fn completion_channel_events(env: &mut Env) -> Result<Outcome> {
     qa.post_send(&[wr(12, send(&s))])?;
     wait_wcs(&mut rcq, 1, t)?;
     ensure_eq!(ev(ch.get_cq_event(quiet)?), None, "a second event from one arm");
+
+    // An arm while a completion waits unpolled raises no event for it, only for the next one
+    // (ibv_req_notify_cq(3): "Upon the addition of a new CQ entry"; rxe does the same, and
+    // perftest's event mode, which polls once per event, relies on it). The requester's
+    // completions say the responder wrote its receive CQE: it does so before it ACKs.
+    wait_wcs(&mut a.cq, 3, t)?;
+    qb.post_recv(&[recv(4, &r), recv(5, &r)])?;
+    qa.post_send(&[wr(13, send(&s))])?;
+    wait_wcs(&mut a.cq, 1, t)?;
+    rcq.req_notify(false)?;
+    ensure_eq!(ev(ch.get_cq_event(quiet)?), None, "an event for a completion already in the CQ when it was armed");
+    qa.post_send(&[wr(14, send(&s))])?;
+    ensure_eq!(ev(ch.get_cq_event(t)?), Some((rcq.cqn(), 0x7ec)), "event for the completion after the arm");
+    rcq.ack_events(1);
+    let wcs = wait_wcs(&mut rcq, 2, t)?;
+    expect_wc(&wcs[0], 4, WcStatus::Success, WcOpcode::Recv)?;
+    expect_wc(&wcs[1], 5, WcStatus::Success, WcOpcode::Recv)?;
 
     // The send CQ on the same channel: its event names it.
     scq.req_notify(false)?;
