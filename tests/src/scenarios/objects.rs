@@ -198,22 +198,36 @@ pub fn completion_channel_events(env: &mut Env) -> Result<Outcome> {
     wait_wcs(&mut rcq, 1, t)?;
     ensure_eq!(ev(ch.get_cq_event(quiet)?), None, "a second event from one arm");
 
-    // An arm while a completion waits unpolled raises no event for it, only for the next one
-    // (ibv_req_notify_cq(3): "Upon the addition of a new CQ entry"; rxe does the same, and
-    // perftest's event mode, which polls once per event, relies on it). The requester's
-    // completions say the responder wrote its receive CQE: it does so before it ACKs.
+    // A re-arm before the completion of the event taken is polled raises no event for it,
+    // only for the next completion (ibv_req_notify_cq(3): "Upon the addition of a new CQ
+    // entry"; perftest's event mode re-arms, then polls once).
     wait_wcs(&mut a.cq, 3, t)?;
+    rcq.req_notify(false)?;
     qb.post_recv(&[recv(4, &r), recv(5, &r)])?;
     qa.post_send(&[wr(13, send(&s))])?;
-    wait_wcs(&mut a.cq, 1, t)?;
+    ensure_eq!(ev(ch.get_cq_event(t)?), Some((rcq.cqn(), 0x7ec)), "event after arming the receive CQ again");
+    rcq.ack_events(1);
     rcq.req_notify(false)?;
-    ensure_eq!(ev(ch.get_cq_event(quiet)?), None, "an event for a completion already in the CQ when it was armed");
+    ensure_eq!(ev(ch.get_cq_event(quiet)?), None, "an event for a completion an event already covered");
     qa.post_send(&[wr(14, send(&s))])?;
-    ensure_eq!(ev(ch.get_cq_event(t)?), Some((rcq.cqn(), 0x7ec)), "event for the completion after the arm");
+    ensure_eq!(ev(ch.get_cq_event(t)?), Some((rcq.cqn(), 0x7ec)), "event for the completion after the re-arm");
     rcq.ack_events(1);
     let wcs = wait_wcs(&mut rcq, 2, t)?;
     expect_wc(&wcs[0], 4, WcStatus::Success, WcOpcode::Recv)?;
     expect_wc(&wcs[1], 5, WcStatus::Success, WcOpcode::Recv)?;
+
+    // A completion written while the CQ was not armed, still unpolled when it is armed,
+    // raises the event at once: a host that polled the CQ empty, armed it and sleeps misses
+    // nothing. The requester's completion says the responder wrote its receive CQE (it does
+    // so before it ACKs).
+    wait_wcs(&mut a.cq, 2, t)?;
+    qb.post_recv(&[recv(6, &r)])?;
+    qa.post_send(&[wr(15, send(&s))])?;
+    wait_wcs(&mut a.cq, 1, t)?;
+    rcq.req_notify(false)?;
+    ensure_eq!(ev(ch.get_cq_event(t)?), Some((rcq.cqn(), 0x7ec)), "no event at the arm for a completion it missed");
+    rcq.ack_events(1);
+    expect_wc(&wait_wcs(&mut rcq, 1, t)?[0], 6, WcStatus::Success, WcOpcode::Recv)?;
 
     // The send CQ on the same channel: its event names it.
     scq.req_notify(false)?;

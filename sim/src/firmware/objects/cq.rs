@@ -35,6 +35,10 @@ pub struct Cq {
     pub producer: u32,
     /// Current arm.
     pub arm: Option<CqArm>,
+    /// The CQEs written when the last completion event was raised: those written since were
+    /// written while the CQ was not armed (an arm that finds them unconsumed raises the event
+    /// they missed).
+    pub evented_through: u32,
     /// Set after an overrun or a fault: the CQ accepts no more CQEs.
     pub error: bool,
     /// Moderation: period and max count (stored for QUERY_CQ).
@@ -88,6 +92,7 @@ impl Hca {
                     oi,
                     producer: 0,
                     arm: None,
+                    evented_through: 0,
                     error: false,
                     moderation,
                 })
@@ -217,11 +222,22 @@ impl Hca {
             sn: ((hi >> plain::uar::CQ_DB_SN_SHIFT) & 3) as u8,
             ci: hi & plain::cq::NUM_MASK_24,
         };
-        // The event comes with the next CQE written, not for those already in the ring: the
-        // verbs contract (ibv_req_notify_cq(3): "Upon the addition of a new CQ entry"), which
-        // rxe keeps and perftest's event mode relies on (it polls once per event: an event
-        // for a CQE already there was a stale one for its next wait).
         cq.arm = Some(arm);
+        // Unconsumed CQEs (beyond the arm's consumer index) that no event covered, written
+        // while the CQ was not armed, raise the event at once: a host that polled the CQ
+        // empty, armed it and sleeps misses none (nor one written between the doorbell's ring
+        // and its execution, when another thread held the device). A CQE an event already
+        // covered raises none: the event comes with the next CQE written, as
+        // ibv_req_notify_cq(3) says ("Upon the addition of a new CQ entry"). A host that
+        // re-arms before it polls the CQE of the event it took (perftest's event mode, which
+        // then polls once) would otherwise take a stale event for its next wait.
+        let mask = plain::cq::NUM_MASK_24;
+        let unconsumed = cq.producer.wrapping_sub(arm.ci) & mask;
+        let evented = cq.evented_through.wrapping_sub(arm.ci) & mask;
+        let covered = if evented <= unconsumed { evented } else { 0 };
+        if unconsumed > covered && !arm.solicited_only {
+            self.data_path(|dp| dp.cq_event(cqn));
+        }
     }
 }
 
@@ -232,6 +248,7 @@ impl DataPath<'_> {
         if cq.arm.take().is_none() {
             return;
         }
+        cq.evented_through = cq.producer;
         let eqn = cq.eqn;
         drop(cq);
         let data = plain::eqe_comp { cqn: (cqn & plain::cq::NUM_MASK_24).into(), ..Default::default() };
