@@ -262,6 +262,19 @@ result_row() {
     result_rows "$1" | tail -1
 }
 
+# Checks that the output of run NAME has perftest's result row for SIZE bytes and 1000
+# iterations.
+has_result_row() {
+    local row
+    row=$(result_row "$1")
+    if echo "$row" | grep -Eq "^ $2 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
+        ok "$1: result row:$(echo "$row" | cut -c1-70)"
+    else
+        bad "$1: no result row for $2 bytes, 1000 iterations"
+        show "$1"
+    fi
+}
+
 # perftest: each of the eight RC tests, both sides perftest on umlx (GID index 1, the RoCEv2
 # GID). The bandwidth tests check the result row of the default 64 KiB message, the latency
 # tests that of 2 bytes (atomics: 8); WRITE and READ bandwidth also run over all sizes (-a,
@@ -280,13 +293,7 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     esac
     if pair "$t" "$t -x 1 -n 1000" "$t -x 1 -n 1000"; then
         for side in $sides; do
-            row=$(result_row "$t-$side")
-            if echo "$row" | grep -Eq "^ $size 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
-                ok "$t-$side: result row:$(echo "$row" | cut -c1-70)"
-            else
-                bad "$t-$side: no result row for $size bytes, 1000 iterations"
-                show "$t-$side"
-            fi
+            has_result_row "$t-$side" "$size"
         done
         for side in server client; do
             if grep -Eqi 'failed|unable|couldn|error' "$work/$t-$side.out"; then
@@ -316,13 +323,7 @@ for t in ib_send_lat ib_read_lat ib_send_bw; do
     *) size=2 ;;
     esac
     if pair "$t-events" "$t -x 1 -e -n 1000" "$t -x 1 -e -n 1000"; then
-        row=$(result_row "$t-events-client")
-        if echo "$row" | grep -Eq "^ $size 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
-            ok "$t-events-client: result row:$(echo "$row" | cut -c1-70)"
-        else
-            bad "$t-events-client: no result row for $size bytes, 1000 iterations"
-            show "$t-events-client"
-        fi
+        has_result_row "$t-events-client" "$size"
     else
         show "$t-events-server"
         show "$t-events-client"
