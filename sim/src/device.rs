@@ -202,8 +202,14 @@ impl Inner {
     /// ([`Inner::run_shared`]), then what was left over ([`Inner::run_left_over`]). False, and
     /// `f` not run, if another thread holds the whole device.
     fn try_shared(&self, f: impl FnOnce(&mut DataPath<'_>)) -> bool {
+        self.try_shared_on(0, f)
+    }
+
+    /// [`Inner::try_shared`] whose run also handles the receive queues `queues` (bit `q` for
+    /// queue `q`), whichever thread queued their frames.
+    fn try_shared_on(&self, queues: u32, f: impl FnOnce(&mut DataPath<'_>)) -> bool {
         let Some(h) = self.try_read() else { return false };
-        self.run_shared(&h, 0, f);
+        self.run_shared(&h, queues, f);
         drop(h);
         self.run_left_over(false);
         true
@@ -511,10 +517,7 @@ impl crate::port::Receiver for Inner {
             return;
         }
         // Held shared: a run beside the others, for every queue no other run is handling.
-        let Some(h) = self.try_read() else { return };
-        self.run_shared(&h, u32::MAX, |_| ());
-        drop(h);
-        self.run_left_over(false);
+        self.try_shared_on(u32::MAX, |_| ());
     }
 
     fn carrier_changed(&self, present: bool) {

@@ -841,8 +841,7 @@ impl PortInner {
     /// now in this thread if the device is free, else by the thread holding it (which looks
     /// at the queue again after it lets go) or the engine.
     pub(crate) fn notify(&self) {
-        let me = std::ptr::from_ref(self).addr();
-        if RUNNING.with(|r| r.borrow().contains(&me)) {
+        if self.run_here() {
             return; // this thread's run of the device takes it
         }
         // Pairs with the fence of a thread that lets go of the device (`device::Inner`): of
@@ -858,11 +857,17 @@ impl PortInner {
         }
     }
 
+    /// Whether this thread is running the port's device (to completion, [`Running`]): that run
+    /// takes what the port queues.
+    fn run_here(&self) -> bool {
+        let me = std::ptr::from_ref(self).addr();
+        RUNNING.with(|r| r.borrow().contains(&me))
+    }
+
     /// Has the device handle the frames waiting in every receive queue now
     /// ([`Receiver::receive_waiting`]), unless this thread's run of it will.
     fn receive_waiting(&self) {
-        let me = std::ptr::from_ref(self).addr();
-        if RUNNING.with(|r| r.borrow().contains(&me)) {
+        if self.run_here() {
             return;
         }
         if let Some(r) = self.receiver.get().and_then(Weak::upgrade) {
