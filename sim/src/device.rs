@@ -40,6 +40,7 @@
 use crate::config::SimConfig;
 use crate::firmware::{DataPath, Hca, HcaState, SimStats};
 use crate::iommu::{IommuFault, MapError};
+use crate::port::RxFrame;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::os::fd::BorrowedFd;
@@ -334,6 +335,13 @@ impl Inner {
     /// its application keeps busy needs no engine for them (the frames that arrived first: an
     /// ACK must count before its retransmit timer).
     fn run_to_completion(&self, h: &mut Hca) {
+        self.run_to_completion_with(h, None);
+    }
+
+    /// [`Inner::run_to_completion`] whose first look at the receive queues also runs
+    /// `taken`: the handling of frames a thread took from the wire and did not queue (see
+    /// [`crate::port::Receiver::try_receive_taken`]), after the frames queued before them.
+    fn run_to_completion_with(&self, h: &mut Hca, mut taken: Option<&mut dyn FnMut(&mut Hca)>) {
         let _running = crate::port::Running::enter(&self.port);
         h.set_egress_checksums(self.port.egress_checksums());
         self.execute_posted(h);
@@ -351,7 +359,12 @@ impl Inner {
                 self.port.flush_acks(h);
             }
             self.transmit_outbox(h);
-            if !self.receive_all(h) {
+            let mut received = self.receive_all(h);
+            if let Some(handle) = taken.take() {
+                handle(h);
+                received = true;
+            }
+            if !received {
                 if self.posted_whole.load(Ordering::Relaxed) {
                     continue;
                 }
@@ -390,7 +403,7 @@ impl Inner {
             waiting &= waiting - 1;
             let frames = self.port.take_rx(q);
             if !frames.is_empty() {
-                self.port.process(h, &frames, crate::port::run_now_for_batch());
+                self.port.process(h, &mut frames.iter().map(RxFrame::view), crate::port::run_now_for_batch());
                 any = true;
             }
             self.port.recycle_rx(q, frames);
@@ -482,7 +495,7 @@ impl Inner {
         let frames = self.port.take_rx(q);
         let any = !frames.is_empty();
         if any {
-            self.port.process_on(dp, &frames, crate::port::run_now_for_batch());
+            self.port.process_on(dp, &mut frames.iter().map(RxFrame::view), crate::port::run_now_for_batch());
         }
         self.port.recycle_rx(q, frames);
         while_held();
@@ -509,6 +522,12 @@ impl crate::port::Receiver for Inner {
             return true;
         }
         self.try_shared(|_| ())
+    }
+
+    fn try_receive_taken(&self, handle: &mut dyn FnMut(&mut Hca)) -> bool {
+        let Some(mut h) = self.try_lock() else { return false };
+        self.run_to_completion_with(&mut h, Some(handle));
+        true
     }
 
     fn receive_waiting(&self) {

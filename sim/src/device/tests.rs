@@ -1,4 +1,5 @@
-//! Tests of the device's engine thread and timers (and of a device refused its engine).
+//! Tests of the device's engine thread and timers, of a device refused its engine, and of an
+//! application's looks at its wire.
 
 use super::engine::*;
 use super::*;
@@ -220,4 +221,57 @@ fn a_look_at_an_empty_wire_handles_the_frames_waiting_in_the_port() {
     assert!(!port.poll_wire(), "nothing arrived on the wire");
     assert!(!port.rx_waiting(), "the look left the frame waiting");
     assert_eq!(port.stats().rx_frames, received + 1);
+}
+
+/// An application's look at its wire hands the device the frames it took where they lie, after
+/// the frames queued before them, or, when another thread holds the device, queues them for
+/// that thread. Shown by ARP replies for one address from two MACs: the device keeps the MAC of
+/// the reply it handled last. A round counts when the look took the datagram (the wire's
+/// receive thread may take it first; then the round is run again).
+#[test]
+fn a_look_hands_the_device_what_it_took_after_what_waited_or_queues_it_for_a_holder() {
+    let dev = SimDevice::new(SimConfig::numbered(2));
+    let port = dev.port();
+    let peer = std::net::UdpSocket::bind("127.0.0.1:0").expect("a peer socket");
+    let local = port.connect_udp("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).expect("a UDP wire");
+    let (me, neighbour): (std::net::IpAddr, std::net::IpAddr) =
+        ("10.77.0.1".parse().unwrap(), "10.77.0.9".parse().unwrap());
+    let request = umlx_wire::arp::request(port.mac(), me, neighbour).expect("an ARP request");
+    let reply_from = |last: u8| umlx_wire::arp::reply(&request, [0x02, 0, 0, 0, 0x77, last], &[neighbour]).unwrap();
+    let learnt = || port.resolve(me, neighbour, Duration::ZERO).map(|mac| mac[5]);
+    let mut next_mac = 0u8;
+    for held in [false, true] {
+        let mut looked = false;
+        for _round in 0..50 {
+            let (first, second) = (next_mac + 1, next_mac + 2);
+            next_mac += 2;
+            // A reply waits in the port, queued before the look's; a second arrives on the wire.
+            port.queue_unannounced(reply_from(first));
+            peer.send_to(&reply_from(second), local).expect("a datagram to the port");
+            let guard = held.then(|| dev.lock());
+            let start = Instant::now();
+            while !looked && start.elapsed() < Duration::from_secs(1) && (held || learnt() != Some(second)) {
+                looked = port.poll_wire();
+            }
+            if held && looked {
+                assert!(port.rx_waiting(), "the look queued what it took for the holder");
+                assert_ne!(learnt(), Some(second), "handled with the device held elsewhere");
+            }
+            drop(guard);
+            let start = Instant::now();
+            while learnt() != Some(second) || port.rx_waiting() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "the reply that came last is the one kept, and nothing waits (held: {held}, learnt: {:?})",
+                    learnt()
+                );
+                port.poll_wire();
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            if looked {
+                break;
+            }
+        }
+        assert!(looked, "a look took the datagram in one of 50 rounds (held: {held})");
+    }
 }

@@ -4,10 +4,12 @@
 //! outside the device lock: a frame arriving from a wire waits in its receive queue, and the
 //! port asks its device (`Receiver`) to handle it at once in the arriving thread; when another
 //! thread holds the device, that thread or the device's engine thread (which the port wakes)
-//! takes it. Frames the transport built are handed to the port under the device lock. It
-//! answers ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]),
-//! drops and counts malformed frames ([`WireStats`]), and can record every frame sent and
-//! received in a pcap.
+//! takes it. An application that polls the wire itself ([`Port::poll_wire`]) has the device
+//! handle what it took where the frames lie, not queued, when it can take the whole device at
+//! once. Frames the transport built are handed to the port under the device lock. It answers
+//! ARP and IPv6 neighbour solicitation for its own addresses ([`umlx_wire::arp`]), drops and
+//! counts malformed frames ([`WireStats`]), and can record every frame sent and received in a
+//! pcap.
 //!
 //! The port is the device's egress: the transport builds its frames without their integrity
 //! fields ([`Checksums::Defer`]), and the port fills the IPv4 header checksum and the ICRC
@@ -58,6 +60,13 @@ pub(crate) struct RxFrame {
     pub(crate) checksums: Checksums,
 }
 
+impl RxFrame {
+    /// The frame and its [`RxFrame::checksums`], as [`Port::process`] takes them.
+    pub(crate) fn view(&self) -> (&[u8], Checksums) {
+        (&self.bytes, self.checksums)
+    }
+}
+
 /// Fills the integrity fields of the transport's frames (see the module doc). A frame that is
 /// not RoCE (an ARP reply) has none and is left as it is.
 pub(crate) fn fill_all(frames: &mut [Vec<u8>]) {
@@ -98,6 +107,11 @@ pub(crate) trait Receiver: Send + Sync {
     /// Handles the waiting frames now in this thread, unless another thread holds the device
     /// (then returns false, and the frames wait for that thread or the engine).
     fn try_receive(&self) -> bool;
+    /// Runs the device to completion now in this thread, as [`Receiver::try_receive`] does,
+    /// its first look at the receive queues also running `handle` (which hands the device
+    /// frames this thread took from the wire and did not queue) after the frames queued
+    /// before them; false, and `handle` not run, if another thread holds the device.
+    fn try_receive_taken(&self, handle: &mut dyn FnMut(&mut Hca)) -> bool;
     /// Handles the frames waiting in every receive queue, whichever thread queued them, now in
     /// this thread, but those of a queue another run has claimed (that run takes them) or all
     /// of them while another thread holds the whole device (that thread takes them as it lets
@@ -650,19 +664,21 @@ impl Port {
     /// Hands received frames to the device (under its lock): ARP/ND are answered, RoCE
     /// packets verified (unless they crossed nothing: [`RxFrame::checksums`]) and given to the
     /// transport, anything else counted and dropped.
-    pub(crate) fn process(&self, hca: &mut Hca, frames: &VecDeque<RxFrame>, now: Instant) {
-        if frames.is_empty() {
-            return;
-        }
+    pub(crate) fn process(&self, hca: &mut Hca, frames: &mut dyn Iterator<Item = (&[u8], Checksums)>, now: Instant) {
         hca.data_path(|dp| self.process_on(dp, frames, now));
     }
 
     /// [`Port::process`] on the data path's view of the device.
-    pub(crate) fn process_on(&self, hca: &mut DataPath<'_>, frames: &VecDeque<RxFrame>, now: Instant) {
+    pub(crate) fn process_on(
+        &self,
+        hca: &mut DataPath<'_>,
+        frames: &mut dyn Iterator<Item = (&[u8], Checksums)>,
+        now: Instant,
+    ) {
         // The port's counters are taken once for the batch (their lock is not per frame).
         let mut counted = WireStats::new();
         let mut hold = RxHold::default();
-        for RxFrame { bytes: f, checksums } in frames {
+        for (f, checksums) in frames {
             let et = f.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]));
             if et == Some(ETHERTYPE_ARP) || (et == Some(ETHERTYPE_IPV6) && f.get(20) == Some(&arp::IPPROTO_ICMPV6)) {
                 let mut ips = self.inner.ips.clone();
@@ -987,16 +1003,8 @@ impl PortInner {
         let mut got = 0;
         while got < UDP_RX_BATCH {
             let n = recv_batch(sock, slots, *local, |frame, truncated| {
-                if truncated {
-                    let mut s = lock(&self.stats);
-                    s.record_rx_frame(frame.len());
-                    s.drop_truncated += 1;
-                    return;
-                }
-                if lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac)) {
-                    let mut buf = crate::buffers::take();
-                    buf.extend_from_slice(frame);
-                    frames.push(buf);
+                if self.accepts(lan, frame, truncated) {
+                    frames.push(copied(frame));
                 }
             });
             // The frames of one receive are queued together: a queue's lock is taken once for
@@ -1011,9 +1019,101 @@ impl PortInner {
         }
         Some(got)
     }
+
+    /// Whether a frame a receive took from the wire goes to the port: not when the kernel
+    /// truncated it (counted) or it is not for this member of a LAN.
+    fn accepts(&self, lan: &Option<Arc<Lan>>, frame: &[u8], truncated: bool) -> bool {
+        if truncated {
+            let mut s = lock(&self.stats);
+            s.record_rx_frame(frame.len());
+            s.drop_truncated += 1;
+            return false;
+        }
+        lan.as_ref().is_none_or(|lan| lan.accept(frame, &self.mac))
+    }
+}
+
+/// A copy of `frame` in a buffer of the pool, to queue.
+fn copied(frame: &[u8]) -> Vec<u8> {
+    let mut buf = crate::buffers::take();
+    buf.extend_from_slice(frame);
+    buf
+}
+
+/// Most frames of one receive that an application's look hands the device where they lie
+/// ([`Port::look_at_wire`]); a receive with more queues them.
+const HANDLED_IN_PLACE: usize = 32;
+
+/// What an application's look at the wire did ([`Port::look_at_wire`]).
+enum Look {
+    /// Nothing waited, or the port is not on a UDP wire.
+    Empty,
+    /// It took frames and the device handled them.
+    Handled,
+    /// It took frames and queued them: the device was held by another thread, or the frames
+    /// were too many or to be recorded.
+    Queued,
 }
 
 impl Port {
+    /// An application's look at the UDP wire ([`Port::poll_wire`]), under the `drain` lock
+    /// (`view` its content): one receive, whose frames the device handles where they lie in
+    /// `slots`, in this thread, when it can take the whole device at once, after the frames
+    /// queued before them. Otherwise the frames are queued as [`PortInner::drain_wire`] queues
+    /// them, and after a full receive the rest that waits is too. Handling them in place
+    /// spares each frame a copy into a buffer, its queue's lock twice and its steering.
+    fn look_at_wire(&self, view: &mut Option<WireView>, slots: &mut RecvSlots) -> Look {
+        let inner = &self.inner;
+        let Some(WireView { sock, lan, local, frames }) = inner.wire_view(view) else { return Look::Empty };
+        let base = slots.memory().as_ptr().addr();
+        // Where the frames lie in the slots' memory (offset, length), up to the first that did
+        // not fit here; that one and the rest are copied.
+        let mut in_place = [(0usize, 0usize); HANDLED_IN_PLACE];
+        let mut count = 0;
+        let n = recv_batch(sock, slots, *local, |frame, truncated| {
+            if !inner.accepts(lan, frame, truncated) {
+                return;
+            }
+            if count < in_place.len() && frames.is_empty() {
+                in_place[count] = (frame.as_ptr().addr() - base, frame.len());
+                count += 1;
+            } else {
+                frames.push(copied(frame));
+            }
+        });
+        if n == 0 {
+            return Look::Empty;
+        }
+        let memory = slots.memory();
+        let taken = &in_place[..count];
+        let frame_at = |&(at, len): &(usize, usize)| memory.get(at..at + len).unwrap_or_default();
+        if frames.is_empty()
+            && inner.admin_up.load(Ordering::Relaxed)
+            && !inner.recording.load(Ordering::Relaxed)
+            && let Some(receiver) = inner.receiver.get().and_then(Weak::upgrade)
+        {
+            // As `poll_wire` sets it for a run of the device after a look that queued.
+            if !inner.acks_deferred.load(Ordering::Relaxed) {
+                POLLING.set(Arc::as_ptr(inner).addr());
+            }
+            let handled = receiver.try_receive_taken(&mut |h| {
+                let frames = &mut taken.iter().map(|at| (frame_at(at), Checksums::Compute));
+                self.process(h, frames, run_now_for_batch());
+            });
+            POLLING.set(0);
+            if handled {
+                return Look::Handled;
+            }
+        }
+        // Queued in the order they came: those noted in place, then those copied after them.
+        let noted = taken.iter().map(|at| copied(frame_at(at)));
+        inner.enqueue_all(noted.chain(frames.drain(..)), Checksums::Compute);
+        if n == RECV_BATCH {
+            inner.drain_wire(view, None, slots);
+        }
+        Look::Queued
+    }
+
     /// Takes what waits at the port's UDP wire now and has the device handle it, in the calling
     /// thread: how an application that polls its CQ runs the device's receive side itself (as
     /// a busy-polling DPDK program does), instead of waiting for the wire's receive thread to
@@ -1027,12 +1127,15 @@ impl Port {
         let polls = self.inner.polls.load(Ordering::Relaxed);
         self.inner.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
         let Ok(mut view) = self.inner.drain.try_lock() else { return false };
-        let got = WIRE_SLOTS.with(|b| {
-            let mut b = b.borrow_mut();
-            self.inner.drain_wire(&mut view, None, b.get_or_insert_with(RecvSlots::new))
+        let look = WIRE_SLOTS.with(|b| match b.try_borrow_mut() {
+            Ok(mut b) => self.look_at_wire(&mut view, b.get_or_insert_with(RecvSlots::new)),
+            Err(_) => Look::Empty, // a look in progress in this thread (none calls another)
         });
         drop(view);
-        if got.unwrap_or(0) == 0 {
+        if matches!(look, Look::Handled) {
+            return true;
+        }
+        if matches!(look, Look::Empty) {
             if self.inner.acks_deferred.load(Ordering::Relaxed) {
                 self.inner.notify(); // a run that sends the ACKs left waiting
             } else if self.inner.rx_waiting.load(Ordering::Relaxed) != 0 {

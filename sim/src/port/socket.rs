@@ -152,6 +152,13 @@ impl RecvSlots {
     }
 }
 
+impl RecvSlots {
+    /// The slots' memory, where the frames [`recv_batch`] handed out lie until its next call.
+    pub(super) fn memory(&self) -> &[u8] {
+        &self.data
+    }
+}
+
 /// Takes the datagrams waiting at `sock` (up to [`RECV_BATCH`], or one after a call that found
 /// none: `RecvSlots::ask`; one `recvmmsg` with `MSG_DONTWAIT`: the socket stays blocking for
 /// the other users of its descriptor) and calls `each(frame, truncated)` for each frame;
