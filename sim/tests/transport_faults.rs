@@ -201,9 +201,11 @@ fn a_qp_whose_messages_were_all_acked_is_not_due_and_its_next_message_still_time
     {
         let mut h = p.a.dev.lock();
         let now = std::time::Instant::now();
-        assert!(h.next_due(now).is_none_or(|due| due > now), "an ACKed QP makes no timer due");
+        // The transport's timers only: the firmware's page touch, every 10 ms, is due whenever
+        // the engine is late (a loaded machine).
+        assert!(h.transport_due(now).is_none_or(|due| due > now), "an ACKed QP makes no timer due");
         h.tick(now); // takes the idle QP out of the set
-        assert!(h.next_due(now).is_none_or(|due| due > now));
+        assert!(h.transport_due(now).is_none_or(|due| due > now));
     }
     // Lost, then retransmitted once the fabric delivers again (ACK timeout about 17 ms).
     p.fabric.set_config(FabricConfig { loss: 1.0, ..Default::default() });

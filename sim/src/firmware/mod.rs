@@ -585,4 +585,10 @@ impl Hca {
         let cmds = self.delayed.iter().map(|d| d.due).min();
         [cmds, self.transport_next_due(now), self.page_touch_due()].into_iter().flatten().min()
     }
+
+    /// When the transport's timers next need running: the part of [`Hca::next_due`] that its
+    /// QPs' retransmit and RNR deadlines make (a QP in ERR that needs service makes it `now`).
+    pub fn transport_due(&self, now: Instant) -> Option<Instant> {
+        self.transport_next_due(now)
+    }
 }
