@@ -124,10 +124,10 @@ impl DataPath<'_> {
             let idx = srq.head & ((1 << srq.log_size) - 1);
             let pd = srq.pd;
             let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
-            let b = read_recv_wqe(&self.iommu, iova, 1 << srq.stride_shift)?;
-            let parsed = wqe_srq_next_seg::read_from_prefix(&b).ok().map(|(next, list)| (next, parse_sges(list)));
-            crate::buffers::give(b);
-            let (next_seg, sges) = parsed?;
+            let mut buf = [0u8; RECV_WQE_MAX];
+            let b = read_recv_wqe(&self.iommu, iova, &mut buf, 1 << srq.stride_shift)?;
+            let (next_seg, list) = wqe_srq_next_seg::read_from_prefix(b).ok()?;
+            let sges = parse_sges(list);
             srq.head = next_seg.next_wqe_index.get() as u32;
             srq.consumed = srq.consumed.wrapping_add(1);
             let left = avail - 1;
@@ -153,9 +153,8 @@ impl DataPath<'_> {
         }
         let idx = t.rq_consumed & ((1 << t.path.log_rq_size) - 1);
         let iova = t.path.buf.iova((idx as u64) << t.path.rq_stride_shift)?;
-        let b = read_recv_wqe(&self.iommu, iova, 1 << t.path.rq_stride_shift)?;
-        let sges = parse_sges(&b);
-        crate::buffers::give(b);
+        let mut buf = [0u8; RECV_WQE_MAX];
+        let sges = parse_sges(read_recv_wqe(&self.iommu, iova, &mut buf, 1 << t.path.rq_stride_shift)?);
         let c = t.rq_consumed as u16;
         t.rq_consumed = t.rq_consumed.wrapping_add(1);
         Some(RecvWqe { counter: c, sges, pd: t.path.pd })
@@ -905,15 +904,20 @@ impl Hca {
     }
 }
 
-/// DMA-reads the receive WQE of `len` bytes at `iova` into a buffer of [`crate::buffers`]
-/// (the caller gives it back); `None` on a DMA fault.
-fn read_recv_wqe(iommu: &crate::iommu::Iommu, iova: u64, len: usize) -> Option<Vec<u8>> {
-    let mut b = crate::buffers::take_stale();
-    b.resize(len, 0);
-    if iommu.read(iova, &mut b).is_err() {
-        crate::buffers::give(b);
-        return None;
-    }
+/// The longest receive WQE: the largest stride the firmware accepts for a receive queue.
+const RECV_WQE_MAX: usize = crate::firmware::caps::limits::MAX_WQE_SZ_RQ as usize;
+
+/// DMA-reads the receive WQE of `len` bytes at `iova` into `buf` (on the caller's stack: no
+/// buffer taken and given back per message); the bytes read, or `None` on a DMA fault or a
+/// stride longer than any the firmware accepts.
+fn read_recv_wqe<'b>(
+    iommu: &crate::iommu::Iommu,
+    iova: u64,
+    buf: &'b mut [u8; RECV_WQE_MAX],
+    len: usize,
+) -> Option<&'b [u8]> {
+    let b = buf.get_mut(..len)?;
+    iommu.read(iova, b).ok()?;
     Some(b)
 }
 
