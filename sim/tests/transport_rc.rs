@@ -704,3 +704,56 @@ fn two_threads_ringing_one_qps_doorbell_at_once_send_each_wqe_once_in_order() {
     assert!(p.a.poll_cq_timeout(std::time::Duration::from_millis(20)).is_none(), "no further CQE");
     assert_eq!(p.a.dev.stats().bad_doorbells, bad_before, "every ring named the QP");
 }
+
+/// A CQ takes completions for as long as its consumer makes room (the consumer counter of its
+/// doorbell record), however stale the count the device read last, and overruns, moved to
+/// error with a CQ_ERROR event and the overrun syndrome, at the first completion that finds it
+/// full: the ring then holds exactly the completions that fit.
+#[test]
+fn a_cq_overruns_at_the_first_completion_that_finds_it_full_and_not_before() {
+    use std::time::Duration;
+    use umlx_hwdesc::enums::{CqErrorSyndrome, EventType};
+    use umlx_hwdesc::plain::{eqe, eqe_cq_err};
+    use zerocopy::FromBytes;
+    let fabric = Fabric::new(FabricConfig::default());
+    let (mut a, mut b) = (Node::new(1, &fabric), Node::new(2, &fabric));
+    // A's QP completes into a CQ of four entries; an EQ of its own takes CQ errors.
+    a.cq = create_cq(&mut a.host, a.uar, a.eq.eqn, 2);
+    let mut errors = a.host.create_eq(a.uar, 3, 1 << EventType::CQ_ERROR.0, 0).expect("CREATE_EQ");
+    let mut qa = a.create_qp(false, 6, 6);
+    let qb = b.create_qp(false, 6, 6);
+    let (ga, ma, gb, mb) = (a.gid, a.mac, b.gid, b.mac);
+    a.connect_rc(&qa, (&gb, mb, qb.qpn), RcParams::default());
+    b.connect_rc(&qb, (&ga, ma, qa.qpn), RcParams::default());
+    a.mem.write(0, b"complete");
+    let s = segs(&[&raddr_seg(b.va(0), b.mkey), &data_seg(8, a.mkey, a.va(0))]);
+    // Twelve WRITEs, four at a time, each four polled before the next: the ring is full by the
+    // count the device read last at every round's first completion.
+    for _ in 0..3 {
+        let first = a.post_send(&mut qa, WRITE, true, 0, &s);
+        for _ in 1..4 {
+            a.post_send(&mut qa, WRITE, true, 0, &s);
+        }
+        for k in 0..4 {
+            let c = a.poll_cq();
+            assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, first.wrapping_add(k)));
+        }
+    }
+    assert!(errors.poll().is_none(), "no CQ error while the consumer keeps up");
+    // Five more, none polled: four fill the ring, the fifth overruns it.
+    let first = a.post_send(&mut qa, WRITE, true, 0, &s);
+    for _ in 1..5 {
+        a.post_send(&mut qa, WRITE, true, 0, &s);
+    }
+    let e = errors.wait(Duration::from_secs(5)).expect("a CQ_ERROR event");
+    let e = eqe::read_from_bytes(&e[..]).expect("an EQE");
+    assert_eq!(e.type_, EventType::CQ_ERROR.0);
+    let (err, _) = eqe_cq_err::read_from_prefix(&e.data[..]).expect("a CQ error payload");
+    assert_eq!(err.cqn.get(), a.cq.cqn);
+    assert_eq!(CqErrorSyndrome(err.syndrome), CqErrorSyndrome::CQ_OVERRUN);
+    for k in 0..4 {
+        let c = a.poll_cq();
+        assert_eq!((cqe_opcode(&c), cqe(&c).wqe_counter.get()), (CqeOpcode::REQ, first.wrapping_add(k)));
+    }
+    assert!(a.poll_cq_timeout(Duration::from_millis(100)).is_none(), "the fifth completion was not written");
+}

@@ -33,6 +33,11 @@ pub struct Cq {
     pub oi: bool,
     /// CQEs written.
     pub producer: u32,
+    /// The consumer counter the CQ's doorbell record held when the device last read it. A
+    /// host only moves it forward, so while the CQEs written beyond it fit the ring, none can
+    /// overrun it: the device reads the record again only for a CQE that would find the ring
+    /// full by this count, not for every CQE.
+    pub consumer_seen: u32,
     /// Current arm.
     pub arm: Option<CqArm>,
     /// The CQEs written when the last completion event was raised: those written since were
@@ -91,6 +96,7 @@ impl Hca {
                     dbr,
                     oi,
                     producer: 0,
+                    consumer_seen: 0,
                     arm: None,
                     evented_through: 0,
                     error: false,
@@ -264,12 +270,19 @@ impl DataPath<'_> {
             return false;
         }
         let n = 1u32 << cq.log_size;
-        let fail = match self.iommu.read_u32_be(cq.dbr) {
-            Err(_) => Some(CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR),
-            Ok(ci) => {
-                let produced = cq.producer & plain::cq::NUM_MASK_24;
-                (produced.wrapping_sub(ci & plain::cq::NUM_MASK_24) & plain::cq::NUM_MASK_24 >= n && !cq.oi)
-                    .then_some(CqErrorSyndrome::CQ_OVERRUN)
+        let mask = plain::cq::NUM_MASK_24;
+        let produced = cq.producer & mask;
+        let full = |consumer: u32| produced.wrapping_sub(consumer & mask) & mask >= n;
+        // With overrun ignore set, the device does not look at the consumer counter at all.
+        let fail = if cq.oi || !full(cq.consumer_seen) {
+            None
+        } else {
+            match self.iommu.read_u32_be(cq.dbr) {
+                Err(_) => Some(CqErrorSyndrome::CQ_ACCESS_VIOLATION_ERROR),
+                Ok(consumer) => {
+                    cq.consumer_seen = consumer;
+                    full(consumer).then_some(CqErrorSyndrome::CQ_OVERRUN)
+                }
             }
         };
         if let Some(syndrome) = fail {
