@@ -961,6 +961,10 @@ pub(super) struct WireView {
     local: bool,
     /// The frames one receive took, before they are queued together (allocated with the view).
     frames: Vec<Vec<u8>>,
+    /// Where the frames an application's look took lie in its receive slots (offset, length),
+    /// for the device to handle them there ([`Port::look_at_wire`]; allocated with the view,
+    /// [`HANDLED_IN_PLACE`] of them).
+    in_place: Vec<(usize, usize)>,
 }
 
 impl WireView {
@@ -971,7 +975,8 @@ impl WireView {
             Link::Udp { sock, peer } => (sock.clone(), None, peer.ip().is_loopback()),
             Link::Down | Link::Fabric(_) => return None,
         };
-        Some(WireView { sock, lan, local, frames: Vec::with_capacity(TRANSMIT_LISTS) })
+        let (frames, in_place) = (Vec::with_capacity(TRANSMIT_LISTS), Vec::with_capacity(HANDLED_IN_PLACE));
+        Some(WireView { sock, lan, local, frames, in_place })
     }
 }
 
@@ -996,7 +1001,7 @@ impl PortInner {
         own: Option<&Arc<WireSocket>>,
         slots: &mut RecvSlots,
     ) -> Option<usize> {
-        let WireView { sock, lan, local, frames } = self.wire_view(view)?;
+        let WireView { sock, lan, local, frames, .. } = self.wire_view(view)?;
         if own.is_some_and(|own| !Arc::ptr_eq(own, sock)) {
             return None;
         }
@@ -1064,19 +1069,17 @@ impl Port {
     /// spares each frame a copy into a buffer, its queue's lock twice and its steering.
     fn look_at_wire(&self, view: &mut Option<WireView>, slots: &mut RecvSlots) -> Look {
         let inner = &self.inner;
-        let Some(WireView { sock, lan, local, frames }) = inner.wire_view(view) else { return Look::Empty };
+        let Some(WireView { sock, lan, local, frames, in_place }) = inner.wire_view(view) else { return Look::Empty };
         let base = slots.memory().as_ptr().addr();
-        // Where the frames lie in the slots' memory (offset, length), up to the first that did
-        // not fit here; that one and the rest are copied.
-        let mut in_place = [(0usize, 0usize); HANDLED_IN_PLACE];
-        let mut count = 0;
+        // Where the frames lie in the slots' memory, up to the first that did not fit in
+        // `in_place`; that one and the rest are copied.
+        in_place.clear();
         let n = recv_batch(sock, slots, *local, |frame, truncated| {
             if !inner.accepts(lan, frame, truncated) {
                 return;
             }
-            if count < in_place.len() && frames.is_empty() {
-                in_place[count] = (frame.as_ptr().addr() - base, frame.len());
-                count += 1;
+            if in_place.len() < HANDLED_IN_PLACE && frames.is_empty() {
+                in_place.push((frame.as_ptr().addr() - base, frame.len()));
             } else {
                 frames.push(copied(frame));
             }
@@ -1085,7 +1088,7 @@ impl Port {
             return Look::Empty;
         }
         let memory = slots.memory();
-        let taken = &in_place[..count];
+        let taken = &in_place[..];
         let frame_at = |&(at, len): &(usize, usize)| memory.get(at..at + len).unwrap_or_default();
         if frames.is_empty()
             && inner.admin_up.load(Ordering::Relaxed)
