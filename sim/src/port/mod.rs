@@ -42,7 +42,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant, SystemTime};
-use umlx_wire::packet::{Checksums, ETHERTYPE_ARP, ETHERTYPE_IPV6, MacAddr, fill_checksums, parse_frame_trusted};
+use umlx_wire::packet::{
+    Checksums, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, MacAddr, fill_checksums, parse_frame_trusted,
+};
 use umlx_wire::pcap::PcapWriter;
 use umlx_wire::{WireStats, arp, parse_frame_verified};
 
