@@ -140,8 +140,8 @@ impl Lan {
     /// Tags `frame` if it is a neighbour frame ([`LoopbackLan::tag_neighbour_frame`]): what
     /// teaches the other members where this one is.
     pub(super) fn tag_if_neighbour_frame(&self, frame: &mut Vec<u8>) {
-        // An untagged IPv4 frame (a RoCEv2 packet, nearly every frame) never is one: not
-        // decoded.
+        // An untagged IPv4 frame (a RoCEv2 packet: nearly every frame) is never one, and is
+        // not decoded.
         if frame.get(12..14) == Some(&ETHERTYPE_IPV4.to_be_bytes()[..]) {
             return;
         }

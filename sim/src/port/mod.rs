@@ -1027,6 +1027,20 @@ impl PortInner {
         Some(got)
     }
 
+    /// Runs `f` (a run of the device on frames a polling application's look took) with this
+    /// port marked as the one this thread polls, so that the run's ACKs may wait for the
+    /// application's reply ([`Port::acks_may_wait`]). ACKs wait for one poll at most: while
+    /// ACKs are already waiting, the port is not marked and the run sends them (while a
+    /// stream keeps arriving, every other poll sends).
+    fn as_poller<T>(&self, f: impl FnOnce() -> T) -> T {
+        if !self.acks_deferred.load(Ordering::Relaxed) {
+            POLLING.set(std::ptr::from_ref(self).addr());
+        }
+        let result = f();
+        POLLING.set(0);
+        result
+    }
+
     /// Whether a frame a receive took from the wire goes to the port: not when the kernel
     /// truncated it (counted) or it is not for this member of a LAN.
     fn accepts(&self, lan: &Option<Arc<Lan>>, frame: &[u8], truncated: bool) -> bool {
@@ -1097,15 +1111,12 @@ impl Port {
             && !inner.recording.load(Ordering::Relaxed)
             && let Some(receiver) = inner.receiver.get().and_then(Weak::upgrade)
         {
-            // As `poll_wire` sets it for a run of the device after a look that queued.
-            if !inner.acks_deferred.load(Ordering::Relaxed) {
-                POLLING.set(Arc::as_ptr(inner).addr());
-            }
-            let handled = receiver.try_receive_taken(&mut |h| {
-                let frames = &mut taken.iter().map(|at| (frame_at(at), Checksums::Compute));
-                self.process(h, frames, run_now_for_batch());
+            let handled = inner.as_poller(|| {
+                receiver.try_receive_taken(&mut |h| {
+                    let frames = &mut taken.iter().map(|at| (frame_at(at), Checksums::Compute));
+                    self.process(h, frames, run_now_for_batch());
+                })
             });
-            POLLING.set(0);
             if handled {
                 return Look::Handled;
             }
@@ -1158,12 +1169,7 @@ impl Port {
             }
             return false;
         }
-        // ACKs wait for one poll at most: while a stream keeps arriving, every other poll sends.
-        if !self.inner.acks_deferred.load(Ordering::Relaxed) {
-            POLLING.set(Arc::as_ptr(&self.inner).addr());
-        }
-        self.inner.notify();
-        POLLING.set(0);
+        self.inner.as_poller(|| self.inner.notify());
         true
     }
 }

@@ -150,9 +150,7 @@ impl RecvSlots {
         let headers: Box<RecvHeaders> = Box::new(unsafe { std::mem::zeroed() });
         RecvSlots { data: vec![0u8; RECV_BATCH * RECV_SLOT], headers, stale: RECV_BATCH, ask: RECV_BATCH }
     }
-}
 
-impl RecvSlots {
     /// The slots' memory, where the frames [`recv_batch`] handed out lie until its next call.
     pub(super) fn memory(&self) -> &[u8] {
         &self.data
