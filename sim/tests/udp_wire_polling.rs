@@ -59,6 +59,13 @@ fn the_receive_thread_leaves_a_polled_wire_to_its_application_and_returns_when_p
     // Nobody polls: the receive thread takes a datagram.
     sender.send_to(&datagram, to).unwrap();
     wait_for("the receive thread to take the first datagram", Duration::from_secs(5), || received() == 1);
+    // A thread is named as it starts running: on a loaded machine the engine may not have yet.
+    let named = |name: &str| {
+        std::fs::read_dir("/proc/self/task").expect("/proc/self/task").any(|task| {
+            std::fs::read_to_string(task.expect("a task").path().join("comm")).is_ok_and(|c| c.trim() == name)
+        })
+    };
+    wait_for("the device's engine thread to start", Duration::from_secs(5), || named("umlx-sim-engine"));
 
     // The application polls without pause while 2,000 datagrams arrive 150 µs apart (0.3 s):
     // it takes them itself, and the receive thread takes neither datagrams nor CPU time from
