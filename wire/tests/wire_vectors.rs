@@ -11,7 +11,7 @@ use umlx_wire::icrc;
 use umlx_wire::packet::{
     Aeth, AethKind, Bth, Checksums, CnpBody, ExtHeaders, FrameBuilder, GSI_QKEY, IpHeader, Ipv4Header, Opcode, Reth,
     RoceVersion, UdpChecksum, WireError, fill_checksums, ip_frame_len, parse_frame, parse_frame_trusted,
-    parse_frame_verified, steering_dest_qp,
+    parse_frame_verified, steering_bth, steering_dest_qp,
 };
 use wire_common::{PCAP_COUNTS, from_hex, pcap_frames, reference_icrc, scapy_vectors};
 
@@ -34,7 +34,8 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
                 assert!(icrc::verify(&frame));
                 assert_eq!(icrc::compute(&frame), Ok(p.icrc));
                 assert_eq!(reference_icrc(&frame), p.icrc, "{name} #{n}");
-                // Receive steering finds the same destination QP with its few checks.
+                // Receive steering finds the same BTH and destination QP with its few checks.
+                assert_eq!(steering_bth(&frame), Some(p.bth), "{name} #{n}: steering");
                 assert_eq!(steering_dest_qp(&frame), Some(p.bth.dest_qp), "{name} #{n}: steering");
                 // A RoCEv2 frame's IP length ends its packet (the frame may be padded after it).
                 let ip_end = (p.version() == RoceVersion::V2).then_some(p.packet_end);

@@ -39,5 +39,6 @@ pub use headers::{
 pub use opcode::{ExtKind, HeaderSet, Opcode, OpcodeInfo, Operation, Position, Transport};
 pub(crate) use parse::{L3Kind, locate};
 pub use parse::{
-    RocePacket, fill_checksums, ip_frame_len, parse_frame, parse_frame_trusted, parse_frame_verified, steering_dest_qp,
+    RocePacket, fill_checksums, ip_frame_len, parse_frame, parse_frame_trusted, parse_frame_verified, steering_bth,
+    steering_dest_qp,
 };

@@ -49,23 +49,26 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
 /// other IP traffic) or too short for its BTH. Not a validation: [`parse_frame`] makes every
 /// check of a frame taken from its queue.
 pub fn steering_dest_qp(frame: &[u8]) -> Option<u32> {
+    steering_bth(frame).map(|bth| bth.dest_qp)
+}
+
+/// A RoCE frame's BTH, found with the checks of [`steering_dest_qp`] and no more: `None` for a
+/// frame that is not RoCE or too short for its BTH.
+pub fn steering_bth(frame: &[u8]) -> Option<Bth> {
     let (mut ethertype, mut off) = (be16(frame, 12), 14);
     if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
         (ethertype, off) = (be16(frame, 16), 18);
     }
-    let udp = match ethertype {
-        ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4,
-        ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40,
-        ETHERTYPE_ROCEV1 => {
-            return Some(Bth::from_bytes(&frame.get(off + 40..off + 40 + Bth::LEN)?.try_into().ok()?).dest_qp);
-        }
+    let bth = match ethertype {
+        ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4 + 8,
+        ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40 + 8,
+        ETHERTYPE_ROCEV1 => off + 40,
         _ => return None,
     };
-    if be16(frame, udp + 2) != ROCEV2_UDP_PORT {
+    if ethertype != ETHERTYPE_ROCEV1 && be16(frame, bth - 6) != ROCEV2_UDP_PORT {
         return None;
     }
-    let bth = udp + 8;
-    Some(Bth::from_bytes(&frame.get(bth..bth + Bth::LEN)?.try_into().ok()?).dest_qp)
+    Some(Bth::from_bytes(&frame.get(bth..bth + Bth::LEN)?.try_into().ok()?))
 }
 
 /// The length an Ethernet frame that carries an IP packet gives itself: its Ethernet header
