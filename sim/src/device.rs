@@ -671,7 +671,11 @@ impl SimDevice {
         // A send doorbell runs beside other threads' runs of the device, unless a write posted
         // before it that needs the whole device must go first, or a polling application's ACKs
         // wait to leave with what it sends (`Port::acks_may_wait`).
-        if let Some(uar) = Hca::sq_doorbell_uar(offset)
+        let sq_uar = Hca::sq_doorbell_uar(offset);
+        if sq_uar.is_some() {
+            self.inner.port.note_send_doorbell();
+        }
+        if let Some(uar) = sq_uar
             && !self.inner.posted_whole.load(Ordering::Relaxed)
             && !self.inner.port.acks_deferred()
         {

@@ -2,7 +2,9 @@
 //! the ACK of what the poll handed it to its next transmit, so a ping-pong's reply and the ACK
 //! of the request leave together (one `sendmmsg`, one segmented datagram) instead of the ACK
 //! first and the reply in a second send; and an ACK left waiting still leaves when the
-//! application posts nothing more and stops polling.
+//! application posts nothing more and stops polling. The same holds for what the wire's
+//! receive thread hands the device while the application watches memory instead (perftest's
+//! `ib_write_lat`), within the thread's grace.
 //!
 //! Two devices on UDP wires through a relay in this test, which forwards each datagram and
 //! notes its BTH opcode in the order it came.
@@ -20,9 +22,11 @@ use umlx_hwdesc::plain::cqe64;
 use umlx_wire::Opcode;
 
 const SEND: WqeOpcode = WqeOpcode::SEND;
+const WRITE: WqeOpcode = WqeOpcode::RDMA_WRITE;
 const REQ: CqeOpcode = CqeOpcode::REQ;
 const RESP_SEND: CqeOpcode = CqeOpcode::RESP_SEND;
 const RC_SEND_ONLY: Opcode = Opcode::RC_SEND_ONLY;
+const RC_WRITE_ONLY: Opcode = Opcode::RC_RDMA_WRITE_ONLY;
 const RC_ACK: Opcode = Opcode::RC_ACKNOWLEDGE;
 
 /// Which way a datagram went through the relay.
@@ -119,51 +123,114 @@ fn a_round(a: &mut Node) -> ([u8; cqe64::SIZE], [u8; cqe64::SIZE]) {
     if cqe_opcode(&x) == REQ { (x, y) } else { (y, x) }
 }
 
-#[test]
-fn a_polled_responder_sends_the_ack_with_its_reply_and_data_and_completions_are_right() {
+/// A round of a ping-pong: A's request, whose data A's memory holds at 0, and B's reply, whose
+/// data B's memory holds at 0 (`ping` and `pong`).
+type Round<'a> = &'a mut dyn FnMut(&mut Node, &mut Qp, &mut Node, &mut Qp, usize, &[u8], &[u8]);
+
+/// Runs 20 rounds of a ping-pong with `request` frames each way (`round` does one), and checks
+/// what the relay saw: no retransmission either way, an ACK for each of A's requests, and in a
+/// quarter of the rounds at least, B's reply then that ACK (the only other order allowed is the
+/// ACK then the reply). An ACK sent when B's device handled the request would come first in
+/// every round; a busy machine may keep B's application from its reply past the time its ACK
+/// waits: not every round.
+fn ping_pong(request: Opcode, round: Round<'_>) {
     let (mut a, mut qa, mut b, mut qb, relay) = setup();
     const ROUNDS: usize = 20;
     let mut reply_first = 0;
-    for round in 0..ROUNDS {
+    for n in 0..ROUNDS {
         let seen = relay.opcodes(Way::BToA).len();
-        let ping = pattern(round as u32, 64);
-        let pong = pattern(1000 + round as u32, 64);
+        let ping = pattern(n as u32, 64);
+        let pong = pattern(1000 + n as u32, 64);
         a.mem.write(0, &ping);
         b.mem.write(0, &pong);
-        a.post_recv(&mut qa, 0x1000, 64);
-        b.post_recv(&mut qb, 0x1000, 64);
-        a.post_send(&mut qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
-        // B sees the SEND by polling, and replies at once.
-        let r = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "B's receive CQE, round {round}");
-        assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
-        b.post_send(&mut qb, SEND, true, 0, &data_seg(64, b.mkey, b.va(0)));
-        let (s, r) = a_round(&mut a);
-        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "A's SEND completes, round {round}");
-        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "A's receive CQE, round {round}");
-        assert_eq!(a.mem.to_vec(0x1000, 64), pong, "round {round}");
-        let s = busy_poll(&mut b);
-        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "B's SEND completes, round {round}");
+        round(&mut a, &mut qa, &mut b, &mut qb, n, &ping, &pong);
         // The relay noted what B sent this round before forwarding it, and A has both.
         let sent = relay.opcodes(Way::BToA)[seen..].to_vec();
-        if sent == [RC_SEND_ONLY, RC_ACK] {
+        if sent == [request, RC_ACK] {
             reply_first += 1;
         } else {
-            assert_eq!(sent, [RC_ACK, RC_SEND_ONLY], "what B sent in round {round}");
+            assert_eq!(sent, [RC_ACK, request], "what B sent in round {n}");
         }
     }
     // Let the last ACKs through the relay.
     std::thread::sleep(Duration::from_millis(20));
     let a_to_b = relay.opcodes(Way::AToB);
     let b_to_a = relay.opcodes(Way::BToA);
-    assert_eq!(a_to_b.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {a_to_b:?}");
-    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_SEND_ONLY).count(), ROUNDS, "no retransmission: {b_to_a:?}");
+    assert_eq!(a_to_b.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {a_to_b:?}");
+    assert_eq!(b_to_a.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {b_to_a:?}");
     assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:?}");
-    // The ACK of A's SEND leaves right after B's reply, in the same send. An ACK sent when B
-    // handled the SEND would come before the reply in every round; a busy machine may delay
-    // B's application until its engine sends the ACK (after 20 ms at most), or leave B's
-    // frames to its wire's receive thread (which sends ACKs at once): not every round.
     assert!(reply_first >= ROUNDS / 4, "the reply then its ACK in {reply_first} of {ROUNDS} rounds: {b_to_a:?}");
+}
+
+#[test]
+fn a_polled_responder_sends_the_ack_with_its_reply_and_data_and_completions_are_right() {
+    // B sees A's SEND by polling its CQ and wire, and replies at once; the ACK of the SEND
+    // waits for the reply (until B's engine sends it, 20 ms at most, if B stops polling).
+    ping_pong(RC_SEND_ONLY, &mut |a, qa, b, qb, round, ping, pong| {
+        a.post_recv(qa, 0x1000, 64);
+        b.post_recv(qb, 0x1000, 64);
+        a.post_send(qa, SEND, true, 0, &data_seg(64, a.mkey, a.va(0)));
+        let r = busy_poll(b);
+        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "B's receive CQE, round {round}");
+        assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
+        b.post_send(qb, SEND, true, 0, &data_seg(64, b.mkey, b.va(0)));
+        let (s, r) = a_round(a);
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "A's SEND completes, round {round}");
+        assert_eq!((cqe_opcode(&r), cqe(&r).byte_cnt.get()), (RESP_SEND, 64), "A's receive CQE, round {round}");
+        assert_eq!(a.mem.to_vec(0x1000, 64), pong, "round {round}");
+        let s = busy_poll(b);
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, SEND), "B's SEND completes, round {round}");
+    });
+}
+
+/// Waits (10 s at most) until `node`'s memory at `off` holds `want`, reading it as an
+/// application that watches memory for a WRITE does: no CQ poll, no look at the wire.
+fn watch_memory(node: &Node, off: usize, want: &[u8], what: &str) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while node.mem.to_vec(off, want.len()) != want {
+        assert!(Instant::now() < end, "{what} not in memory within 10 s");
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn a_responder_that_watches_memory_sends_the_ack_with_the_reply_it_writes() {
+    // Neither application polls its wire: each wire's receive thread hands its device what
+    // comes. B watches the buffer A's WRITE fills and writes its reply at once, as
+    // `ib_write_lat`'s server does; the ACK of A's WRITE waits for that reply (the receive
+    // thread's grace).
+    ping_pong(RC_WRITE_ONLY, &mut |a, qa, b, qb, round, ping, pong| {
+        let to_b = segs(&[&raddr_seg(b.va(0x1000), b.mkey), &data_seg(64, a.mkey, a.va(0))]);
+        a.post_send(qa, WRITE, true, 0, &to_b);
+        watch_memory(b, 0x1000, ping, &format!("A's WRITE of round {round}"));
+        let to_a = segs(&[&raddr_seg(a.va(0x1000), a.mkey), &data_seg(64, b.mkey, b.va(0))]);
+        b.post_send(qb, WRITE, true, 0, &to_a);
+        let s = a.poll_cq();
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, WRITE), "A's WRITE completes, round {round}");
+        watch_memory(a, 0x1000, pong, &format!("B's WRITE of round {round}"));
+        let s = b.poll_cq();
+        assert_eq!((cqe_opcode(&s), sent_opcode(&s)), (REQ, WRITE), "B's WRITE completes, round {round}");
+    });
+}
+
+#[test]
+fn an_ack_the_receive_thread_left_waiting_leaves_when_no_reply_comes() {
+    let (mut a, mut qa, b, _qb, relay) = setup();
+    for round in 0..5u32 {
+        let ping = pattern(round, 64);
+        a.mem.write(0, &ping);
+        let to_b = segs(&[&raddr_seg(b.va(0x1000), b.mkey), &data_seg(64, a.mkey, a.va(0))]);
+        a.post_send(&mut qa, WRITE, true, 0, &to_b);
+        // B's application writes nothing back and polls nothing: the ACK still comes, long
+        // before A would retransmit (268 ms).
+        let start = Instant::now();
+        let c = a.poll_cq_timeout(Duration::from_millis(100)).expect("A's WRITE completes without a retransmission");
+        assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "round {round}");
+        assert!(start.elapsed() < Duration::from_millis(100), "round {round}: {:?}", start.elapsed());
+        assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
+    }
+    assert_eq!(relay.opcodes(Way::AToB), [RC_WRITE_ONLY; 5], "no retransmission");
+    assert_eq!(relay.opcodes(Way::BToA), [RC_ACK; 5], "an ACK per WRITE");
 }
 
 #[test]

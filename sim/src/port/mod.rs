@@ -131,9 +131,10 @@ thread_local! {
     /// The receive queues this thread queued frames in, by port (bit `q` for queue `q`), since
     /// its last run of the port's device took note ([`Port::take_queued_here`]).
     static QUEUED_HERE: std::cell::RefCell<Vec<(usize, u32)>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The port whose wire this thread's [`Port::poll_wire`] drained and whose device it now
-    /// runs (0: none); see [`Port::acks_may_wait`].
-    static POLLING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The port whose device this thread now runs on frames it took from the port's wire
+    /// itself, an application's [`Port::poll_wire`] or the wire's receive thread (0: none);
+    /// see [`Port::acks_may_wait`].
+    static TOOK_FROM_WIRE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// The time this thread's runs of devices go by ([`run_now`]), with its
     /// [`nanos_since_epoch`]; `None` until a run needs it and again once the run has received
     /// frames or the outermost run has ended.
@@ -252,6 +253,14 @@ fn rx_queue_of(frame: &[u8]) -> usize {
     umlx_wire::packet::steering_dest_qp(frame).map_or(0, rx_queue_of_qp)
 }
 
+/// Whether a frame is an RC request, which its responder answers with an ACK (or a NAK, or
+/// the responses of a READ or atomic): the frames whose ACKs may wait ([`Port::acks_may_wait`]).
+fn is_rc_request(frame: &[u8]) -> bool {
+    umlx_wire::packet::steering_bth(frame)
+        .and_then(|bth| bth.opcode.info())
+        .is_some_and(|op| op.transport == umlx_wire::packet::Transport::Rc && op.operation.is_request())
+}
+
 /// The receive queue the frames for QP `qpn` wait in.
 pub(crate) fn rx_queue_of_qp(qpn: u32) -> usize {
     qpn as usize % RX_QUEUES
@@ -286,6 +295,12 @@ pub(crate) struct PortInner {
     /// leaves the socket to it, and the engine the device. Each poll writes it: on a line of
     /// its own.
     polls: crate::CacheLines<AtomicU64>,
+    /// How many send doorbells the device's application rang ([`Port::note_send_doorbell`]; a
+    /// count that may miss doorbells of threads at once). The wire's receive thread compares it
+    /// with what it saw at its last run of the device: an application that sends between the
+    /// frames the thread hands it replies to them, and their ACKs may wait for the reply. Each
+    /// doorbell writes it: on a line of its own.
+    send_doorbells: crate::CacheLines<AtomicU64>,
     /// Whether the device left ACKs unsent when it handled frames an application's
     /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
     /// device's next transmit, or its engine sends them.
@@ -338,6 +353,7 @@ impl Port {
                 tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
                 drain: Mutex::new(None),
                 polls: crate::CacheLines(AtomicU64::new(0)),
+                send_doorbells: crate::CacheLines(AtomicU64::new(0)),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
                 admin_up: Arc::new(AtomicBool::new(true)),
@@ -719,23 +735,36 @@ impl Port {
     }
 
     /// Whether the ACKs of the frames this thread hands the device now may wait: yes while an
-    /// application's [`Port::poll_wire`] runs the device. That application is busy-polling its
-    /// CQ and will soon see what these frames completed; what it then posts (the reply of a
-    /// ping-pong) leaves with the ACKs, in one datagram, and a one-way trip costs one
-    /// send instead of two. The ACKs wait at most until the application's next look at an
-    /// empty wire, the device's next transmit, or, if the application stopped polling, its
-    /// engine's first look that finds no poll since the one before (20 ms at most: see
-    /// `device::engine`'s `ENGINE_POLLED_PARK`). An RC requester waits longer before it
-    /// retransmits (perftest's and rdma-core's ACK timeout of 14 is 67 ms), and ACKs are
-    /// cumulative, so a later one covers what a waiting one would have (the wire doc's §5.3).
+    /// application's [`Port::poll_wire`] runs the device, or the wire's receive thread runs it
+    /// on frames it took. That application is busy-polling its CQ, or watching memory for a
+    /// WRITE (perftest's `ib_write_lat`), and will soon see what these frames completed; what
+    /// it then posts (the reply of a ping-pong) leaves with the ACKs, in one datagram, and a
+    /// one-way trip costs one send instead of two. The peer's application, polling for that
+    /// ACK, then takes the reply with it: an ACK sent alone would have it stop polling before
+    /// the reply came, and leave the reply to its wire's receive thread, which must win a core
+    /// from the programs that spin on it. The ACKs wait at most until the application's next
+    /// look at an empty wire, the device's next transmit, the receive thread's grace
+    /// (`UDP_RX_ACK_GRACE`, 30 µs), or, if the application stopped polling, its engine's first
+    /// look that finds no poll since the one before (20 ms at most: see `device::engine`'s
+    /// `ENGINE_POLLED_PARK`). An RC requester waits longer before it retransmits (perftest's
+    /// and rdma-core's ACK timeout of 14 is 67 ms), and ACKs are cumulative, so a later one
+    /// covers what a waiting one would have (the wire doc's §5.3).
     pub(crate) fn acks_may_wait(&self) -> bool {
-        POLLING.get() == Arc::as_ptr(&self.inner).addr()
+        TOOK_FROM_WIRE.get() == Arc::as_ptr(&self.inner).addr()
     }
 
     /// How many times applications polled the wire ([`Port::poll_wire`]) so far (see
     /// `PortInner::polls`).
     pub(crate) fn polls(&self) -> u64 {
         self.inner.polls.load(Ordering::Relaxed)
+    }
+
+    /// Counts a send doorbell of the device's application (see `PortInner::send_doorbells`).
+    #[inline]
+    pub(crate) fn note_send_doorbell(&self) {
+        // Not a read-modify-write: a doorbell of another thread at once may go uncounted.
+        let n = self.inner.send_doorbells.load(Ordering::Relaxed);
+        self.inner.send_doorbells.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Whether the device left ACKs unsent for a polling application ([`Port::acks_may_wait`]):
@@ -948,6 +977,15 @@ struct TxView {
     lan: LanSendCache,
 }
 
+/// What a receive thread's look at the UDP wire queued ([`PortInner::drain_wire`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Drained {
+    /// How many datagrams it took (some may have been dropped: truncated, or not for the port).
+    pub(super) datagrams: usize,
+    /// Whether any of the frames queued is an RC request: a run of the device on them answers.
+    pub(super) rc_requests: bool,
+}
+
 /// What a look at the UDP wire takes from the port's link, kept under the port's `drain` lock:
 /// taken from the link at the first look after each change of it ([`PortInner::set_link`]
 /// clears it), so that a look (an application's poll finding nothing, most of the time) takes
@@ -1002,15 +1040,16 @@ impl PortInner {
         view: &mut Option<WireView>,
         own: Option<&Arc<WireSocket>>,
         slots: &mut RecvSlots,
-    ) -> Option<usize> {
+    ) -> Option<Drained> {
         let WireView { sock, lan, local, frames, .. } = self.wire_view(view)?;
         if own.is_some_and(|own| !Arc::ptr_eq(own, sock)) {
             return None;
         }
-        let mut got = 0;
-        while got < UDP_RX_BATCH {
+        let mut drained = Drained { datagrams: 0, rc_requests: false };
+        while drained.datagrams < UDP_RX_BATCH {
             let n = recv_batch(sock, slots, *local, |frame, truncated| {
                 if self.accepts(lan, frame, truncated) {
+                    drained.rc_requests |= is_rc_request(frame);
                     frames.push(copied(frame));
                 }
             });
@@ -1019,25 +1058,26 @@ impl PortInner {
             if !frames.is_empty() {
                 self.enqueue_all(frames.drain(..), Checksums::Compute);
             }
-            got += n;
+            drained.datagrams += n;
             if n < RECV_BATCH {
                 break;
             }
         }
-        Some(got)
+        Some(drained)
     }
 
-    /// Runs `f` (a run of the device on frames a polling application's look took) with this
-    /// port marked as the one this thread polls, so that the run's ACKs may wait for the
-    /// application's reply ([`Port::acks_may_wait`]). ACKs wait for one poll at most: while
+    /// Runs `f` (a run of the device on frames this thread took from the wire: a polling
+    /// application's look, or the wire's receive thread) with this port marked as the one
+    /// whose wire this thread took them from, so that the run's ACKs may wait for the
+    /// application's reply ([`Port::acks_may_wait`]). ACKs wait for one look at most: while
     /// ACKs are already waiting, the port is not marked and the run sends them (while a
-    /// stream keeps arriving, every other poll sends).
-    fn as_poller<T>(&self, f: impl FnOnce() -> T) -> T {
+    /// stream keeps arriving, every other look sends).
+    fn letting_acks_wait<T>(&self, f: impl FnOnce() -> T) -> T {
         if !self.acks_deferred.load(Ordering::Relaxed) {
-            POLLING.set(std::ptr::from_ref(self).addr());
+            TOOK_FROM_WIRE.set(std::ptr::from_ref(self).addr());
         }
         let result = f();
-        POLLING.set(0);
+        TOOK_FROM_WIRE.set(0);
         result
     }
 
@@ -1111,7 +1151,7 @@ impl Port {
             && !inner.recording.load(Ordering::Relaxed)
             && let Some(receiver) = inner.receiver.get().and_then(Weak::upgrade)
         {
-            let handled = inner.as_poller(|| {
+            let handled = inner.letting_acks_wait(|| {
                 receiver.try_receive_taken(&mut |h| {
                     let frames = &mut taken.iter().map(|at| (frame_at(at), Checksums::Compute));
                     self.process(h, frames, run_now_for_batch());
@@ -1169,7 +1209,7 @@ impl Port {
             }
             return false;
         }
-        self.inner.as_poller(|| self.inner.notify());
+        self.inner.letting_acks_wait(|| self.inner.notify());
         true
     }
 }

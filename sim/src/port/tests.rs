@@ -5,7 +5,7 @@ use super::*;
 use crate::fabric::{Fabric, FabricConfig};
 use std::net::Ipv4Addr;
 use umlx_wire::icrc;
-use umlx_wire::packet::{Bth, FrameBuilder, Opcode, parse_frame};
+use umlx_wire::packet::{Aeth, Bth, Deth, ExtHeaders, FrameBuilder, Opcode, Reth, parse_frame};
 use umlx_wire::pcap::PcapReader;
 
 const MAC_A: MacAddr = [2, 0, 0, 0, 0, 0xa];
@@ -69,6 +69,36 @@ fn transport_frames() -> Vec<Vec<u8>> {
             f
         })
         .collect()
+}
+
+#[test]
+fn the_frames_whose_acks_may_wait_are_the_rc_requests() {
+    let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let reth = ExtHeaders { reth: Some(Reth::default()), ..ExtHeaders::default() };
+    let aeth = ExtHeaders { aeth: Some(Aeth::ack(1, 0)), ..ExtHeaders::default() };
+    let deth = ExtHeaders { deth: Some(Deth::default()), ..ExtHeaders::default() };
+    let cases = [
+        (Opcode::RC_SEND_ONLY, ExtHeaders::default(), true),
+        (Opcode::RC_RDMA_WRITE_ONLY, reth, true),
+        (Opcode::RC_RDMA_READ_REQUEST, reth, true),
+        (Opcode::RC_ACKNOWLEDGE, aeth, false),
+        (Opcode::RC_RDMA_READ_RESPONSE_ONLY, aeth, false),
+        (Opcode::UC_SEND_ONLY, ExtHeaders::default(), false),
+        (Opcode::UD_SEND_ONLY, deth, false),
+    ];
+    for (opcode, ext, request) in cases {
+        let payload = [7u8; 16];
+        let f = FrameBuilder::ipv4(MAC_A, MAC_B, a, b, Bth::new(opcode, 0x11, 5))
+            .with_ext(ext)
+            .with_payload(if opcode.info().is_some_and(|i| i.payload) { &payload } else { &[] })
+            .to_vec()
+            .unwrap();
+        assert_eq!(is_rc_request(&f), request, "{opcode}");
+        assert_eq!(rx_queue_of(&f), rx_queue_of_qp(0x11), "{opcode}");
+    }
+    let arp = umlx_wire::arp::arp_request(MAC_A, a, b);
+    assert!(!is_rc_request(&arp));
+    assert!(!is_rc_request(&[]));
 }
 
 fn ports(cfg: FabricConfig) -> (Fabric, Port, Port) {
