@@ -61,7 +61,7 @@ const UDP_RX_SPIN: Duration = Duration::from_millis(2);
 /// there had perftest's `ib_write_lat` through `libibverbs.so.1` fall into a mode where each
 /// side's poll took the ACK alone and the reply was left to the receive thread, which waited
 /// up to 4 ms for a core (1,000 iterations averaged 10 - 320 µs with a 99th percentile near
-/// 2 ms in most runs; 6 - 11 µs now).
+/// 2 ms in most runs; 6 - 13 µs now, p99 23 - 49 µs).
 const UDP_RX_ACK_GRACE: Duration = Duration::from_micros(30);
 
 /// How long a UDP wire's receive thread sends the ACKs its runs owe at once after ACKs it
