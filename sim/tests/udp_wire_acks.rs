@@ -13,7 +13,7 @@ mod transport_common;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use transport_common::*;
 
@@ -42,10 +42,18 @@ struct Relay {
     log: Arc<Mutex<Vec<(Way, Opcode)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// This file's tests run one at a time: what they check depends on applications that
+    /// reply within microseconds, which two tests' six threads at once on two cores delay.
+    _one_at_a_time: MutexGuard<'static, ()>,
 }
+
+/// Held by the relay of the test that runs ([`Relay`]).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 impl Relay {
     fn start(a: UdpSocket, b: UdpSocket, a_dev: SocketAddr, b_dev: SocketAddr) -> Relay {
+        // Another test's failure does not stop this one.
+        let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let log = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         a.set_nonblocking(true).unwrap();
@@ -68,7 +76,7 @@ impl Relay {
                 }
             }
         });
-        Relay { log, stop, thread: Some(thread) }
+        Relay { log, stop, thread: Some(thread), _one_at_a_time: one_at_a_time }
     }
 
     /// The opcodes of the datagrams that went `way` so far.
@@ -127,39 +135,48 @@ fn a_round(a: &mut Node) -> ([u8; cqe64::SIZE], [u8; cqe64::SIZE]) {
 /// data B's memory holds at 0 (`ping` and `pong`).
 type Round<'a> = &'a mut dyn FnMut(&mut Node, &mut Qp, &mut Node, &mut Qp, usize, &[u8], &[u8]);
 
-/// Runs 20 rounds of a ping-pong with `request` frames each way (`round` does one), and checks
+/// Runs 40 rounds of a ping-pong with `request` frames each way (`round` does one), and checks
 /// what the relay saw: no retransmission either way, an ACK for each of A's requests, and in a
-/// quarter of the rounds at least, B's reply then that ACK (the only other order allowed is the
+/// tenth of the rounds at least, B's reply then that ACK (the only other order allowed is the
 /// ACK then the reply). An ACK sent when B's device handled the request would come first in
-/// every round; a busy machine may keep B's application from its reply past the time its ACK
-/// waits: not every round.
+/// every round. On a quiet machine the reply comes first in nearly every round; one whose
+/// cores other programs keep busy may keep B's application from its reply past the time its
+/// ACK waits (and after two such rounds the receive thread sends ACKs at once for 10 ms): the
+/// rounds are run again, on new devices, up to three times before the test fails.
 fn ping_pong(request: Opcode, round: Round<'_>) {
-    let (mut a, mut qa, mut b, mut qb, relay) = setup();
-    const ROUNDS: usize = 20;
-    let mut reply_first = 0;
-    for n in 0..ROUNDS {
-        let seen = relay.opcodes(Way::BToA).len();
-        let ping = pattern(n as u32, 64);
-        let pong = pattern(1000 + n as u32, 64);
-        a.mem.write(0, &ping);
-        b.mem.write(0, &pong);
-        round(&mut a, &mut qa, &mut b, &mut qb, n, &ping, &pong);
-        // The relay noted what B sent this round before forwarding it, and A has both.
-        let sent = relay.opcodes(Way::BToA)[seen..].to_vec();
-        if sent == [request, RC_ACK] {
-            reply_first += 1;
-        } else {
-            assert_eq!(sent, [RC_ACK, request], "what B sent in round {n}");
+    const ROUNDS: usize = 40;
+    let mut tries = Vec::new();
+    while tries.len() < 3 {
+        let (mut a, mut qa, mut b, mut qb, relay) = setup();
+        let mut reply_first = 0;
+        for n in 0..ROUNDS {
+            let seen = relay.opcodes(Way::BToA).len();
+            let ping = pattern(n as u32, 64);
+            let pong = pattern(1000 + n as u32, 64);
+            a.mem.write(0, &ping);
+            b.mem.write(0, &pong);
+            round(&mut a, &mut qa, &mut b, &mut qb, n, &ping, &pong);
+            // The relay noted what B sent this round before forwarding it, and A has both.
+            let sent = relay.opcodes(Way::BToA)[seen..].to_vec();
+            if sent == [request, RC_ACK] {
+                reply_first += 1;
+            } else {
+                assert_eq!(sent, [RC_ACK, request], "what B sent in round {n}");
+            }
         }
+        // Let the last ACKs through the relay.
+        std::thread::sleep(Duration::from_millis(20));
+        let a_to_b = relay.opcodes(Way::AToB);
+        let b_to_a = relay.opcodes(Way::BToA);
+        assert_eq!(a_to_b.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {a_to_b:?}");
+        assert_eq!(b_to_a.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {b_to_a:?}");
+        assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:?}");
+        if reply_first >= ROUNDS / 10 {
+            return;
+        }
+        tries.push((reply_first, b_to_a));
     }
-    // Let the last ACKs through the relay.
-    std::thread::sleep(Duration::from_millis(20));
-    let a_to_b = relay.opcodes(Way::AToB);
-    let b_to_a = relay.opcodes(Way::BToA);
-    assert_eq!(a_to_b.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {a_to_b:?}");
-    assert_eq!(b_to_a.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {b_to_a:?}");
-    assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:?}");
-    assert!(reply_first >= ROUNDS / 4, "the reply then its ACK in {reply_first} of {ROUNDS} rounds: {b_to_a:?}");
+    panic!("the reply then its ACK in fewer than {} of {ROUNDS} rounds, three times: {tries:?}", ROUNDS / 10);
 }
 
 #[test]
@@ -203,6 +220,12 @@ fn a_responder_that_watches_memory_sends_the_ack_with_the_reply_it_writes() {
         let to_b = segs(&[&raddr_seg(b.va(0x1000), b.mkey), &data_seg(64, a.mkey, a.va(0))]);
         a.post_send(qa, WRITE, true, 0, &to_b);
         watch_memory(b, 0x1000, ping, &format!("A's WRITE of round {round}"));
+        // B's application takes 10 µs over what came before it replies (well within the
+        // grace): the run that handled A's WRITE sends its ACK in less, unless it waits.
+        let seen = Instant::now();
+        while seen.elapsed() < Duration::from_micros(10) {
+            std::hint::spin_loop();
+        }
         let to_a = segs(&[&raddr_seg(a.va(0x1000), a.mkey), &data_seg(64, b.mkey, b.va(0))]);
         b.post_send(qb, WRITE, true, 0, &to_a);
         let s = a.poll_cq();
@@ -215,7 +238,14 @@ fn a_responder_that_watches_memory_sends_the_ack_with_the_reply_it_writes() {
 
 #[test]
 fn an_ack_the_receive_thread_left_waiting_leaves_when_no_reply_comes() {
-    let (mut a, mut qa, b, _qb, relay) = setup();
+    let (mut a, mut qa, mut b, mut qb, relay) = setup();
+    // B's application WRITEs to A once: its receive thread then takes it for one that replies
+    // to what comes, and the ACKs of A's WRITEs wait for a reply that never comes (the grace,
+    // then at once once two went uncarried).
+    let to_a = segs(&[&raddr_seg(a.va(0x2000), a.mkey), &data_seg(64, b.mkey, b.va(0))]);
+    b.post_send(&mut qb, WRITE, true, 0, &to_a);
+    let c = b.poll_cq();
+    assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "B's WRITE completes");
     for round in 0..5u32 {
         let ping = pattern(round, 64);
         a.mem.write(0, &ping);
@@ -229,8 +259,10 @@ fn an_ack_the_receive_thread_left_waiting_leaves_when_no_reply_comes() {
         assert!(start.elapsed() < Duration::from_millis(100), "round {round}: {:?}", start.elapsed());
         assert_eq!(b.mem.to_vec(0x1000, 64), ping, "round {round}");
     }
-    assert_eq!(relay.opcodes(Way::AToB), [RC_WRITE_ONLY; 5], "no retransmission");
-    assert_eq!(relay.opcodes(Way::BToA), [RC_ACK; 5], "an ACK per WRITE");
+    std::thread::sleep(Duration::from_millis(20));
+    let count = |way, op| relay.opcodes(way).iter().filter(|&&o| o == op).count();
+    assert_eq!((count(Way::AToB, RC_WRITE_ONLY), count(Way::AToB, RC_ACK)), (5, 1), "{:?}", relay.opcodes(Way::AToB));
+    assert_eq!((count(Way::BToA, RC_WRITE_ONLY), count(Way::BToA, RC_ACK)), (1, 5), "{:?}", relay.opcodes(Way::BToA));
 }
 
 #[test]

@@ -64,11 +64,20 @@ const UDP_RX_SPIN: Duration = Duration::from_millis(2);
 /// 2 ms in most runs; 6 - 13 µs now, p99 23 - 49 µs).
 const UDP_RX_ACK_GRACE: Duration = Duration::from_micros(30);
 
-/// How long a UDP wire's receive thread sends the ACKs its runs owe at once after ACKs it
-/// left waiting were not carried by a reply ([`UDP_RX_ACK_GRACE`]): the peer is sending a
-/// stream (perftest's `ib_write_bw`, whose receiver posts nothing), not waiting for a reply.
-/// Left waiting a grace each time, they took 64 KiB WRITEs from 520 - 610 MB/s to 300 - 440.
-const UDP_RX_ACK_WAIT_HOLDOFF: Duration = Duration::from_millis(100);
+/// How many runs in a row whose ACKs no reply carried ([`UDP_RX_ACK_GRACE`]) have a UDP wire's
+/// receive thread send ACKs at once for [`UDP_RX_ACK_WAIT_HOLDOFF`]: the application sends, but
+/// not in reply to what comes (both ends of a stream each way, `ib_write_bw -b`). One such run
+/// is only a reply that came late (its application preempted).
+const UDP_RX_ACK_WAIT_MISSES: u32 = 2;
+
+/// How long a UDP wire's receive thread sends the ACKs its runs owe at once after
+/// [`UDP_RX_ACK_WAIT_MISSES`] runs whose ACKs no reply carried. Each such run costs a stream up
+/// to a grace's delay of its ACKs and a run of the whole device (not beside the application's
+/// doorbells): two every 10 ms is a fraction of a percent, and a ping-pong whose replies came
+/// late twice sends its ACKs alone for no longer than that. (Before a stream's receiver that
+/// sends nothing was left out, ACKs left waiting a grace each time took 64 KiB
+/// `ib_write_bw` from 520 - 610 MB/s to 300 - 440.)
+const UDP_RX_ACK_WAIT_HOLDOFF: Duration = Duration::from_millis(10);
 
 /// A gap this long between two looks of a spinning receive thread means it was preempted.
 const UDP_RX_PREEMPTED: Duration = Duration::from_micros(200);
@@ -792,6 +801,8 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
     // The wire's polls counted at the last look (`PortInner::polls`).
     let mut polls_seen = 0;
     let mut acks_wait_off_until: Option<Instant> = None;
+    // Runs in a row whose ACKs no reply carried (`UDP_RX_ACK_WAIT_MISSES`).
+    let mut acks_not_carried = 0;
     // The application's send doorbells counted at the last run (`PortInner::send_doorbells`).
     let mut doorbells_seen = 0;
     loop {
@@ -851,8 +862,16 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
                 && doorbells != doorbells_seen
                 && acks_wait_off_until.is_none_or(|t| Instant::now() >= t)
             {
-                if receive_letting_acks_wait(&port, &sock) == AckWait::NotCarried {
-                    acks_wait_off_until = Some(Instant::now() + UDP_RX_ACK_WAIT_HOLDOFF);
+                match receive_letting_acks_wait(&port, &sock) {
+                    AckWait::NoneOwed => {}
+                    AckWait::Carried => acks_not_carried = 0,
+                    AckWait::NotCarried => {
+                        acks_not_carried += 1;
+                        if acks_not_carried >= UDP_RX_ACK_WAIT_MISSES {
+                            acks_wait_off_until = Some(Instant::now() + UDP_RX_ACK_WAIT_HOLDOFF);
+                            acks_not_carried = 0;
+                        }
+                    }
                 }
             } else {
                 port.notify();
