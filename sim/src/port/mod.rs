@@ -295,12 +295,13 @@ pub(crate) struct PortInner {
     /// leaves the socket to it, and the engine the device. Each poll writes it: on a line of
     /// its own.
     polls: crate::CacheLines<AtomicU64>,
-    /// How many send doorbells the device's application rang ([`Port::note_send_doorbell`]; a
-    /// count that may miss doorbells of threads at once). The wire's receive thread compares it
-    /// with what it saw at its last run of the device: an application that sends between the
-    /// frames the thread hands it replies to them, and their ACKs may wait for the reply. Each
-    /// doorbell writes it: on a line of its own.
-    send_doorbells: crate::CacheLines<AtomicU64>,
+    /// Whether the device's application rang a send doorbell ([`Port::note_send_doorbell`])
+    /// since the wire's receive thread last took note ([`PortInner::take_send_doorbell_rung`],
+    /// before each of its runs on requests): an application that sends between the requests
+    /// the thread hands it replies to them, and their ACKs may wait for the reply. A doorbell
+    /// that finds it set leaves it alone, and it is on a line of its own: a stream of doorbells
+    /// does not write it.
+    send_doorbell_rung: crate::CacheLines<AtomicBool>,
     /// Whether the device left ACKs unsent when it handled frames an application's
     /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
     /// device's next transmit, or its engine sends them.
@@ -353,7 +354,7 @@ impl Port {
                 tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
                 drain: Mutex::new(None),
                 polls: crate::CacheLines(AtomicU64::new(0)),
-                send_doorbells: crate::CacheLines(AtomicU64::new(0)),
+                send_doorbell_rung: crate::CacheLines(AtomicBool::new(false)),
                 acks_deferred: AtomicBool::new(false),
                 neighbors: Mutex::new(Vec::new()),
                 admin_up: Arc::new(AtomicBool::new(true)),
@@ -759,12 +760,12 @@ impl Port {
         self.inner.polls.load(Ordering::Relaxed)
     }
 
-    /// Counts a send doorbell of the device's application (see `PortInner::send_doorbells`).
+    /// Notes a send doorbell of the device's application (see `PortInner::send_doorbell_rung`).
     #[inline]
     pub(crate) fn note_send_doorbell(&self) {
-        // Not a read-modify-write: a doorbell of another thread at once may go uncounted.
-        let n = self.inner.send_doorbells.load(Ordering::Relaxed);
-        self.inner.send_doorbells.store(n.wrapping_add(1), Ordering::Relaxed);
+        if !self.inner.send_doorbell_rung.load(Ordering::Relaxed) {
+            self.inner.send_doorbell_rung.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Whether the device left ACKs unsent for a polling application ([`Port::acks_may_wait`]):
@@ -1049,7 +1050,7 @@ impl PortInner {
         while drained.datagrams < UDP_RX_BATCH {
             let n = recv_batch(sock, slots, *local, |frame, truncated| {
                 if self.accepts(lan, frame, truncated) {
-                    drained.rc_requests |= is_rc_request(frame);
+                    drained.rc_requests = drained.rc_requests || is_rc_request(frame);
                     frames.push(copied(frame));
                 }
             });
@@ -1079,6 +1080,16 @@ impl PortInner {
         let result = f();
         TOOK_FROM_WIRE.set(0);
         result
+    }
+
+    /// Whether the application rang a send doorbell since the last call (see
+    /// `PortInner::send_doorbell_rung`); a doorbell rung meanwhile counts for the next.
+    pub(super) fn take_send_doorbell_rung(&self) -> bool {
+        let rung = self.send_doorbell_rung.load(Ordering::Relaxed);
+        if rung {
+            self.send_doorbell_rung.store(false, Ordering::Relaxed);
+        }
+        rung
     }
 
     /// Whether a frame a receive took from the wire goes to the port: not when the kernel

@@ -783,10 +783,9 @@ fn next_pause(pause: Duration, paused: Option<&Pause>, missed_lately: bool) -> D
 /// [`UDP_RX_BATCH`]) and has the device handle them together; polls without blocking for
 /// [`UDP_RX_SPIN`] after the last frame (yielding its core between looks), then blocks; the
 /// ACKs its run leaves waiting get [`UDP_RX_ACK_GRACE`] to leave with the application's
-/// reply. A
-/// thread preempted while spinning (the cores are wanted by others, e.g. applications that
-/// busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]: spinning then only
-/// delays those applications by a scheduler time slice. While an application polls the wire
+/// reply. A thread preempted while spinning (the cores are wanted by others, e.g.
+/// applications that busy-poll their CQs and never yield) blocks for [`UDP_RX_SPIN_BACKOFF`]:
+/// spinning then only delays those applications by a scheduler time slice. While an application polls the wire
 /// itself ([`Port::poll_wire`]), the thread leaves the socket to it ([`pause_for_poller`]).
 pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
     crate::device::prepare_own_thread();
@@ -800,11 +799,10 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
     let mut pause = UDP_RX_POLLED_PAUSE;
     // The wire's polls counted at the last look (`PortInner::polls`).
     let mut polls_seen = 0;
+    // Until when the thread's runs send ACKs at once (`UDP_RX_ACK_WAIT_HOLDOFF`).
     let mut acks_wait_off_until: Option<Instant> = None;
     // Runs in a row whose ACKs no reply carried (`UDP_RX_ACK_WAIT_MISSES`).
     let mut acks_not_carried = 0;
-    // The application's send doorbells counted at the last run (`PortInner::send_doorbells`).
-    let mut doorbells_seen = 0;
     loop {
         if pause_off_until.is_none_or(|t| Instant::now() >= t) {
             let paused = pause_for_poller(&weak, &sock, pause, &mut polls_seen);
@@ -857,9 +855,8 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
             // the thread's last run that answered requests: it replies to what comes. A
             // stream's receiver, which sends nothing, has its ACKs sent at once, and frames
             // that owe none (the ACKs a requester receives) are handled beside its doorbells.
-            let doorbells = port.send_doorbells.load(Ordering::Relaxed);
             if drained.rc_requests
-                && doorbells != doorbells_seen
+                && port.take_send_doorbell_rung()
                 && acks_wait_off_until.is_none_or(|t| Instant::now() >= t)
             {
                 match receive_letting_acks_wait(&port, &sock) {
@@ -875,9 +872,6 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
                 }
             } else {
                 port.notify();
-            }
-            if drained.rc_requests {
-                doorbells_seen = doorbells;
             }
             last_frame = Some(Instant::now());
         } else if spinning {

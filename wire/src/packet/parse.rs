@@ -59,16 +59,17 @@ pub fn steering_bth(frame: &[u8]) -> Option<Bth> {
     if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
         (ethertype, off) = (be16(frame, 16), 18);
     }
-    let bth = match ethertype {
-        ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4 + 8,
-        ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40 + 8,
-        ETHERTYPE_ROCEV1 => off + 40,
+    let bth_at = |at: usize| Some(Bth::from_bytes(frame.get(at..at + Bth::LEN)?.try_into().ok()?));
+    let udp = match ethertype {
+        ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4,
+        ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40,
+        ETHERTYPE_ROCEV1 => return bth_at(off + 40),
         _ => return None,
     };
-    if ethertype != ETHERTYPE_ROCEV1 && be16(frame, bth - 6) != ROCEV2_UDP_PORT {
+    if be16(frame, udp + 2) != ROCEV2_UDP_PORT {
         return None;
     }
-    Some(Bth::from_bytes(&frame.get(bth..bth + Bth::LEN)?.try_into().ok()?))
+    bth_at(udp + 8)
 }
 
 /// The length an Ethernet frame that carries an IP packet gives itself: its Ethernet header
