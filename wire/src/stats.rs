@@ -47,6 +47,9 @@ pub struct WireStats {
     /// Frames the device sent while the port's link was down: they went nowhere (not counted
     /// as sent).
     pub tx_drop_link_down: u64,
+    /// Of the frames sent, those a UDP wire's port held at their send doorbell for the datagram
+    /// of the doorbell rung right after it (a burst's frames leave together).
+    pub tx_held: u64,
 }
 
 impl WireStats {
@@ -71,6 +74,7 @@ impl WireStats {
             tx_frames: 0,
             tx_bytes: 0,
             tx_drop_link_down: 0,
+            tx_held: 0,
         }
     }
 
@@ -143,6 +147,7 @@ impl WireStats {
             tx_frames,
             tx_bytes,
             tx_drop_link_down,
+            tx_held,
         } = *other;
         self.rx_frames += rx_frames;
         self.rx_bytes += rx_bytes;
@@ -162,6 +167,7 @@ impl WireStats {
         self.tx_frames += tx_frames;
         self.tx_bytes += tx_bytes;
         self.tx_drop_link_down += tx_drop_link_down;
+        self.tx_held += tx_held;
     }
 
     /// Received frames dropped: damaged, for want of room, or while the link was down (not
