@@ -661,6 +661,7 @@ impl SimDevice {
         // ACK a polling application's run left waiting (`Port::acks_may_wait`): its host has
         // seen the CQE, and a ConnectX sent that ACK long before.
         self.inner.send_owed_acks(&mut h);
+        self.inner.port.send_held();
         h.bar_write32(offset, value);
         self.inner.run_to_completion(&mut h);
     }
@@ -672,18 +673,34 @@ impl SimDevice {
         // before it that needs the whole device must go first, or a polling application's ACKs
         // wait to leave with what it sends (`Port::acks_may_wait`).
         let sq_uar = Hca::sq_doorbell_uar(offset);
-        if sq_uar.is_some() {
-            self.inner.port.note_send_doorbell();
+        match sq_uar {
+            Some(uar) => {
+                self.inner.port.note_send_doorbell();
+                self.inner.port.ringing_send_doorbell(|| self.send_doorbell(offset, uar, value));
+            }
+            None => {
+                self.write64_whole(offset, value);
+                // A CQ's arm doorbell (the application is about to wait for an event), or any
+                // other: what send doorbells held leaves now.
+                self.inner.port.send_held();
+            }
         }
-        if let Some(uar) = sq_uar
-            && !self.inner.posted_whole.load(Ordering::Relaxed)
-            && !self.inner.port.acks_deferred()
-        {
+    }
+
+    /// [`SimDevice::bar0_write64`] of a send doorbell (of UAR `uar`).
+    #[inline]
+    fn send_doorbell(&self, offset: u64, uar: u32, value: u64) {
+        if !self.inner.posted_whole.load(Ordering::Relaxed) && !self.inner.port.acks_deferred() {
             if !self.inner.try_shared(|dp| dp.uar_sq_doorbell(uar, value)) {
                 self.inner.post(offset, value);
             }
             return;
         }
+        self.write64_whole(offset, value);
+    }
+
+    /// [`SimDevice::bar0_write64`] with the whole device, or posted if another thread holds it.
+    fn write64_whole(&self, offset: u64, value: u64) {
         let Some(mut h) = self.inner.try_lock() else {
             self.inner.post(offset, value);
             return;

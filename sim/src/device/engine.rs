@@ -304,6 +304,13 @@ fn engine_look(inner: &Inner, polls_seen: &mut u64) -> Instant {
     let polls = inner.port.polls();
     let polled = polls != *polls_seen;
     *polls_seen = polls;
+    // Frames send doorbells held for one that did not come (`port::tx_hold`): sent when the
+    // application stopped polling, or long after they were held.
+    if polled {
+        inner.port.send_held_after(crate::port::TX_HOLD_LONGEST);
+    } else {
+        inner.port.send_held();
+    }
     let park = if polled { ENGINE_POLLED_PARK } else { ENGINE_IDLE_PARK };
     let planned = now + park;
     inner.clock.engine_plans(planned);

@@ -53,7 +53,7 @@ fn owing() -> Vec<Arc<Inner>> {
     if devices.0 != std::process::id() {
         return Vec::new();
     }
-    devices.1.iter().filter_map(Weak::upgrade).filter(|d| d.port.acks_deferred()).collect()
+    devices.1.iter().filter_map(Weak::upgrade).filter(|d| d.port.acks_deferred() || d.port.holds_frames()).collect()
 }
 
 /// Sends the ACKs each device's polling application left waiting, with what else waits in
@@ -64,6 +64,8 @@ fn send_owed_acks(devices: Vec<Arc<Inner>>) {
         loop {
             if let Some(mut h) = inner.try_lock() {
                 inner.send_owed_acks(&mut h);
+                drop(h);
+                inner.port.send_held();
                 break;
             }
             if Instant::now() >= end {

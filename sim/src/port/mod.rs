@@ -29,6 +29,8 @@
 //! `recvmmsg`, `poll`; the one datagram of a ping-pong's turn with `send`, and from a peer on
 //! this machine with `recv`): these calls are the `unsafe` of the port, all in its `socket`
 //! module. Only IP frames exactly as long as they say go segmented, one datagram for several.
+//! The frames of send doorbells an application rings back to back wait for one datagram
+//! together (`tx_hold`).
 
 use crate::fabric::{FabricShared, Reached};
 use crate::firmware::{DataPath, Hca};
@@ -50,9 +52,12 @@ use umlx_wire::{WireStats, arp, parse_frame_verified};
 
 mod lan;
 mod socket;
+mod tx_hold;
 pub use lan::LoopbackLan;
 use lan::{Lan, LanSendCache};
 use socket::*;
+pub(crate) use tx_hold::TX_HOLD_LONGEST;
+use tx_hold::TxHold;
 
 /// A frame waiting in a port's receive queue.
 pub(crate) struct RxFrame {
@@ -135,6 +140,9 @@ thread_local! {
     /// itself, an application's [`Port::poll_wire`] or the wire's receive thread (0: none);
     /// see [`Port::acks_may_wait`].
     static TOOK_FROM_WIRE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The port whose device this thread now runs for a send doorbell its application rang
+    /// (0: none); see [`Port::ringing_send_doorbell`].
+    static SEND_DOORBELL_RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// The time this thread's runs of devices go by ([`run_now`]), with its
     /// [`nanos_since_epoch`]; `None` until a run needs it and again once the run has received
     /// frames or the outermost run has ended.
@@ -306,6 +314,10 @@ pub(crate) struct PortInner {
     /// [`Port::poll_wire`] took ([`Port::acks_may_wait`]); that poll's next empty look, the
     /// device's next transmit, or its engine sends them.
     acks_deferred: AtomicBool,
+    /// When the oldest of the frames held in `tx` ([`TxHold`]) was held, in nanoseconds since
+    /// the sim's clock epoch; 0 while none is. Read without the lock by the looks that send
+    /// them (`PortInner::send_held`).
+    held_since: AtomicU64,
     /// Neighbours learnt from ARP replies and neighbour advertisements.
     neighbors: Mutex<Vec<(IpAddr, MacAddr)>>,
     /// Whether the port is administratively up: shared with its device's firmware, which
@@ -351,11 +363,12 @@ impl Port {
                 recording: std::sync::atomic::AtomicBool::new(false),
                 waker: Mutex::new(None),
                 receiver: std::sync::OnceLock::new(),
-                tx: Mutex::new(Transmit { view: None, stats: WireStats::new() }),
+                tx: Mutex::new(Transmit { view: None, stats: WireStats::new(), hold: TxHold::new() }),
                 drain: Mutex::new(None),
                 polls: crate::CacheLines(AtomicU64::new(0)),
                 send_doorbell_rung: crate::CacheLines(AtomicBool::new(false)),
                 acks_deferred: AtomicBool::new(false),
+                held_since: AtomicU64::new(0),
                 neighbors: Mutex::new(Vec::new()),
                 admin_up: Arc::new(AtomicBool::new(true)),
             }),
@@ -521,21 +534,28 @@ impl Port {
     /// among them, for a frame to its own MAC) are added to `reached`, for the caller to have
     /// them handle the frames ([`Reached::notify`]). Nothing here runs a device, so a run of
     /// the data path may send this way while it holds a QP's transport: the QP's frames then
-    /// reach the wire in the order they were built, whichever threads build them.
+    /// reach the wire in the order they were built, whichever threads build them. The frames
+    /// of an application's send doorbell ([`Port::ringing_send_doorbell`]) for a UDP wire may
+    /// be held for the next doorbell's datagram (`tx_hold`); any other send, of no frames
+    /// too, sends what is held first.
     pub(crate) fn send_from(&self, frames: &mut Vec<Vec<u8>>, mut checksums: Checksums, reached: &mut Reached) {
-        if frames.is_empty() {
+        if frames.is_empty() && !self.holds_frames() {
             return;
         }
         if !self.inner.admin_up.load(Ordering::Relaxed) {
-            lock(&self.inner.stats).tx_drop_link_down += frames.len() as u64;
-            frames.drain(..).for_each(crate::buffers::give);
+            let mut tx = lock(&self.inner.tx);
+            tx.stats.tx_drop_link_down += (frames.len() + tx.hold.frames.len()) as u64;
+            frames.drain(..).chain(tx.hold.frames.drain(..)).for_each(crate::buffers::give);
+            tx.hold.released();
+            self.inner.held_since.store(0, Ordering::Relaxed);
             return;
         }
         // The link of this batch, from the sends' view of it (taken from the link at the first
         // send after each change of it); held while the frames go to a socket, so that a send
         // clones nothing and takes neither the link's nor the LAN's locks.
         let mut tx = lock(&self.inner.tx);
-        let Transmit { view, stats } = &mut *tx;
+        let Transmit { view, stats, hold } = &mut *tx;
+        let held = hold.any();
         for f in frames.iter() {
             stats.record_tx(f.len());
         }
@@ -550,13 +570,32 @@ impl Port {
             checksums = Checksums::Compute;
         }
         self.inner.record(frames);
+        // A send doorbell's frames for a socket may wait for the next doorbell's (`tx_hold`);
+        // frames to the port's own MAC never do (they never reach the wire).
+        let doorbell =
+            !frames.is_empty() && link.socket().is_some() && SEND_DOORBELL_RUN.get() == Arc::as_ptr(&self.inner).addr();
+        if doorbell && !frames.iter().any(|f| f.get(0..6) == Some(&self.inner.mac[..])) {
+            let now = run_now();
+            let n = frames.len() as u64;
+            if hold.hold(frames, now, self.inner.polls.load(Ordering::Relaxed)) {
+                stats.tx_held += n;
+                if !held {
+                    self.inner.held_since.store(nanos_since_epoch(now).max(1), Ordering::Relaxed);
+                }
+                return;
+            }
+        }
+        if held {
+            hold.released();
+            self.inner.held_since.store(0, Ordering::Relaxed);
+        }
         let mut looped = false;
         // Frames for the wire (and, for a UDP wire, (frame, destination) pairs): sent together
-        // below, in lists
-        // this thread keeps for its next batch (a batch sent while another is being sent, from
-        // a device run inside that one, gets lists of its own).
+        // below, those held first, in lists this thread keeps for its next batch (a batch sent
+        // while another is being sent, from a device run inside that one, gets lists of its
+        // own).
         let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
-        for mut f in frames.drain(..) {
+        for mut f in hold.frames.drain(..).chain(frames.drain(..)) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
             if f.get(0..6) == Some(&self.inner.mac[..]) {
@@ -593,6 +632,9 @@ impl Port {
             lan.send_on_lanes(&mut view.lan, &datagrams, &mut lanes, &mut dests);
             lanes.clear();
         }
+        if doorbell {
+            hold.doorbell_sent(Instant::now());
+        }
         // A fabric delivers without the view: its deliveries may reach this port.
         let fabric = match link {
             Link::Fabric(fabric) => Some(fabric.clone()),
@@ -607,6 +649,48 @@ impl Port {
         UDP_BATCH.set((datagrams, dests, lanes));
         if looped {
             reached.add(self.inner.clone());
+        }
+    }
+
+    /// Runs `f`, the device's run for a send doorbell its application rang, with the port
+    /// marked as this thread's doorbell's: the frames the run sends may be held for the next
+    /// doorbell's (`tx_hold`).
+    #[inline]
+    pub(crate) fn ringing_send_doorbell<T>(&self, f: impl FnOnce() -> T) -> T {
+        let before = SEND_DOORBELL_RUN.replace(Arc::as_ptr(&self.inner).addr());
+        let result = f();
+        SEND_DOORBELL_RUN.set(before);
+        result
+    }
+
+    /// Whether the port holds frames of send doorbells, on a UDP wire, for the datagram of the
+    /// next doorbell rung right after (counted in [`WireStats::tx_held`]). They leave at the
+    /// application's next look at an empty CQ, its next doorbell that is not rung right after,
+    /// a CQ's arm doorbell, a command, or the engine's next look if it does none of these.
+    #[inline]
+    pub fn holds_frames(&self) -> bool {
+        self.inner.held_since.load(Ordering::Relaxed) != 0
+    }
+
+    /// Sends the frames held for the next send doorbell's (`tx_hold`), if any.
+    #[inline]
+    pub(crate) fn send_held(&self) {
+        if self.holds_frames() {
+            self.send_held_now();
+        }
+    }
+
+    /// [`Port::send_held`] once frames are known to be held.
+    #[cold]
+    #[inline(never)]
+    fn send_held_now(&self) {
+        self.send_from(&mut Vec::new(), Checksums::Compute, &mut Reached::default());
+    }
+
+    /// [`Port::send_held`] if the oldest has been held `age` or longer.
+    pub(crate) fn send_held_after(&self, age: Duration) {
+        if self.inner.holds_frames_for(age) {
+            self.send_held();
         }
     }
 
@@ -795,8 +879,17 @@ impl PortInner {
         }
         // After the link changed: a send or a look that took the view of the old one ends
         // first, and the next takes the new one. The old socket closes with the last of its
-        // holders.
-        lock(&self.tx).view = None;
+        // holders. Frames held for the old link's next datagram are lost with it, as those in
+        // flight on a cable pulled out (the RC transport sends them again).
+        {
+            let mut tx = lock(&self.tx);
+            tx.view = None;
+            tx.stats.tx_drop_link_down += tx.hold.frames.len() as u64;
+            let Transmit { hold, .. } = &mut *tx;
+            hold.frames.drain(..).for_each(crate::buffers::give);
+            hold.released();
+            self.held_since.store(0, Ordering::Relaxed);
+        }
         *lock(&self.drain) = None;
     }
 
@@ -968,6 +1061,8 @@ struct Transmit {
     /// The transmit counters (`tx_frames`, `tx_bytes`); [`Port::stats`] adds them to the
     /// port's others.
     stats: WireStats,
+    /// The frames of send doorbells rung back to back, held for one datagram (`tx_hold`).
+    hold: TxHold,
 }
 
 /// What a port's sends take from its link, kept under the port's `tx` lock: taken from the link
@@ -1082,6 +1177,13 @@ impl PortInner {
         result
     }
 
+    /// Whether the oldest frame held for the next send doorbell's (`tx_hold`) has been held
+    /// `age` or longer (the clock is read only if a frame is held).
+    fn holds_frames_for(&self, age: Duration) -> bool {
+        let since = self.held_since.load(Ordering::Relaxed);
+        since != 0 && nanos_since_epoch(Instant::now()).saturating_sub(since) >= age.as_nanos() as u64
+    }
+
     /// Whether the application rang a send doorbell since the last call (see
     /// `PortInner::send_doorbell_rung`); a doorbell rung meanwhile counts for the next.
     pub(super) fn take_send_doorbell_rung(&self) -> bool {
@@ -1193,6 +1295,8 @@ impl Port {
         // Not a read-modify-write: a poll of another thread at once may go uncounted.
         let polls = self.inner.polls.load(Ordering::Relaxed);
         self.inner.polls.store(polls.wrapping_add(1), Ordering::Relaxed);
+        // The end of a burst of send doorbells: what they held leaves (`tx_hold`).
+        self.send_held();
         let Ok(mut view) = self.inner.drain.try_lock() else { return false };
         let look = WIRE_SLOTS.with(|b| match b.try_borrow_mut() {
             Ok(mut b) => self.look_at_wire(&mut view, b.get_or_insert_with(RecvSlots::new)),

@@ -844,6 +844,11 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
             let _ = wait_readable(&sock, Duration::from_millis(50));
         }
         let Some(port) = weak.upgrade() else { return };
+        // Frames held for a send doorbell that did not come, by an application that has not
+        // looked at its CQs since (`tx_hold`).
+        if port.holds_frames_for(TX_HOLD_LONGEST) {
+            Port { inner: port.clone() }.send_held();
+        }
         let drained = {
             let mut view = lock(&port.drain);
             port.drain_wire(&mut view, Some(&sock), &mut slots)

@@ -300,6 +300,15 @@ impl Node {
         self.dev.bar0_write64((self.uar as usize * uar_page::UAR_PAGE_SIZE + uar_page::BF_OFFSET) as u64, db);
     }
 
+    /// Arms the node's CQ for an event at its next completion, as `ibv_req_notify_cq` does: the
+    /// arm word of its doorbell record, then the UAR's CQ doorbell (arm sequence number 0).
+    pub fn arm_cq(&mut self) {
+        let hi = uar_page::CQ_DB_REQ_NOT | (self.cq.ci & cq_consts::NUM_MASK_24);
+        self.cq.dbr.write_u32_be(dbr::CQ_ARM_DB, hi);
+        let doorbell = self.uar as usize * uar_page::UAR_PAGE_SIZE + uar_page::CQ_DOORBELL;
+        self.dev.bar0_write64(doorbell as u64, (u64::from(hi) << 32) | u64::from(self.cq.cqn));
+    }
+
     /// Posts a receive WQE with one scatter entry (and the terminating data segment).
     pub fn post_recv(&mut self, qp: &mut Qp, off: usize, len: u32) {
         let mut wqe = [data_seg(len, self.mkey, self.va(off)), data_seg(0, w::INVALID_LKEY, 0)].concat();

@@ -1,13 +1,21 @@
-//! ACKs on a UDP wire whose application busy-polls it (`Port::poll_wire`): the device leaves
-//! the ACK of what the poll handed it to its next transmit, so a ping-pong's reply and the ACK
-//! of the request leave together (one `sendmmsg`, one segmented datagram) instead of the ACK
-//! first and the reply in a second send; and an ACK left waiting still leaves when the
-//! application posts nothing more and stops polling. The same holds for what the wire's
-//! receive thread hands the device while the application watches memory instead (perftest's
-//! `ib_write_lat`), within the thread's grace.
+//! What leaves together on a UDP wire, in one datagram.
 //!
-//! Two devices on UDP wires through a relay in this test, which forwards each datagram and
-//! notes its BTH opcode in the order it came.
+//! ACKs on a wire whose application busy-polls it (`Port::poll_wire`): the device leaves the
+//! ACK of what the poll handed it to its next transmit, so a ping-pong's reply and the ACK of
+//! the request leave together (one `sendmmsg`, one segmented datagram) instead of the ACK first
+//! and the reply in a second send; and an ACK left waiting still leaves when the application
+//! posts nothing more and stops polling. The same holds for what the wire's receive thread
+//! hands the device while the application watches memory instead (perftest's `ib_write_lat`),
+//! within the thread's grace.
+//!
+//! Send doorbells rung back to back by an application that polls (perftest's bandwidth tests
+//! post one WR a doorbell): the port holds their frames for the next doorbell's datagram, and
+//! what it holds leaves at the application's next look at an empty CQ, at a CQ's arm doorbell,
+//! or without either, long before a requester would retransmit. A ping-pong holds nothing.
+//!
+//! Two devices on UDP wires through a relay in this test, which takes each datagram whole (it
+//! asks for `UDP_GRO`: a segmented one comes as one), notes how many frames it carried and
+//! each one's BTH opcode in the order they came, and forwards the frames one per datagram.
 
 mod transport_common;
 
@@ -37,9 +45,13 @@ enum Way {
 }
 
 /// Forwards datagrams between `a` (the relay socket device A sends to) and `b` (the one B
-/// sends to), noting each one's way and BTH opcode, until `stop`.
+/// sends to), until `stop`, noting each frame's way and BTH opcode, and how many datagrams
+/// went each way.
 struct Relay {
     log: Arc<Mutex<Vec<(Way, Opcode)>>>,
+    datagrams: Arc<Mutex<[usize; 2]>>,
+    /// While set, what B sends is noted and dropped, not forwarded.
+    mute_b: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// This file's tests run one at a time: what they check depends on applications that
@@ -55,20 +67,33 @@ impl Relay {
         // Another test's failure does not stop this one.
         let one_at_a_time = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let log = Arc::new(Mutex::new(Vec::new()));
+        let datagrams = Arc::new(Mutex::new([0; 2]));
         let stop = Arc::new(AtomicBool::new(false));
-        a.set_nonblocking(true).unwrap();
-        b.set_nonblocking(true).unwrap();
-        let (l, s) = (log.clone(), stop.clone());
+        for sock in [&a, &b] {
+            sock.set_nonblocking(true).unwrap();
+            take_segmented_datagrams_whole(sock);
+        }
+        let mute_b = Arc::new(AtomicBool::new(false));
+        let (l, d, s, m) = (log.clone(), datagrams.clone(), stop.clone(), mute_b.clone());
         let thread = std::thread::spawn(move || {
-            let mut buf = [0u8; 9000];
+            let mut buf = vec![0u8; 1 << 16];
             while !s.load(Ordering::Relaxed) {
                 let mut idle = true;
                 for (from, to, dest, way) in [(&a, &b, b_dev, Way::AToB), (&b, &a, a_dev, Way::BToA)] {
                     while let Ok(n) = from.recv(&mut buf) {
                         idle = false;
-                        let opcode = umlx_wire::parse_frame(&buf[..n]).expect("a RoCE frame").bth.opcode;
-                        l.lock().unwrap().push((way, opcode));
-                        to.send_to(&buf[..n], dest).unwrap();
+                        d.lock().unwrap()[way as usize] += 1;
+                        let mut rest = &buf[..n];
+                        while !rest.is_empty() {
+                            let len = umlx_wire::packet::ip_frame_len(rest).expect("an IP frame").min(rest.len());
+                            let frame = &rest[..len];
+                            let opcode = umlx_wire::parse_frame(frame).expect("a RoCE frame").bth.opcode;
+                            l.lock().unwrap().push((way, opcode));
+                            if way == Way::AToB || !m.load(Ordering::Relaxed) {
+                                to.send_to(frame, dest).unwrap();
+                            }
+                            rest = &rest[len..];
+                        }
                     }
                 }
                 if idle {
@@ -76,13 +101,37 @@ impl Relay {
                 }
             }
         });
-        Relay { log, stop, thread: Some(thread), _one_at_a_time: one_at_a_time }
+        Relay { log, datagrams, mute_b, stop, thread: Some(thread), _one_at_a_time: one_at_a_time }
     }
 
-    /// The opcodes of the datagrams that went `way` so far.
+    /// The opcodes of the frames that went `way` so far.
     fn opcodes(&self, way: Way) -> Vec<Opcode> {
         self.log.lock().unwrap().iter().filter(|(w, _)| *w == way).map(|&(_, op)| op).collect()
     }
+
+    /// How many datagrams went `way` so far.
+    fn datagrams(&self, way: Way) -> usize {
+        self.datagrams.lock().unwrap()[way as usize]
+    }
+}
+
+/// Has the kernel hand `sock` a segmented datagram as one (`UDP_GRO`), its frames back to
+/// back: the relay then sees which frames a sender sent together.
+fn take_segmented_datagrams_whole(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an `int` from `&on`, a local that outlives the call, on the
+    // socket's own descriptor.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "UDP_GRO: {}", std::io::Error::last_os_error());
 }
 
 impl Drop for Relay {
@@ -171,6 +220,11 @@ fn ping_pong(request: Opcode, min_reply_first: usize, round: Round<'_>) {
         assert_eq!(a_to_b.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {a_to_b:?}");
         assert_eq!(b_to_a.iter().filter(|&&o| o == request).count(), ROUNDS, "no retransmission: {b_to_a:?}");
         assert_eq!(b_to_a.iter().filter(|&&o| o == RC_ACK).count(), ROUNDS, "an ACK per request: {b_to_a:?}");
+        // Each side's next doorbell comes a round trip after its last, after a poll or none:
+        // none is held for another.
+        for (node, name) in [(&a, "A"), (&b, "B")] {
+            assert_eq!(node.dev.port().stats().tx_held, 0, "frames {name} held in a ping-pong");
+        }
         if reply_first >= min_reply_first {
             return;
         }
@@ -304,4 +358,124 @@ fn an_ack_left_waiting_leaves_before_a_command_destroys_its_qp() {
     let c = a.poll_cq_timeout(Duration::from_millis(200)).expect("A's SEND completes without a retransmission");
     assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, SEND));
     assert_eq!(relay.opcodes(Way::AToB), [RC_SEND_ONLY], "no retransmission");
+}
+
+/// The WRITEs of a burst in the tests below, each rung with a doorbell of its own.
+const BURST: usize = 32;
+
+/// Where in B's memory WRITE `i` of a burst lands.
+fn burst_target(i: usize) -> usize {
+    0x10000 + i * 64
+}
+
+/// A's application looks at its wire (an empty CQ's poll), as `ib_write_bw` does before each
+/// burst, then posts [`BURST`] 64-byte WRITEs of `pattern(seed + i)` to B's memory at
+/// [`burst_target`]`(i)`, one doorbell each, the last signaled, as fast as it can. Returns how
+/// many of their frames A's port held for another's datagram.
+fn post_burst(a: &mut Node, qa: &mut Qp, b: &Node, seed: u32) -> u64 {
+    let wqes: Vec<Vec<u8>> = (0..BURST)
+        .map(|i| {
+            a.mem.write(i * 64, &pattern(seed + i as u32, 64));
+            segs(&[&raddr_seg(b.va(burst_target(i)), b.mkey), &data_seg(64, a.mkey, a.va(i * 64))])
+        })
+        .collect();
+    let before = a.dev.port().stats().tx_held;
+    a.dev.port().poll_wire();
+    for (i, wqe) in wqes.iter().enumerate() {
+        a.post_send(qa, WRITE, i + 1 == BURST, 0, wqe);
+    }
+    a.dev.port().stats().tx_held - before
+}
+
+/// Checks that B's memory holds every WRITE of the burst `seed`.
+fn burst_landed(b: &Node, seed: u32) {
+    for i in 0..BURST {
+        assert_eq!(b.mem.to_vec(burst_target(i), 64), pattern(seed + i as u32, 64), "WRITE {i} of burst {seed}");
+    }
+}
+
+#[test]
+fn send_doorbells_rung_back_to_back_after_a_poll_leave_together_and_every_write_lands() {
+    let (mut a, mut qa, b, _qb, relay) = setup();
+    let mut tries = Vec::new();
+    for seed in [0, 100, 200] {
+        let seen = (relay.opcodes(Way::AToB).len(), relay.datagrams(Way::AToB));
+        let held = post_burst(&mut a, &mut qa, &b, seed);
+        // A's application polls for the completion: its first look at the empty CQ sends what
+        // the port still holds.
+        let c = busy_poll(&mut a);
+        assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "the last WRITE of burst {seed} completes");
+        burst_landed(&b, seed);
+        // B acknowledged the last WRITE: the relay forwarded (and noted) every frame before.
+        let frames = relay.opcodes(Way::AToB)[seen.0..].to_vec();
+        assert_eq!(frames, [RC_WRITE_ONLY; BURST], "burst {seed}: each WRITE once, none sent again");
+        // A held frame leaves in the datagram of the next doorbell's, or with the others held
+        // at the poll.
+        let datagrams = relay.datagrams(Way::AToB) - seen.1;
+        let most = BURST - held as usize + 1;
+        assert!(datagrams <= most, "burst {seed}: {datagrams} datagrams for {BURST} frames, {held} held");
+        // On a machine whose cores are wanted elsewhere, a doorbell may come too late after
+        // the last to count as rung back to back: a burst again, up to three.
+        if held >= BURST as u64 / 2 {
+            assert_eq!(a.dev.transport_stats().retransmits, 0);
+            return;
+        }
+        tries.push((held, datagrams));
+    }
+    panic!("fewer than half of a burst's {BURST} frames held, three times (held, datagrams): {tries:?}");
+}
+
+#[test]
+fn frames_held_for_a_doorbell_that_never_comes_leave_though_the_application_looks_no_more() {
+    let (mut a, mut qa, b, _qb, relay) = setup();
+    // No ACK reaches A (a run of A's device on one would send what its port holds): only the
+    // receive thread's and the engine's looks are left to.
+    relay.mute_b.store(true, Ordering::Relaxed);
+    for (n, seed) in [0, 100, 200].into_iter().enumerate() {
+        let seen = relay.opcodes(Way::AToB).len();
+        let held = post_burst(&mut a, &mut qa, &b, seed);
+        // A's application neither polls nor arms a CQ (it waits for its peer on a socket, say):
+        // what its port held still goes, long before A would retransmit (268 ms).
+        let start = Instant::now();
+        while relay.opcodes(Way::AToB).len() < seen + BURST {
+            let took = start.elapsed();
+            assert!(took < Duration::from_millis(100), "burst {seed}: {held} held, not all sent in {took:?}");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let frames = relay.opcodes(Way::AToB)[seen..].to_vec();
+        assert_eq!(frames, [RC_WRITE_ONLY; BURST], "burst {seed}: each WRITE once, none sent again");
+        // B's ACKs may go again: A's WRITEs, retransmitted, complete.
+        relay.mute_b.store(false, Ordering::Relaxed);
+        let c = a.poll_cq();
+        assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "the last WRITE of burst {seed} completes");
+        burst_landed(&b, seed);
+        if held > 0 {
+            return;
+        }
+        assert!(n < 2, "no frame of three bursts of {BURST} was held");
+        relay.mute_b.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_cq_arm_doorbell_sends_what_send_doorbells_held() {
+    let (mut a, mut qa, b, _qb, _relay) = setup();
+    for seed in [0, 100, 200, 300, 400] {
+        post_burst(&mut a, &mut qa, &b, seed);
+        // The wire's receive thread sends frames held 50 µs; this look comes right after the
+        // last doorbell, unless this thread lost its core meanwhile (then a burst again).
+        if a.dev.port().holds_frames() {
+            // A's application arms its CQ to sleep until the completion's event
+            // (`ibv_req_notify_cq`): nothing may wait for a doorbell that will not come.
+            a.arm_cq();
+            assert!(!a.dev.port().holds_frames(), "burst {seed}: frames still held after the arm doorbell");
+            let c = a.poll_cq();
+            assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "the last WRITE of burst {seed} completes");
+            burst_landed(&b, seed);
+            return;
+        }
+        let c = busy_poll(&mut a);
+        assert_eq!((cqe_opcode(&c), sent_opcode(&c)), (REQ, WRITE), "the last WRITE of burst {seed} completes");
+    }
+    panic!("no frame held after five bursts of {BURST}");
 }
