@@ -6,7 +6,7 @@
 #   sim on the automatic loopback wire) and with completion events (-e) on a named UDP wire;
 #   ibv_uc_pingpong and ibv_xsrq_pingpong failing cleanly;
 #   perftest's eight RC tests with -x 1, ib_send_lat, ib_read_lat and ib_send_bw in event
-#   mode (-e), and ib_write_bw -a, ib_read_bw -a;
+#   mode (-e), ib_write_bw -a, ib_read_bw -a, and ib_write_bw, ib_send_bw of 64 B;
 #   mixed pairs: rdma-core programs against umlx rc-pingpong and umlx perf;
 #   UCX: ucx_info -d, ucx_perftest tag_lat, tag_bw and ucp_put_bw over rc_verbs and ud_verbs;
 #   then perftest's and umlx perf's figures for the same tests, side by side.
@@ -304,6 +304,22 @@ for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat
     else
         show "$t-server"
         show "$t-client"
+    fi
+done
+# Small messages, one WR per post (perftest's default): the rate of a burst of doorbells,
+# whose frames share datagrams (`sim::port::tx_hold`).
+for t in ib_write_bw ib_send_bw; do
+    if pair "$t-64" "$t -x 1 -s 64 -n 100000" "$t -x 1 -s 64 -n 100000"; then
+        row=$(result_row "$t-64-client")
+        if echo "$row" | grep -Eq '^ 64 100000 [0-9.]+ [0-9.]+ [0-9.]+'; then
+            ok "$t-64: 100,000 messages of 64 B:$(echo "$row" | cut -c1-70)"
+        else
+            bad "$t-64: no result row for 64 bytes, 100,000 iterations"
+            show "$t-64-client"
+        fi
+    else
+        show "$t-64-server"
+        show "$t-64-client"
     fi
 done
 for t in ib_write_bw ib_read_bw; do
