@@ -479,3 +479,30 @@ fn a_cq_arm_doorbell_sends_what_send_doorbells_held() {
     }
     panic!("no frame held after five bursts of {BURST}");
 }
+
+#[test]
+fn frames_held_when_the_cable_is_pulled_count_as_sent_while_the_link_was_down() {
+    let mut tries = Vec::new();
+    while tries.len() < 5 {
+        let (mut a, mut qa, b, _qb, _relay) = setup();
+        // A first burst, completed: the port has seen its application poll (the first
+        // doorbell of a device holds nothing).
+        post_burst(&mut a, &mut qa, &b, 0);
+        busy_poll(&mut a);
+        post_burst(&mut a, &mut qa, &b, 100);
+        let before = a.dev.port().stats();
+        a.dev.port().disconnect();
+        assert!(!a.dev.port().holds_frames(), "frames still held with the cable out");
+        let after = a.dev.port().stats();
+        // What the port still held (the receive thread may have sent some meanwhile) went
+        // nowhere: counted as sent while the link was down, no longer as sent, nor as held.
+        let dropped = after.tx_drop_link_down - before.tx_drop_link_down;
+        assert_eq!(before.tx_frames - after.tx_frames, dropped, "{before:?} then {after:?}");
+        assert_eq!(before.tx_held - after.tx_held, dropped, "{before:?} then {after:?}");
+        if dropped > 0 {
+            return;
+        }
+        tries.push(before.tx_held);
+    }
+    panic!("no frame held when the cable came out, five times (frames held before it: {tries:?})");
+}

@@ -44,8 +44,9 @@ pub struct WireStats {
     pub tx_frames: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
-    /// Frames the device sent while the port's link was down: they went nowhere (not counted
-    /// as sent).
+    /// Frames the device sent while the port's link was down, and those a UDP wire's port held
+    /// for a later doorbell's datagram ([`WireStats::tx_held`]) when its link changed: they went
+    /// nowhere (not counted as sent, nor as held).
     pub tx_drop_link_down: u64,
     /// Of the frames sent, those a UDP wire's port held at their send doorbell for the datagram
     /// of the doorbell rung right after it (a burst's frames leave together).

@@ -544,10 +544,9 @@ impl Port {
         }
         if !self.inner.admin_up.load(Ordering::Relaxed) {
             let mut tx = lock(&self.inner.tx);
-            tx.stats.tx_drop_link_down += (frames.len() + tx.hold.frames.len()) as u64;
-            frames.drain(..).chain(tx.hold.frames.drain(..)).for_each(crate::buffers::give);
-            tx.hold.released();
-            self.inner.held_since.store(0, Ordering::Relaxed);
+            tx.stats.tx_drop_link_down += frames.len() as u64;
+            frames.drain(..).for_each(crate::buffers::give);
+            self.inner.drop_held(&mut tx);
             return;
         }
         // The link of this batch, from the sends' view of it (taken from the link at the first
@@ -884,13 +883,24 @@ impl PortInner {
         {
             let mut tx = lock(&self.tx);
             tx.view = None;
-            tx.stats.tx_drop_link_down += tx.hold.frames.len() as u64;
-            let Transmit { hold, .. } = &mut *tx;
-            hold.frames.drain(..).for_each(crate::buffers::give);
-            hold.released();
-            self.held_since.store(0, Ordering::Relaxed);
+            self.drop_held(&mut tx);
         }
         *lock(&self.drain) = None;
+    }
+
+    /// Drops the frames held for the next send doorbell's datagram (`tx_hold`): they count as
+    /// sent while the link was down (`tx_drop_link_down`), no longer as sent or held.
+    fn drop_held(&self, tx: &mut Transmit) {
+        let Transmit { hold, stats, .. } = tx;
+        for f in hold.frames.drain(..) {
+            stats.tx_frames = stats.tx_frames.saturating_sub(1);
+            stats.tx_bytes = stats.tx_bytes.saturating_sub(f.len() as u64);
+            stats.tx_held = stats.tx_held.saturating_sub(1);
+            stats.tx_drop_link_down += 1;
+            crate::buffers::give(f);
+        }
+        hold.released();
+        self.held_since.store(0, Ordering::Relaxed);
     }
 
     /// Tells the device whether the port's cable is in (see [`Receiver::carrier_changed`]).
