@@ -290,13 +290,22 @@ impl Inner {
         }
     }
 
-    /// Sends the ACKs a polling application's run left waiting, if any, with what else waits
-    /// in the device's outbox.
+    /// Whether the device owes its wire what its application's last poll or doorbells left
+    /// waiting: ACKs ([`crate::port::Port::acks_may_wait`]) or frames held for a burst
+    /// (`port::tx_hold`).
+    fn owes_wire(&self) -> bool {
+        self.port.acks_deferred() || self.port.holds_frames()
+    }
+
+    /// Sends what the device owes its wire ([`Inner::owes_wire`]): the ACKs a polling
+    /// application's run left waiting, with what else waits in the device's outbox, and the
+    /// frames held for a burst.
     fn send_owed_acks(&self, h: &mut Hca) {
         if self.port.acks_deferred() {
             self.port.flush_acks(h);
             self.transmit_outbox(h);
         }
+        self.port.send_held();
     }
 
     /// Hands the frames the transport queued to the port; their integrity fields, if not
@@ -659,9 +668,9 @@ impl SimDevice {
         let mut h = self.lock();
         // A command (DESTROY_QP, a QP to RESET, TEARDOWN_HCA, a PAOS write) must not lose an
         // ACK a polling application's run left waiting (`Port::acks_may_wait`): its host has
-        // seen the CQE, and a ConnectX sent that ACK long before.
+        // seen the CQE, and a ConnectX sent that ACK long before. Nor the frames its doorbells
+        // held for a burst (`port::tx_hold`).
         self.inner.send_owed_acks(&mut h);
-        self.inner.port.send_held();
         h.bar_write32(offset, value);
         self.inner.run_to_completion(&mut h);
     }

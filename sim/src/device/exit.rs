@@ -1,5 +1,6 @@
 //! What the process's exit owes its sims' peers: the ACKs a polling application's run left
-//! waiting ([`crate::port::Port::acks_may_wait`]).
+//! waiting ([`crate::port::Port::acks_may_wait`]), and the frames of send doorbells rung back
+//! to back that its port held for one datagram (`port::tx_hold`).
 //!
 //! A ConnectX acknowledges a request as it arrives. The sim may hold that ACK back, for a
 //! polling application to send it with its reply in one datagram; a later poll, post or
@@ -47,25 +48,25 @@ pub(super) fn register(inner: &Arc<Inner>) {
     devices.1.push(Arc::downgrade(inner));
 }
 
-/// The devices this process started that are alive now and owe ACKs.
+/// The devices this process started that are alive now and owe their wire ACKs or frames held
+/// for a burst (`Inner::owes_wire`).
 fn owing() -> Vec<Arc<Inner>> {
     let devices = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
     if devices.0 != std::process::id() {
         return Vec::new();
     }
-    devices.1.iter().filter_map(Weak::upgrade).filter(|d| d.port.acks_deferred() || d.port.holds_frames()).collect()
+    devices.1.iter().filter_map(Weak::upgrade).filter(|d| d.owes_wire()).collect()
 }
 
 /// Sends the ACKs each device's polling application left waiting, with what else waits in
-/// its outbox, when the device can be had within [`EXIT_WAIT`].
+/// its outbox, and the frames its doorbells held, when the device can be had within
+/// [`EXIT_WAIT`].
 fn send_owed_acks(devices: Vec<Arc<Inner>>) {
     for inner in devices {
         let end = Instant::now() + EXIT_WAIT;
         loop {
             if let Some(mut h) = inner.try_lock() {
                 inner.send_owed_acks(&mut h);
-                drop(h);
-                inner.port.send_held();
                 break;
             }
             if Instant::now() >= end {

@@ -573,7 +573,7 @@ impl Port {
         // frames to the port's own MAC never do (they never reach the wire).
         let doorbell =
             !frames.is_empty() && link.socket().is_some() && SEND_DOORBELL_RUN.get() == Arc::as_ptr(&self.inner).addr();
-        if doorbell && !frames.iter().any(|f| f.get(0..6) == Some(&self.inner.mac[..])) {
+        if doorbell && !frames.iter().any(|f| self.inner.is_own(f)) {
             let now = run_now();
             let n = frames.len() as u64;
             if hold.hold(frames, now, self.inner.polls.load(Ordering::Relaxed)) {
@@ -585,7 +585,6 @@ impl Port {
             }
         }
         if held {
-            hold.released();
             self.inner.held_since.store(0, Ordering::Relaxed);
         }
         let mut looped = false;
@@ -594,10 +593,10 @@ impl Port {
         // while another is being sent, from a device run inside that one, gets lists of its
         // own).
         let (mut datagrams, mut dests, mut lanes) = UDP_BATCH.take();
-        for mut f in hold.frames.drain(..).chain(frames.drain(..)) {
+        for mut f in hold.drain().chain(frames.drain(..)) {
             // Frames to our own MAC never reach the wire: the adapter loops them back inside, as
             // a ConnectX does for RoCE traffic between its own QPs.
-            if f.get(0..6) == Some(&self.inner.mac[..]) {
+            if self.inner.is_own(&f) {
                 self.inner.enqueue(f, checksums);
                 looped = true;
                 continue;
@@ -892,15 +891,19 @@ impl PortInner {
     /// sent while the link was down (`tx_drop_link_down`), no longer as sent or held.
     fn drop_held(&self, tx: &mut Transmit) {
         let Transmit { hold, stats, .. } = tx;
-        for f in hold.frames.drain(..) {
+        for f in hold.drain() {
             stats.tx_frames = stats.tx_frames.saturating_sub(1);
             stats.tx_bytes = stats.tx_bytes.saturating_sub(f.len() as u64);
             stats.tx_held = stats.tx_held.saturating_sub(1);
             stats.tx_drop_link_down += 1;
             crate::buffers::give(f);
         }
-        hold.released();
         self.held_since.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether `frame` goes to the port's own MAC (the adapter loops it back inside).
+    fn is_own(&self, frame: &[u8]) -> bool {
+        frame.get(0..6) == Some(&self.mac[..])
     }
 
     /// Tells the device whether the port's cable is in (see [`Receiver::carrier_changed`]).

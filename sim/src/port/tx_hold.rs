@@ -47,7 +47,7 @@ pub(crate) const TX_HOLD_LONGEST: Duration = Duration::from_micros(50);
 /// port's `tx` lock.
 pub(crate) struct TxHold {
     /// The frames held, in the order they were built (with their integrity fields).
-    pub(crate) frames: Vec<Vec<u8>>,
+    frames: Vec<Vec<u8>>,
     /// Their bytes.
     bytes: usize,
     /// When the last send doorbell's frames were sent or held, and the wire's polls counted
@@ -77,13 +77,11 @@ impl TxHold {
         }
         self.last_doorbell = Some((now, polls));
         let polled_lately = self.polled_at.is_some_and(|t| now.saturating_duration_since(t) <= TX_HOLD_POLLED_LATELY);
+        if !back_to_back || polled || !polled_lately || self.frames.len() + frames.len() > TX_HOLD_FRAMES {
+            return false;
+        }
         let bytes: usize = frames.iter().map(Vec::len).sum();
-        if !back_to_back
-            || polled
-            || !polled_lately
-            || self.frames.len() + frames.len() > TX_HOLD_FRAMES
-            || self.bytes + bytes > TX_HOLD_BYTES
-        {
+        if self.bytes + bytes > TX_HOLD_BYTES {
             return false;
         }
         self.frames.append(frames);
@@ -104,9 +102,11 @@ impl TxHold {
         !self.frames.is_empty()
     }
 
-    /// The held frames are being sent (the caller drains `frames`).
-    pub(crate) fn released(&mut self) {
+    /// Takes the held frames, in the order they were held (whatever the caller leaves of them
+    /// is dropped, and goes back to the allocator, not to `sim::buffers`).
+    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
         self.bytes = 0;
+        self.frames.drain(..)
     }
 }
 
@@ -177,8 +177,7 @@ mod tests {
         assert!(h.hold(&mut frames(4, 4096), us(2), 1));
         assert!(h.hold(&mut frames(4, 4096), us(3), 1), "32 KiB exactly");
         assert!(!h.hold(&mut frames(1, 64), us(4), 1), "one byte more");
-        h.released();
-        h.frames.clear();
+        assert_eq!(h.drain().count(), 8);
         assert!(!h.any());
         assert!(h.hold(&mut frames(1, 64), us(5), 1), "room again once released");
     }
