@@ -262,15 +262,15 @@ result_row() {
     result_rows "$1" | tail -1
 }
 
-# Checks that the output of run NAME has perftest's result row for SIZE bytes and 1000
-# iterations.
+# Checks that the output of run NAME has perftest's result row for SIZE bytes and ITERATIONS
+# (default 1000) iterations.
 has_result_row() {
-    local row
+    local row iterations=${3:-1000}
     row=$(result_row "$1")
-    if echo "$row" | grep -Eq "^ $2 1000 [0-9.]+ [0-9.]+ [0-9.]+"; then
+    if echo "$row" | grep -Eq "^ $2 $iterations [0-9.]+ [0-9.]+ [0-9.]+"; then
         ok "$1: result row:$(echo "$row" | cut -c1-70)"
     else
-        bad "$1: no result row for $2 bytes, 1000 iterations"
+        bad "$1: no result row for $2 bytes, $iterations iterations"
         show "$1"
     fi
 }
@@ -310,13 +310,7 @@ done
 # whose frames share datagrams (`sim::port::tx_hold`).
 for t in ib_write_bw ib_send_bw; do
     if pair "$t-64" "$t -x 1 -s 64 -n 100000" "$t -x 1 -s 64 -n 100000"; then
-        row=$(result_row "$t-64-client")
-        if echo "$row" | grep -Eq '^ 64 100000 [0-9.]+ [0-9.]+ [0-9.]+'; then
-            ok "$t-64: 100,000 messages of 64 B:$(echo "$row" | cut -c1-70)"
-        else
-            bad "$t-64: no result row for 64 bytes, 100,000 iterations"
-            show "$t-64-client"
-        fi
+        has_result_row "$t-64-client" 64 100000
     else
         show "$t-64-server"
         show "$t-64-client"
