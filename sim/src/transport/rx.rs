@@ -83,8 +83,9 @@ impl DataPath<'_> {
         let state = t.state;
         // Only a packet for one of the port's GIDs is taken. The QP's own source GID is one (the
         // common case, checked without a look through the whole table).
-        let sgid = self.vport.gids.get(t.path.sgid_index).copied().flatten().map(|g| g.gid);
-        if sgid != Some(dgid) && !self.vport.gids.iter().flatten().any(|g| g.gid == dgid) {
+        let own = |g: &Option<crate::firmware::vport::RoceAddr>| g.as_ref().is_some_and(|g| g.gid == dgid);
+        let to_sgid = self.vport.gids.get(t.path.sgid_index).is_some_and(own);
+        if !to_sgid && !self.vport.gids.iter().any(own) {
             self.lane.stats.rx_dropped += 1;
             return;
         }
@@ -92,7 +93,7 @@ impl DataPath<'_> {
         match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
             (Transport::Ud, true, true) => self.ud_receive(t, pkt),
             (Transport::Rc, false, true) => {
-                if pkt.ip.src_gid() != t.path.rgid || sgid != Some(dgid) {
+                if !to_sgid || pkt.ip.src_gid() != t.path.rgid {
                     self.lane.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
                     if state == QpState::RTS {

@@ -207,7 +207,9 @@ impl DataPath<'_> {
                 describe_ctrl(wq, opcode, index, &ctrl);
                 wq.err = Some(synd);
             }
-            crate::buffers::give(longer);
+            if read_ahead.is_none() {
+                crate::buffers::give(longer);
+            }
             t.sq_head = t.sq_head.wrapping_add(nbb as u16);
         }
     }

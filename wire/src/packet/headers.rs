@@ -337,6 +337,15 @@ impl Bth {
         }
     }
 
+    /// Byte offset of the 24-bit destination QP.
+    const DEST_QP_AT: usize = 5;
+
+    /// The destination QP of an encoded BTH, without decoding the rest (receive steering).
+    #[inline]
+    pub fn dest_qp_of(b: &[u8; 12]) -> u32 {
+        be24(b, Self::DEST_QP_AT)
+    }
+
     /// Decodes a BTH (reserved bits are ignored).
     pub fn from_bytes(b: &[u8; 12]) -> Self {
         Self {
@@ -348,7 +357,7 @@ impl Bth {
             pkey: be16(b, 2),
             fecn: b[4] & 0x80 != 0,
             becn: b[4] & 0x40 != 0,
-            dest_qp: be24(b, 5),
+            dest_qp: Self::dest_qp_of(b),
             ack_req: b[8] & 0x80 != 0,
             psn: be24(b, 9),
         }
@@ -361,7 +370,7 @@ impl Bth {
         b[1] = (u8::from(self.se) << 7) | (u8::from(self.m) << 6) | ((self.pad_cnt & 3) << 4) | (self.tver & 0x0F);
         b[2..4].copy_from_slice(&self.pkey.to_be_bytes());
         b[4] = (u8::from(self.fecn) << 7) | (u8::from(self.becn) << 6);
-        b[5..8].copy_from_slice(&self.dest_qp.to_be_bytes()[1..]);
+        b[Self::DEST_QP_AT..Self::DEST_QP_AT + 3].copy_from_slice(&self.dest_qp.to_be_bytes()[1..]);
         b[8] = u8::from(self.ack_req) << 7;
         b[9..12].copy_from_slice(&self.psn.to_be_bytes()[1..]);
         b

@@ -49,17 +49,24 @@ fn truncated(layer: Layer, need: usize, have: usize) -> WireError {
 /// other IP traffic) or too short for its BTH. Not a validation: [`parse_frame`] makes every
 /// check of a frame taken from its queue.
 pub fn steering_dest_qp(frame: &[u8]) -> Option<u32> {
-    steering_bth(frame).map(|bth| bth.dest_qp)
+    steering_bth_bytes(frame).map(Bth::dest_qp_of)
 }
 
 /// A RoCE frame's BTH, found with the checks of [`steering_dest_qp`] and no more: `None` for a
 /// frame that is not RoCE or too short for its BTH.
 pub fn steering_bth(frame: &[u8]) -> Option<Bth> {
+    steering_bth_bytes(frame).map(Bth::from_bytes)
+}
+
+/// The bytes of a RoCE frame's BTH, found with the checks of [`steering_dest_qp`]: what
+/// [`steering_bth`] decodes whole, and steering reads one field of.
+#[inline(always)]
+fn steering_bth_bytes(frame: &[u8]) -> Option<&[u8; Bth::LEN]> {
     let (mut ethertype, mut off) = (be16(frame, 12), 14);
     if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
         (ethertype, off) = (be16(frame, 16), 18);
     }
-    let bth_at = |at: usize| Some(Bth::from_bytes(frame.get(at..at + Bth::LEN)?.try_into().ok()?));
+    let bth_at = |at: usize| frame.get(at..at + Bth::LEN)?.try_into().ok();
     let udp = match ethertype {
         ETHERTYPE_IPV4 if *frame.get(off + 9)? == IPPROTO_UDP => off + usize::from(frame.get(off)? & 0x0F) * 4,
         ETHERTYPE_IPV6 if *frame.get(off + 6)? == IPPROTO_UDP => off + 40,
