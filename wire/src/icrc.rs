@@ -221,14 +221,14 @@ const ICRC_ONE_PASS_MAX: usize = 256;
 /// [`WireError`] that [`parse_frame`](super::packet::parse_frame) would report when the frame
 /// is not such a packet or its lengths are inconsistent.
 pub fn compute(frame: &[u8]) -> Result<u32, WireError> {
-    let loc = locate(frame)?;
-    Ok(icrc_of(frame, &loc.span))
+    let span = locate(frame)?;
+    Ok(icrc_of(frame, &span))
 }
 
 /// The ICRC carried on the wire (the last 4 bytes of the IP packet, little-endian).
 pub fn on_wire(frame: &[u8]) -> Result<u32, WireError> {
-    let loc = locate(frame)?;
-    Ok(wire_value(frame, &loc.span))
+    let span = locate(frame)?;
+    Ok(wire_value(frame, &span))
 }
 
 pub(crate) fn wire_value(frame: &[u8], span: &IcrcSpan) -> u32 {
@@ -242,7 +242,7 @@ pub(crate) fn wire_value(frame: &[u8], span: &IcrcSpan) -> u32 {
 /// else, never a panic.
 pub fn verify(frame: &[u8]) -> bool {
     match locate(frame) {
-        Ok(loc) => icrc_of(frame, &loc.span) == wire_value(frame, &loc.span),
+        Ok(span) => icrc_of(frame, &span) == wire_value(frame, &span),
         Err(_) => false,
     }
 }
