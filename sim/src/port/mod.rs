@@ -688,7 +688,7 @@ impl Port {
     /// [`Port::send_held`] if the oldest has been held `age` or longer.
     pub(crate) fn send_held_after(&self, age: Duration) {
         if self.inner.holds_frames_for(age) {
-            self.send_held();
+            self.send_held_now();
         }
     }
 

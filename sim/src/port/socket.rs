@@ -847,7 +847,7 @@ pub(super) fn udp_rx(weak: Weak<PortInner>, sock: Arc<WireSocket>) {
         // Frames held for a send doorbell that did not come, by an application that has not
         // looked at its CQs since (`tx_hold`).
         if port.holds_frames_for(TX_HOLD_LONGEST) {
-            Port { inner: port.clone() }.send_held();
+            Port { inner: port.clone() }.send_held_now();
         }
         let drained = {
             let mut view = lock(&port.drain);

@@ -114,14 +114,19 @@ impl TxHold {
 mod tests {
     use super::*;
 
+    /// A clock for a test: `us(n)` is `n` µs after the call.
+    fn micros_from_now() -> impl Fn(u64) -> Instant {
+        let t0 = Instant::now();
+        move |n| t0 + Duration::from_micros(n)
+    }
+
     fn frames(n: usize, len: usize) -> Vec<Vec<u8>> {
         (0..n).map(|i| vec![i as u8; len]).collect()
     }
 
     #[test]
     fn a_burst_after_a_poll_is_held_from_its_second_doorbell_until_it_fills_a_datagram() {
-        let t0 = Instant::now();
-        let us = |n| t0 + Duration::from_micros(n);
+        let us = micros_from_now();
         let mut h = TxHold::new();
         // The first doorbell ever, after polls: sent.
         assert!(!h.hold(&mut frames(1, 100), us(0), 5));
@@ -145,8 +150,7 @@ mod tests {
 
     #[test]
     fn a_doorbell_after_a_pause_or_a_poll_or_from_a_program_that_never_polls_is_sent() {
-        let t0 = Instant::now();
-        let us = |n| t0 + Duration::from_micros(n);
+        let us = micros_from_now();
         let mut h = TxHold::new();
         assert!(!h.hold(&mut frames(1, 100), us(0), 1));
         assert!(!h.hold(&mut frames(1, 100), us(1), 2), "a poll moved the count: sent");
@@ -169,8 +173,7 @@ mod tests {
 
     #[test]
     fn frames_beyond_the_held_bytes_go_at_once() {
-        let t0 = Instant::now();
-        let us = |n| t0 + Duration::from_micros(n);
+        let us = micros_from_now();
         let mut h = TxHold::new();
         assert!(!h.hold(&mut frames(1, 100), us(0), 0));
         assert!(!h.hold(&mut frames(1, 100), us(1), 1));
