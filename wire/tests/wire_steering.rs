@@ -4,7 +4,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use umlx_wire::packet::{
-    Bth, ExtHeaders, FrameBuilder, Opcode, Reth, VlanTag, parse_frame, steering_bth, steering_dest_qp,
+    Bth, ETHERTYPE_ARP, ETHERTYPE_VLAN, ExtHeaders, FrameBuilder, Opcode, Reth, VlanTag, parse_frame, steering_bth,
+    steering_dest_qp,
 };
 
 const A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
@@ -21,7 +22,7 @@ fn frames() -> Vec<(&'static str, Vec<u8>)> {
     let reth = ExtHeaders { reth: Some(Reth { va: 0x1000, rkey: 0x42, dma_len: 3 }), ..ExtHeaders::default() };
     let (v4a, v4b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let (v6a, v6b) = (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1), Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 2));
-    let vlan = Some(VlanTag { tpid: 0x8100, tci: 7 });
+    let vlan = Some(VlanTag { tpid: ETHERTYPE_VLAN, tci: 7 });
     let build = |f: FrameBuilder<'_>| f.with_ext(reth).with_payload(b"abc").to_vec().expect("builds");
     vec![
         ("IPv4", build(FrameBuilder::ipv4(A, B, v4a, v4b, bth(0xFEDCBA)))),
@@ -65,7 +66,7 @@ fn steering_finds_nothing_in_a_frame_that_is_not_roce_or_ends_inside_the_bth() {
     }
     // ARP (and anything else that is not IP or RoCEv1).
     let mut arp = vec![0u8; 60];
-    arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+    arp[12..14].copy_from_slice(&ETHERTYPE_ARP.to_be_bytes());
     assert_eq!(steering_dest_qp(&arp), None);
     assert_eq!(steering_dest_qp(&[]), None);
 }
