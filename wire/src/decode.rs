@@ -169,7 +169,7 @@ impl fmt::Display for PacketLine<'_, '_> {
             RoceVersion::V2 => "v2",
         };
         write!(f, "{v} {} > {} ", p.src_ip(), p.dst_ip())?;
-        match p.udp {
+        match p.udp() {
             Some(u) => write!(f, "sport={} ", u.src_port)?,
             None => f.write_str("sport=- ")?,
         }

@@ -97,7 +97,7 @@ fn flipped_bits_are_caught() {
                 // BECN, resv6a: masked out of the ICRC by design, §3) and, in a GRH / IPv6
                 // header (which has no checksum), the masked traffic class, flow label and
                 // hop limit.
-                let grh_masked = !matches!(p.ip, IpHeader::Ipv4(_))
+                let grh_masked = !matches!(p.ip(), IpHeader::Ipv4(_))
                     && ((i == l3 && bit & 0x0F != 0) || [l3 + 1, l3 + 2, l3 + 3, l3 + 7].contains(&i));
                 if i < 12 || i == bth + 4 || grh_masked {
                     assert!(verdict.is_ok(), "{name} byte {i} bit {bit:#x}");
@@ -222,7 +222,7 @@ fn bad_lengths_and_headers() {
     m[l3 + 10] ^= 0xFF;
     let p = parse_frame(&m).unwrap();
     assert!(!p.ip_checksum_ok && p.icrc_ok);
-    let IpHeader::Ipv4(h) = p.ip else { panic!() };
+    let IpHeader::Ipv4(h) = p.ip() else { panic!() };
     assert_eq!(
         parse_frame_verified(&m),
         Err(WireError::BadIpChecksum { found: h.checksum, expected: h.checksum ^ 0xFF00 })
@@ -299,7 +299,7 @@ fn random_mutations_never_panic() {
                 .unwrap_or_else(|e| panic!("iteration {iter}: parsed packet does not rebuild: {e}"));
             let q = parse_frame_verified(&rebuilt).unwrap();
             assert_eq!((q.bth, q.ext, q.payload), (p.bth, p.ext, p.payload), "iteration {iter}");
-            assert_eq!(q.eth.vlan, p.eth.vlan);
+            assert_eq!(q.eth().vlan, p.eth().vlan);
         }
     }
     // The mutations must have exercised both outcomes.
@@ -331,12 +331,14 @@ fn random_valid_packets_round_trip_for_every_opcode() {
                 assert_eq!(reference_icrc(frame), p.icrc, "{op} {l3:?}");
                 if l3 == L3::V6 && b.eth.vlan.is_none() {
                     assert!(reference_ipv6_udp_checksum_ok(frame), "{op}");
-                    ipv6_csums += usize::from(p.udp.unwrap().checksum != 0);
+                    ipv6_csums += usize::from(p.udp().unwrap().checksum != 0);
                 }
-                assert_eq!(p.eth.src, b.eth.src);
-                assert_eq!(p.eth.dst, b.eth.dst);
-                assert_eq!(p.eth.vlan, b.eth.vlan);
-                match (p.ip, b.ip) {
+                assert_eq!(p.eth().src, b.eth.src);
+                assert_eq!(p.eth().dst, b.eth.dst);
+                assert_eq!(p.eth().vlan, b.eth.vlan);
+                // The GIDs read straight from the frame (what a receiving port compares).
+                assert_eq!((p.src_gid(), p.dst_gid()), (b.ip.src_gid(), b.ip.dst_gid()), "{op} {l3:?}");
+                match (p.ip(), b.ip) {
                     (IpHeader::Ipv4(x), IpHeader::Ipv4(y)) => {
                         assert_eq!(
                             (x.src, x.dst, x.tos, x.ttl, x.id, x.dont_fragment),

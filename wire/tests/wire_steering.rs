@@ -55,7 +55,7 @@ fn steering_finds_nothing_in_a_frame_that_is_not_roce_or_ends_inside_the_bth() {
         assert_eq!(steering_bth(cut), None, "{what}, cut inside the BTH");
         // Exactly the BTH: enough to steer, though not to parse.
         assert_eq!(steering_dest_qp(&f[..p.bth_offset + Bth::LEN]), Some(p.bth.dest_qp), "{what}, cut after the BTH");
-        if let Some(u) = p.udp {
+        if let Some(u) = p.udp() {
             // Another UDP destination port: not RoCEv2.
             let mut other = f.clone();
             let port_at = p.bth_offset - 8 + 2;

@@ -73,7 +73,7 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
 fn check_deferred_checksums(what: &str, frame: &[u8]) {
     let p = parse_frame(frame).unwrap();
     let deferred = FrameBuilder::from_packet(&p).with_checksums(Checksums::Defer).to_vec().unwrap();
-    let udp_checksum = p.udp.is_some_and(|u| u.checksum != 0);
+    let udp_checksum = p.udp().is_some_and(|u| u.checksum != 0);
     if udp_checksum {
         // The UDP checksum covers the ICRC: the builder computes all of them.
         assert_eq!(deferred, frame, "{what}: a UDP checksum keeps the builder computing");
@@ -82,7 +82,7 @@ fn check_deferred_checksums(what: &str, frame: &[u8]) {
     let icrc_at = p.packet_end - 4..p.packet_end;
     assert_eq!(&deferred[icrc_at.clone()], &[0; 4], "{what}: the ICRC is left zero");
     let verdict = parse_frame_verified(&deferred);
-    match p.ip {
+    match p.ip() {
         IpHeader::Ipv4(_) => {
             assert_eq!(&deferred[p.l3_offset + 10..p.l3_offset + 12], &[0, 0], "{what}: IPv4 checksum left zero");
             assert!(matches!(verdict, Err(WireError::BadIpChecksum { found: 0, .. })), "{what}: {verdict:?}");
@@ -92,8 +92,8 @@ fn check_deferred_checksums(what: &str, frame: &[u8]) {
     let t = parse_frame_trusted(&deferred).unwrap_or_else(|e| panic!("{what}: trusted parse: {e}"));
     assert!(t.icrc_ok && t.ip_checksum_ok && t.check().is_ok(), "{what}");
     assert_eq!(
-        (t.eth, t.udp, t.bth, t.ext, t.payload, t.pad),
-        (p.eth, p.udp, p.bth, p.ext, p.payload, p.pad),
+        (t.eth(), t.udp(), t.bth, t.ext, t.payload, t.pad),
+        (p.eth(), p.udp(), p.bth, p.ext, p.payload, p.pad),
         "{what}"
     );
     assert_eq!((t.l3_offset, t.bth_offset, t.packet_end), (p.l3_offset, p.bth_offset, p.packet_end), "{what}");
@@ -103,7 +103,7 @@ fn check_deferred_checksums(what: &str, frame: &[u8]) {
     // The real frame with its integrity fields wiped, filled again.
     let mut wiped = frame.to_vec();
     wiped[icrc_at].fill(0);
-    if let IpHeader::Ipv4(_) = p.ip {
+    if let IpHeader::Ipv4(_) = p.ip() {
         wiped[p.l3_offset + 10..p.l3_offset + 12].fill(0);
     }
     fill_checksums(&mut wiped).unwrap();
@@ -225,14 +225,14 @@ fn read2_write_only_rebuilt_by_hand() {
     let frames = pcap_frames("read2.pcap");
     let orig = &frames.iter().find(|f| f.0 == 11).unwrap().1;
     let p = parse_frame(orig).unwrap();
-    let IpHeader::Ipv4(ip) = p.ip else { panic!("IPv4 expected") };
+    let IpHeader::Ipv4(ip) = p.ip() else { panic!("IPv4 expected") };
     let reth = p.ext.reth.unwrap();
     let bth = Bth {
         m: true, // ConnectX sets MigReq
         ack_req: true,
         ..Bth::new(Opcode::RC_RDMA_WRITE_ONLY, p.bth.dest_qp, p.bth.psn)
     };
-    let b = FrameBuilder::ipv4(p.eth.src, p.eth.dst, ip.src, ip.dst, bth)
+    let b = FrameBuilder::ipv4(p.eth().src, p.eth().dst, ip.src, ip.dst, bth)
         .with_traffic_class(ip.tos) // ConnectX: 0x02 or 0x6a
         .with_ip_id(ip.id)
         .with_udp_src_port(63431)
@@ -311,9 +311,9 @@ fn scapy_uc_send_only() {
     assert_eq!(p.payload.len(), 18);
     assert_eq!(p.icrc, 0x78f3_53f3u32.swap_bytes());
     assert_eq!(&frame[frame.len() - 4..], &[0x78, 0xf3, 0x53, 0xf3]);
-    let IpHeader::Ipv4(ip) = p.ip else { panic!() };
+    let IpHeader::Ipv4(ip) = p.ip() else { panic!() };
     assert_eq!(ip.checksum, 0xb4d5);
-    assert_eq!(p.udp.unwrap().checksum, 0xaca2);
+    assert_eq!(p.udp().unwrap().checksum, 0xaca2);
     assert_eq!(p.udp_checksum_ok, Some(true));
     let b = FrameBuilder::from_packet(&p);
     assert_eq!(b.udp_checksum, UdpChecksum::Compute);
@@ -329,7 +329,7 @@ fn rocev1_vectors() {
         }
         let p = parse_frame_verified(&frame).unwrap();
         assert_eq!(p.version(), RoceVersion::V1, "{name}");
-        assert!(p.udp.is_none());
+        assert!(p.udp().is_none());
         match name.as_str() {
             "scapy_rocev1_rc_write_only_connectx" => {
                 assert_eq!(p.bth.opcode, Opcode::RC_RDMA_WRITE_ONLY);

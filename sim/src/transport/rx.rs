@@ -51,7 +51,7 @@ impl DataPath<'_> {
     /// what they send, use it through `hold`; commands, doorbells and timers run after.
     pub fn receive_held(&mut self, hold: &mut RxHold, pkt: &RocePacket<'_>, now: Instant) {
         self.lane.stats.rx_packets += 1;
-        let dgid = pkt.ip.dst_gid();
+        let dgid = pkt.dst_gid();
         let qpn = pkt.bth.dest_qp;
         let mut t = match hold.0.take() {
             Some((held, t)) if held == qpn => t,
@@ -93,7 +93,7 @@ impl DataPath<'_> {
         match (pkt.bth.opcode.transport(), t.path.ud, ok_state) {
             (Transport::Ud, true, true) => self.ud_receive(t, pkt),
             (Transport::Rc, false, true) => {
-                if !to_sgid || pkt.ip.src_gid() != t.path.rgid {
+                if !to_sgid || pkt.src_gid() != t.path.rgid {
                     self.lane.stats.rx_dropped += 1;
                 } else if pkt.info.operation.is_response() {
                     if state == QpState::RTS {
@@ -175,7 +175,7 @@ impl DataPath<'_> {
             return;
         };
         let mut grh = [0u8; 40];
-        let (hdr, l3) = match pkt.ip {
+        let (hdr, l3) = match pkt.ip() {
             IpHeader::Ipv4(_) => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 20), cq::ROCE_L3_HEADER_TYPE_IPV4),
             _ => (pkt.frame.get(pkt.l3_offset..pkt.l3_offset + 40), cq::ROCE_L3_HEADER_TYPE_IPV6),
         };

@@ -19,13 +19,13 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = Vec::new();
     FrameBuilder::from_packet(&p).build_vec(&mut buf).expect("a parsed packet rebuilds");
     let q = parse_frame_verified(&buf).expect("a rebuilt packet verifies");
-    assert_eq!(q.eth, p.eth);
+    assert_eq!(q.eth(), p.eth());
     assert_eq!(q.bth, p.bth);
     assert_eq!(q.ext, p.ext);
     assert_eq!(q.payload, p.payload);
-    assert_eq!(q.ip.src(), p.ip.src());
-    assert_eq!(q.ip.dst(), p.ip.dst());
-    assert_eq!(q.udp.map(|u| u.src_port), p.udp.map(|u| u.src_port));
+    assert_eq!(q.ip().src(), p.ip().src());
+    assert_eq!(q.ip().dst(), p.ip().dst());
+    assert_eq!(q.udp().map(|u| u.src_port), p.udp().map(|u| u.src_port));
     // Rebuilding the rebuilt packet is a fixed point.
     let again = FrameBuilder::from_packet(&q).to_vec().expect("rebuilds");
     assert_eq!(again, buf);

@@ -125,10 +125,10 @@ impl<'a> FrameBuilder<'a> {
     /// IPv4 options, reserved BTH bits or non-zero pad bytes rebuilds without them.
     pub fn from_packet(p: &RocePacket<'a>) -> Self {
         Self {
-            eth: p.eth,
-            ip: p.ip,
-            udp_src_port: p.udp.map_or(0, |u| u.src_port),
-            udp_checksum: match p.udp {
+            eth: p.eth(),
+            ip: p.ip(),
+            udp_src_port: p.udp_src_port(),
+            udp_checksum: match p.udp() {
                 Some(u) if u.checksum != 0 => UdpChecksum::Compute,
                 _ => UdpChecksum::Zero,
             },

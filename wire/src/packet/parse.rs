@@ -93,8 +93,8 @@ pub fn ip_frame_len(frame: &[u8]) -> Option<usize> {
 /// Validates the Ethernet, IP and UDP headers of a RoCE frame and finds the BTH and the end
 /// of the IP packet. Shared by [`parse_frame`] and `icrc::compute`.
 ///
-/// It decodes no header: [`parse_frame`] decodes them from the frame where it builds the
-/// packet ([`eth_header`], [`ip_header`], [`udp_header`]). Decoded here and returned, the
+/// It decodes no header: the packet decodes them from the frame when asked
+/// ([`eth_header`], [`ip_header`], [`udp_header`]). Decoded here and returned, the
 /// headers' two-byte fields were stored one by one and read back a word at a time where the
 /// parser took them out of the result: a store-forwarding stall on every frame received
 /// (perf annotate of `Port::process_on`).
@@ -203,19 +203,18 @@ pub(crate) fn locate(frame: &[u8]) -> Result<IcrcSpan, WireError> {
     Ok(IcrcSpan { l3: off, ip_hdr_len, kind, bth, end })
 }
 
-/// The Ethernet header of a frame [`locate`] accepted with its IP header or GRH at `span.l3`
-/// (18 with a VLAN tag).
+/// The Ethernet header of a frame [`locate`] accepted with its IP header or GRH at `l3` (18
+/// with a VLAN tag).
 #[inline(always)]
-fn eth_header(frame: &[u8], span: &IcrcSpan) -> EthHeader {
-    let vlan = (span.l3 == 18).then(|| VlanTag { tpid: be16(frame, 12), tci: be16(frame, 14) });
-    EthHeader { dst: array(frame, 0), src: array(frame, 6), vlan, ethertype: be16(frame, span.l3 - 2) }
+fn eth_header(frame: &[u8], l3: usize) -> EthHeader {
+    let vlan = (l3 == 18).then(|| VlanTag { tpid: be16(frame, 12), tci: be16(frame, 14) });
+    EthHeader { dst: array(frame, 0), src: array(frame, 6), vlan, ethertype: be16(frame, l3 - 2) }
 }
 
-/// The IP header (or GRH) of a frame [`locate`] accepted.
+/// The IP header (or GRH) of kind `kind` at `off` in a frame [`locate`] accepted.
 #[inline(always)]
-fn ip_header(frame: &[u8], span: &IcrcSpan) -> IpHeader {
-    let off = span.l3;
-    match span.kind {
+fn ip_header(frame: &[u8], off: usize, kind: L3Kind) -> IpHeader {
+    match kind {
         L3Kind::Ipv4 => {
             let flags = be16(frame, off + 6);
             IpHeader::Ipv4(Ipv4Header {
@@ -227,8 +226,8 @@ fn ip_header(frame: &[u8], span: &IcrcSpan) -> IpHeader {
                 ttl: frame[off + 8],
                 protocol: frame[off + 9],
                 checksum: be16(frame, off + inet::IPV4_CHECKSUM_AT),
-                src: array::<4>(frame, off + 12).into(),
-                dst: array::<4>(frame, off + 16).into(),
+                src: array::<4>(frame, off + IPV4_SRC_AT).into(),
+                dst: array::<4>(frame, off + IPV4_DST_AT).into(),
             })
         }
         L3Kind::Ipv6 | L3Kind::Grh => {
@@ -239,34 +238,50 @@ fn ip_header(frame: &[u8], span: &IcrcSpan) -> IpHeader {
                 payload_len: be16(frame, off + 4),
                 next_header: frame[off + 6],
                 hop_limit: frame[off + 7],
-                src: array::<16>(frame, off + 8).into(),
-                dst: array::<16>(frame, off + 24).into(),
+                src: array::<16>(frame, off + IPV6_SRC_AT).into(),
+                dst: array::<16>(frame, off + IPV6_DST_AT).into(),
             };
-            if span.kind == L3Kind::Grh { IpHeader::Grh(h) } else { IpHeader::Ipv6(h) }
+            if kind == L3Kind::Grh { IpHeader::Grh(h) } else { IpHeader::Ipv6(h) }
         }
     }
 }
 
-/// The UDP header of a frame [`locate`] accepted (`None` for RoCEv1).
+/// Where an IPv4 header holds its source and destination addresses.
+const IPV4_SRC_AT: usize = 12;
+const IPV4_DST_AT: usize = 16;
+/// Where an IPv6 header or a GRH holds its source and destination addresses (GIDs).
+const IPV6_SRC_AT: usize = 8;
+const IPV6_DST_AT: usize = 24;
+
+/// The GID of the address at `addr_at` of the IP header of kind `kind` at `off` (one of the
+/// `*_SRC_AT`, `*_DST_AT` pairs, as `kind` says): an IPv4 address mapped as
+/// [`ip_to_gid`](super::ip_to_gid) maps it, an IPv6 address or a GRH's GID as it is.
 #[inline(always)]
-fn udp_header(frame: &[u8], span: &IcrcSpan) -> Option<UdpHeader> {
-    match span.kind {
-        L3Kind::Grh => None,
-        L3Kind::Ipv4 | L3Kind::Ipv6 => Some(UdpHeader::read(&array(frame, span.bth - UdpHeader::LEN))),
+fn gid_at(frame: &[u8], off: usize, kind: L3Kind, (v4_at, v6_at): (usize, usize)) -> [u8; 16] {
+    match kind {
+        L3Kind::Ipv4 => std::net::Ipv4Addr::from(array::<4>(frame, off + v4_at)).to_ipv6_mapped().octets(),
+        L3Kind::Ipv6 | L3Kind::Grh => array(frame, off + v6_at),
     }
 }
 
-/// A parsed RoCE frame. Headers are decoded copies; `payload` and `pad` borrow the frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The UDP header, ending at the BTH at `bth`, of a frame [`locate`] accepted with an L3 of
+/// kind `kind` (`None` for RoCEv1).
+#[inline(always)]
+fn udp_header(frame: &[u8], kind: L3Kind, bth: usize) -> Option<UdpHeader> {
+    match kind {
+        L3Kind::Grh => None,
+        L3Kind::Ipv4 | L3Kind::Ipv6 => Some(UdpHeader::read(&array(frame, bth - UdpHeader::LEN))),
+    }
+}
+
+/// A parsed RoCE frame. The transport headers are decoded copies; the Ethernet, IP and UDP
+/// headers are decoded when asked for ([`RocePacket::eth`], [`RocePacket::ip`],
+/// [`RocePacket::udp`]), because a receiving port reads only their addresses; `payload` and
+/// `pad` borrow the frame.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RocePacket<'a> {
     /// The whole frame as given to [`parse_frame`].
     pub frame: &'a [u8],
-    /// Ethernet header.
-    pub eth: EthHeader,
-    /// IPv4 / IPv6 header, or the GRH of RoCEv1.
-    pub ip: IpHeader,
-    /// UDP header (`None` for RoCEv1).
-    pub udp: Option<UdpHeader>,
     /// Base transport header.
     pub bth: Bth,
     /// The table entry of `bth.opcode` (always known once parsed).
@@ -294,12 +309,66 @@ pub struct RocePacket<'a> {
     /// Offset one past the ICRC (end of the IP packet); bytes after it are Ethernet
     /// padding or trailer.
     pub packet_end: usize,
+    /// Which header lies at `l3_offset`.
+    l3: L3Kind,
+}
+
+impl std::fmt::Debug for RocePacket<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocePacket")
+            .field("frame", &self.frame)
+            .field("eth", &self.eth())
+            .field("ip", &self.ip())
+            .field("udp", &self.udp())
+            .field("bth", &self.bth)
+            .field("info", &self.info)
+            .field("ext", &self.ext)
+            .field("payload", &self.payload)
+            .field("pad", &self.pad)
+            .field("icrc", &self.icrc)
+            .field("icrc_expected", &self.icrc_expected)
+            .field("icrc_ok", &self.icrc_ok)
+            .field("ip_checksum_ok", &self.ip_checksum_ok)
+            .field("udp_checksum_ok", &self.udp_checksum_ok)
+            .field("l3_offset", &self.l3_offset)
+            .field("bth_offset", &self.bth_offset)
+            .field("packet_end", &self.packet_end)
+            .finish()
+    }
 }
 
 impl<'a> RocePacket<'a> {
+    /// The Ethernet header.
+    pub fn eth(&self) -> EthHeader {
+        eth_header(self.frame, self.l3_offset)
+    }
+
+    /// The IPv4 / IPv6 header, or the GRH of RoCEv1.
+    pub fn ip(&self) -> IpHeader {
+        ip_header(self.frame, self.l3_offset, self.l3)
+    }
+
+    /// The UDP header (`None` for RoCEv1).
+    pub fn udp(&self) -> Option<UdpHeader> {
+        udp_header(self.frame, self.l3, self.bth_offset)
+    }
+
+    /// The source GID: [`IpHeader::src_gid`] of [`Self::ip`], read from the frame alone.
+    pub fn src_gid(&self) -> [u8; 16] {
+        gid_at(self.frame, self.l3_offset, self.l3, (IPV4_SRC_AT, IPV6_SRC_AT))
+    }
+
+    /// The destination GID: [`IpHeader::dst_gid`] of [`Self::ip`], read from the frame alone.
+    pub fn dst_gid(&self) -> [u8; 16] {
+        gid_at(self.frame, self.l3_offset, self.l3, (IPV4_DST_AT, IPV6_DST_AT))
+    }
+
     /// RoCEv1 or RoCEv2.
     pub fn version(&self) -> RoceVersion {
-        self.ip.roce_version()
+        match self.l3 {
+            L3Kind::Grh => RoceVersion::V1,
+            L3Kind::Ipv4 | L3Kind::Ipv6 => RoceVersion::V2,
+        }
     }
 
     /// The BTH opcode.
@@ -314,17 +383,17 @@ impl<'a> RocePacket<'a> {
 
     /// Source IP (a GRH's source GID is mapped like a RoCEv2 GID).
     pub fn src_ip(&self) -> IpAddr {
-        self.ip.src()
+        self.ip().src()
     }
 
     /// Destination IP.
     pub fn dst_ip(&self) -> IpAddr {
-        self.ip.dst()
+        self.ip().dst()
     }
 
     /// UDP source port (0 for RoCEv1).
     pub fn udp_src_port(&self) -> u16 {
-        self.udp.map_or(0, |u| u.src_port)
+        self.udp().map_or(0, |u| u.src_port)
     }
 
     /// Bytes after the IP packet (Ethernet padding).
@@ -352,8 +421,8 @@ impl<'a> RocePacket<'a> {
         }
         Err(integrity_error(
             self.frame,
-            &self.ip,
-            self.udp,
+            &self.ip(),
+            self.udp(),
             (self.l3_offset, self.bth_offset, self.packet_end),
             verdict,
         ))
@@ -486,8 +555,8 @@ fn parse_located(frame: &[u8], integrity: Integrity) -> Result<RocePacket<'_>, W
     }
     let icrc = wire_value(frame, &span);
     let icrc_expected = if verify { icrc_of(frame, &span) } else { icrc };
-    let ip = ip_header(frame, &span);
-    let udp = udp_header(frame, &span);
+    let ip = ip_header(frame, span.l3, span.kind);
+    let udp = udp_header(frame, span.kind, span.bth);
     let ip_checksum_ok = match span.kind {
         L3Kind::Ipv4 if verify => frame.get(span.l3..span.l3 + span.ip_hdr_len).is_some_and(|h| inet::checksum(h) == 0),
         _ => true,
@@ -504,9 +573,6 @@ fn parse_located(frame: &[u8], integrity: Integrity) -> Result<RocePacket<'_>, W
     }
     Ok(RocePacket {
         frame,
-        eth: eth_header(frame, &span),
-        ip,
-        udp,
         bth,
         info,
         ext,
@@ -520,6 +586,7 @@ fn parse_located(frame: &[u8], integrity: Integrity) -> Result<RocePacket<'_>, W
         l3_offset: span.l3,
         bth_offset: span.bth,
         packet_end: span.end,
+        l3: span.kind,
     })
 }
 
