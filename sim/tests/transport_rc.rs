@@ -480,9 +480,7 @@ fn a_write_only_whose_payload_is_not_its_length_is_an_invalid_request_and_an_emp
     let answers: Vec<AethKind> = PcapReader::new(std::fs::File::open(&pcap).expect("the recording"))
         .expect("a pcap")
         .map(|r| r.expect("a record").data)
-        .filter_map(|f| {
-            parse_frame(&f).ok().filter(|p| p.eth().src == b.mac).and_then(|p| p.ext.aeth).map(|a| a.kind())
-        })
+        .filter_map(|f| parse_frame(&f).ok().filter(|p| p.eth().src == b.mac).and_then(|p| p.aeth()).map(|a| a.kind()))
         .collect();
     let _ = std::fs::remove_file(&pcap);
     assert!(matches!(answers.first(), Some(AethKind::Ack { .. })), "the empty WRITE is ACKed: {answers:?}");

@@ -53,7 +53,8 @@ fn check_pcap(name: &str) -> (u64, u64, u64, BTreeMap<String, u64>) {
                 // And from a template of its path, given the packet's own fields.
                 let t = FrameBuilder::from_packet(&p).template().unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
                 let mut v = vec![0xA5; 7];
-                let len = t.build_vec(&p.bth, &p.ext, p.payload, &mut v).unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
+                let len =
+                    t.build_vec(&p.bth, &p.ext(), p.payload, &mut v).unwrap_or_else(|e| panic!("{name} #{n}: {e}"));
                 assert_eq!((len, &v[..]), (frame.len(), &frame[..]), "{name} #{n} differs built from a template");
                 check_deferred_checksums(&format!("{name} #{n}"), &frame);
             }
@@ -92,8 +93,8 @@ fn check_deferred_checksums(what: &str, frame: &[u8]) {
     let t = parse_frame_trusted(&deferred).unwrap_or_else(|e| panic!("{what}: trusted parse: {e}"));
     assert!(t.icrc_ok && t.ip_checksum_ok && t.check().is_ok(), "{what}");
     assert_eq!(
-        (t.eth(), t.udp(), t.bth, t.ext, t.payload, t.pad),
-        (p.eth(), p.udp(), p.bth, p.ext, p.payload, p.pad),
+        (t.eth(), t.udp(), t.bth, t.ext(), t.payload, t.pad),
+        (p.eth(), p.udp(), p.bth, p.ext(), p.payload, p.pad),
         "{what}"
     );
     assert_eq!((t.l3_offset, t.bth_offset, t.packet_end), (p.l3_offset, p.bth_offset, p.packet_end), "{what}");
@@ -174,7 +175,7 @@ fn read2_fields() {
     let p = parse_frame(&f).unwrap();
     assert_eq!(p.bth.opcode, Opcode::UD_SEND_ONLY);
     assert_eq!(p.bth.dest_qp, 1);
-    let deth = p.ext.deth.unwrap();
+    let deth = p.deth().unwrap();
     assert_eq!(deth.qkey, GSI_QKEY);
     assert_eq!(deth.src_qp, 1);
     assert_eq!(p.payload.len(), 256);
@@ -189,17 +190,17 @@ fn read2_fields() {
     assert_eq!(p.bth.pad_cnt, 2);
     assert_eq!(p.pad, &[0, 0]);
     assert_eq!(p.payload.len(), 22);
-    assert_eq!(p.ext.reth.unwrap().dma_len, 22);
+    assert_eq!(p.reth().unwrap().dma_len, 22);
     assert!(p.bth.ack_req);
 
     // #13 / #14: READ_REQUEST (RETH len 22) and READ_RESPONSE_ONLY (AETH MSN 3, PadCnt 2).
-    let p = parse_frame(&get(13)).map(|p| (p.bth, p.ext)).unwrap();
+    let p = parse_frame(&get(13)).map(|p| (p.bth, p.ext())).unwrap();
     assert_eq!(p.0.opcode, Opcode::RC_RDMA_READ_REQUEST);
     assert_eq!(p.1.reth.unwrap().dma_len, 22);
     let f = get(14);
     let p = parse_frame(&f).unwrap();
     assert_eq!(p.bth.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
-    let aeth = p.ext.aeth.unwrap();
+    let aeth = p.aeth().unwrap();
     assert_eq!(aeth.msn, 3);
     assert!(aeth.is_ack());
     assert_eq!(p.bth.pad_cnt, 2);
@@ -213,8 +214,8 @@ fn read2_fields() {
     assert_eq!(p.icrc, 0x56cd_7bc8);
     assert!(p.icrc_ok);
     assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
-    assert_eq!(p.ext.aeth.unwrap().msn, 1);
-    assert!(matches!(p.ext.aeth.unwrap().kind(), AethKind::Ack { .. }));
+    assert_eq!(p.aeth().unwrap().msn, 1);
+    assert!(matches!(p.aeth().unwrap().kind(), AethKind::Ack { .. }));
 }
 
 /// Rebuilds read2 #11 (WRITE_ONLY, PadCnt 2) from explicitly written fields rather than
@@ -226,7 +227,7 @@ fn read2_write_only_rebuilt_by_hand() {
     let orig = &frames.iter().find(|f| f.0 == 11).unwrap().1;
     let p = parse_frame(orig).unwrap();
     let IpHeader::Ipv4(ip) = p.ip() else { panic!("IPv4 expected") };
-    let reth = p.ext.reth.unwrap();
+    let reth = p.reth().unwrap();
     let bth = Bth {
         m: true, // ConnectX sets MigReq
         ack_req: true,
@@ -273,7 +274,7 @@ fn cnp_hand_vector() {
     assert_eq!(p.bth.opcode, Opcode::CNP);
     assert!(p.bth.becn && !p.bth.fecn);
     assert_eq!(p.bth.dest_qp, 0x118);
-    assert_eq!(p.ext.cnp, Some(CnpBody::default()));
+    assert_eq!(p.ext().cnp, Some(CnpBody::default()));
     assert!(p.payload.is_empty());
 
     let ip = Ipv4Header {
@@ -337,7 +338,7 @@ fn rocev1_vectors() {
             }
             "scapy_rocev1_rc_ack_connectx" => {
                 assert_eq!(p.bth.opcode, Opcode::RC_ACKNOWLEDGE);
-                assert_eq!(p.ext.aeth, Some(Aeth::ack(5, 0)));
+                assert_eq!(p.aeth(), Some(Aeth::ack(5, 0)));
             }
             other => panic!("unexpected vector {other}"),
         }

@@ -164,7 +164,7 @@ impl DataPath<'_> {
     // ------------------------------------------------------------------ UD
 
     fn ud_receive(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>) {
-        let Some(deth) = pkt.ext.deth else { return };
+        let Some(deth) = pkt.deth() else { return };
         let qkey = if t.path.qpn == 1 { umlx_wire::packet::GSI_QKEY } else { t.path.qkey };
         if deth.qkey != qkey {
             self.lane.stats.rx_dropped += 1;
@@ -186,7 +186,7 @@ impl DataPath<'_> {
         data.extend_from_slice(pkt.payload);
         match self.scatter(&wqe.sges, wqe.pd, 0, &data) {
             Ok(()) => {
-                let imm = pkt.ext.imm_dt.map(|i| i.imm);
+                let imm = pkt.imm_dt().map(|i| i.imm);
                 let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
                 self.resp_cqe(&t.path, op, data.len() as u32, imm, wqe.counter, deth.src_qp, Some(l3), pkt.bth.se);
             }
@@ -311,7 +311,7 @@ impl DataPath<'_> {
                 }
                 if info.position.ends() {
                     let Some(RecvMsg::Send { wqe, offset }) = t.cur.take() else { return Err(Fail::Drop) };
-                    let imm = pkt.ext.imm_dt.map(|i| i.imm);
+                    let imm = pkt.imm_dt().map(|i| i.imm);
                     let op = if imm.is_some() { CqeOpcode::RESP_SEND_IMM } else { CqeOpcode::RESP_SEND };
                     self.resp_cqe(&t.path, op, offset, imm, wqe.counter, t.path.remote_qpn, None, pkt.bth.se);
                     t.msn = psn_add(t.msn, 1);
@@ -321,12 +321,12 @@ impl DataPath<'_> {
             // the general arm below does the same for it, at about 90 more instructions per
             // packet (its message state made, matched and dropped; callgrind, `umlx bench sim`).
             Operation::RdmaWrite
-                if matches!(info.position, Position::Only) && pkt.ext.imm_dt.is_none() && t.cur.is_none() =>
+                if matches!(info.position, Position::Only) && pkt.imm_dt().is_none() && t.cur.is_none() =>
             {
                 if !t.path.rwe {
                     return inval(0);
                 }
-                let Some(reth) = pkt.ext.reth else { return inval(0) };
+                let Some(reth) = pkt.reth() else { return inval(0) };
                 if reth.dma_len > 0 {
                     // Translated into a list made here, not returned in one: a returned list
                     // is copied whole from where it was just filled in, and that copy's wide
@@ -358,7 +358,7 @@ impl DataPath<'_> {
                     if t.cur.is_some() || !t.path.rwe {
                         return inval(0);
                     }
-                    let Some(reth) = pkt.ext.reth else { return inval(0) };
+                    let Some(reth) = pkt.reth() else { return inval(0) };
                     let mut whole = None;
                     if reth.dma_len > 0 {
                         match self.mkey_chunks(reth.rkey, t.path.pd, reth.va, reth.dma_len as u64, Access::RemoteWrite)
@@ -378,7 +378,7 @@ impl DataPath<'_> {
                     return inval(0);
                 }
                 // An immediate needs the receive WQE before anything is written.
-                let recv = if pkt.ext.imm_dt.is_some() {
+                let recv = if pkt.imm_dt().is_some() {
                     match self.take_recv_wqe(t) {
                         Some(r) => Some(r),
                         None => return Err(Fail::Rnr),
@@ -413,7 +413,7 @@ impl DataPath<'_> {
                 if info.position.ends() {
                     t.cur = None;
                     t.msn = psn_add(t.msn, 1);
-                    if let (Some(r), Some(imm)) = (recv, pkt.ext.imm_dt) {
+                    if let (Some(r), Some(imm)) = (recv, pkt.imm_dt()) {
                         let op = CqeOpcode::RESP_WR_IMM;
                         self.resp_cqe(&t.path, op, len, Some(imm.imm), r.counter, t.path.remote_qpn, None, pkt.bth.se);
                     }
@@ -427,7 +427,7 @@ impl DataPath<'_> {
                 if !t.path.rre || t.cur.is_some() {
                     return inval(0);
                 }
-                let Some(reth) = pkt.ext.reth else { return inval(0) };
+                let Some(reth) = pkt.reth() else { return inval(0) };
                 let Some(mut data) = self.read_source(t.path.pd, reth.rkey, reth.va, reth.dma_len) else {
                     return Err(Fail::Nak(NakCode::RemoteAccessErr, 0));
                 };
@@ -442,7 +442,7 @@ impl DataPath<'_> {
                 if !t.path.rae || t.cur.is_some() {
                     return inval(0);
                 }
-                let Some(a) = pkt.ext.atomic_eth else { return inval(0) };
+                let Some(a) = pkt.atomic_eth() else { return inval(0) };
                 if a.va & 7 != 0 {
                     return inval(0);
                 }
@@ -565,7 +565,7 @@ impl DataPath<'_> {
                 self.send_ack(t, prev, Aeth::ack(t.msn, AETH_ACK_UNLIMITED));
             }
             Operation::RdmaReadRequest => {
-                let Some(reth) = pkt.ext.reth else { return };
+                let Some(reth) = pkt.reth() else { return };
                 let found = t.resources.iter().find_map(|r| match *r {
                     Resource::Read { psn: p, npkts, va, rkey, len } => {
                         let d = psn_cmp(psn, p);
@@ -607,7 +607,7 @@ impl DataPath<'_> {
         let before = t.una;
         match pkt.info.operation {
             Operation::Acknowledge => {
-                let Some(aeth) = pkt.ext.aeth else { return };
+                let Some(aeth) = pkt.aeth() else { return };
                 match aeth.kind() {
                     AethKind::Ack { .. } => self.ack_through(t, psn, now),
                     AethKind::RnrNak { timer } => {
@@ -657,7 +657,7 @@ impl DataPath<'_> {
                 if wq.kind != Kind::Atomic || wq.first_psn != Some(psn) {
                     return;
                 }
-                let orig = pkt.ext.atomic_ack_eth.map_or(0, |a| a.orig_data);
+                let orig = pkt.atomic_ack_eth().map_or(0, |a| a.orig_data);
                 let local = wq.local.first().copied();
                 let pd = t.path.pd;
                 let ok = local.is_some_and(|(lkey, va, _)| {
@@ -754,7 +754,7 @@ impl DataPath<'_> {
 
     fn read_response(&mut self, t: &mut QpTransport, pkt: &RocePacket<'_>, now: Instant) {
         let psn = pkt.bth.psn;
-        if let Some(aeth) = pkt.ext.aeth
+        if let Some(aeth) = pkt.aeth()
             && !aeth.is_ack()
         {
             return;

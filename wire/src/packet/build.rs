@@ -133,7 +133,7 @@ impl<'a> FrameBuilder<'a> {
                 _ => UdpChecksum::Zero,
             },
             bth: p.bth,
-            ext: p.ext,
+            ext: p.ext(),
             payload: p.payload,
             pad_cnt: Some(p.bth.pad_cnt),
             pad_to_min_frame: p.packet_end < p.frame.len() && p.frame.len() == MIN_ETH_FRAME,

@@ -787,9 +787,10 @@ impl ExtHeaders {
     /// (one that `b` is too short for is left out).
     ///
     /// Every field is computed in place in one value, in wire order, with no loop over the
-    /// set: decoded one by one into a value that was then moved into the packet, the headers'
-    /// narrow, fresh writes were read back wide by the move, and that stalled the core on
-    /// every packet received (perf, `umlx bench sim`).
+    /// set: decoded one by one into a value that was then moved, the headers' narrow, fresh
+    /// writes were read back wide by the move, and that stalled the core (perf, `umlx bench
+    /// sim`). A receiving port decodes none of this: it reads the one header it needs
+    /// ([`RocePacket::reth`](super::RocePacket::reth) and its siblings).
     #[inline(always)]
     pub(crate) fn decode(kinds: HeaderSet, b: &[u8]) -> ExtHeaders {
         if kinds.is_empty() {

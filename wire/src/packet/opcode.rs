@@ -136,6 +136,15 @@ impl HeaderSet {
         n
     }
 
+    /// Where header `kind` starts after the BTH in a packet carrying this set: the total size
+    /// of the set's kinds before it in wire order. `None` if `kind` is not in the set.
+    pub const fn offset_of(self, kind: ExtKind) -> Option<usize> {
+        if !self.contains(kind) {
+            return None;
+        }
+        Some(HeaderSet(self.0 & (kind.bit() - 1)).wire_len())
+    }
+
     /// The first kind, in wire order, that is in one of the two sets and not the other.
     pub fn first_difference(self, other: HeaderSet) -> Option<ExtKind> {
         HeaderSet(self.0 ^ other.0).iter().next()
