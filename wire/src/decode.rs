@@ -193,7 +193,7 @@ impl fmt::Display for PacketLine<'_, '_> {
         if b.becn {
             f.write_str(" becn")?;
         }
-        let e = &p.ext();
+        let e = p.ext();
         for kind in p.info.headers.iter() {
             match kind {
                 ExtKind::Rdeth => {
