@@ -27,8 +27,18 @@ struct Bench {
 
 /// An RC QP of `depth` send and receive WRs, in RTS, connected to itself.
 fn loopback_qp(ctx: &Context, pd: &Pd, cq: &Cq, depth: u32) -> Result<Qp, String> {
-    let mut qp =
-        pd.create_qp(QpType::Rc, cq).max_send_wr(depth).max_recv_wr(depth).build().map_err(|e| e.to_string())?;
+    loopback_qp_inline(ctx, pd, cq, depth, 0)
+}
+
+/// [`loopback_qp`] taking `inline` bytes inline in a send WR.
+fn loopback_qp_inline(ctx: &Context, pd: &Pd, cq: &Cq, depth: u32, inline: u32) -> Result<Qp, String> {
+    let mut qp = pd
+        .create_qp(QpType::Rc, cq)
+        .max_send_wr(depth)
+        .max_recv_wr(depth)
+        .max_inline_data(inline)
+        .build()
+        .map_err(|e| e.to_string())?;
     qp.connect(&itself(ctx, &qp)?, &ConnectParams::default()).map_err(|e| e.to_string())?;
     Ok(qp)
 }
@@ -42,9 +52,14 @@ fn itself(ctx: &Context, qp: &Qp) -> Result<RcPeer, String> {
 
 /// Back to RESET (the rings start over) and connected to itself again.
 fn reset(b: &mut Bench) -> Result<(), String> {
-    b.qp.modify(&ModifyQp::to(QpState::Reset)).map_err(|e| e.to_string())?;
-    let me = itself(&b.ctx, &b.qp)?;
-    b.qp.connect(&me, &ConnectParams::default()).map_err(|e| e.to_string())
+    reset_qp(&b.ctx, &mut b.qp)
+}
+
+/// [`reset`] of `qp`, a QP of `ctx`.
+fn reset_qp(ctx: &Context, qp: &mut Qp) -> Result<(), String> {
+    qp.modify(&ModifyQp::to(QpState::Reset)).map_err(|e| e.to_string())?;
+    let me = itself(ctx, qp)?;
+    qp.connect(&me, &ConnectParams::default()).map_err(|e| e.to_string())
 }
 
 fn setup(plain: bool) -> Result<Bench, String> {
@@ -152,6 +167,7 @@ fn kernel_poll_cq_empty(cq: &mut Cq, wc: &mut [Wc; 16], n: usize) -> usize {
 enum Kernel {
     PostSend1,
     PostSend32,
+    PostSendInline,
     PostRecv,
     Poll1,
     Poll16,
@@ -161,9 +177,10 @@ enum Kernel {
 }
 
 impl Kernel {
-    const ALL: [Kernel; 8] = [
+    const ALL: [Kernel; 9] = [
         Kernel::PostSend1,
         Kernel::PostSend32,
+        Kernel::PostSendInline,
         Kernel::PostRecv,
         Kernel::Poll1,
         Kernel::Poll16,
@@ -176,6 +193,7 @@ impl Kernel {
         match self {
             Kernel::PostSend1 => "post_send_1",
             Kernel::PostSend32 => "post_send_chain32",
+            Kernel::PostSendInline => "post_send_inline64",
             Kernel::PostRecv => "post_recv_1",
             Kernel::Poll1 => "poll_cq_batch1",
             Kernel::Poll16 => "poll_cq_batch16",
@@ -189,6 +207,7 @@ impl Kernel {
         match self {
             Kernel::PostSend1 => "post_send, 1 RDMA WRITE (1 SGE)",
             Kernel::PostSend32 => "post_send, chain of 32, per WR",
+            Kernel::PostSendInline => "post_send, 1 SEND of 64 B inline",
             Kernel::PostRecv => "post_recv, 1 SGE",
             Kernel::Poll1 => "poll_cq per CQE, batch 1",
             Kernel::Poll16 => "poll_cq per CQE, batch 16",
@@ -200,7 +219,7 @@ impl Kernel {
 
     fn function(self) -> &'static str {
         match self {
-            Kernel::PostSend1 => "kernel_post_send_single",
+            Kernel::PostSend1 | Kernel::PostSendInline => "kernel_post_send_single",
             Kernel::PostSend32 => "kernel_post_send_chain32",
             Kernel::PostRecv => "kernel_post_recv",
             Kernel::Poll1 | Kernel::Poll16 => "kernel_poll_cq",
@@ -215,6 +234,9 @@ impl Kernel {
         match self {
             Kernel::PostSend1 => Some((308, 100)),
             Kernel::PostSend32 => Some((188, 60)),
+            // A latency test's WR (perftest's `ib_send_lat` sends inline): the driver's general
+            // path, which the WRITE fast path above does not take. No baseline measured.
+            Kernel::PostSendInline => None,
             Kernel::PostRecv => Some((120, 40)),
             Kernel::Poll1 => Some((180, 60)),
             Kernel::Poll16 => Some((110, 40)),
@@ -233,6 +255,9 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
     }
     if k == Kernel::PollEmptyWire {
         return run_poll_empty_wire(runs);
+    }
+    if k == Kernel::PostSendInline {
+        return run_post_send_inline(runs);
     }
     let plain = !matches!(k, Kernel::Poll1 | Kernel::Poll16);
     let mut b = setup(plain)?;
@@ -296,7 +321,9 @@ fn run_kernel(k: Kernel, runs: usize) -> Result<Vec<f64>, String> {
                 e
             }
             Kernel::PollEmpty => timed_empty_polls(&mut b.cq, k)?,
-            Kernel::Poll16One | Kernel::PollEmptyWire => unreachable!("a setup of its own"),
+            Kernel::Poll16One | Kernel::PollEmptyWire | Kernel::PostSendInline => {
+                unreachable!("a setup of its own")
+            }
         };
         out.push(ns.as_nanos() as f64 / OPS as f64);
         reset(&mut b)?;
@@ -328,6 +355,26 @@ fn timed_empty_polls(cq: &mut Cq, k: Kernel) -> Result<std::time::Duration, Stri
     let e = t.elapsed();
     check(empty, OPS, k)?;
     Ok(e)
+}
+
+/// `post_send_inline64`: unsignaled 64-byte SENDs, their data inline in the WQE, on a QP
+/// connected to itself whose doorbells are plain stores (nothing is sent).
+fn run_post_send_inline(runs: usize) -> Result<Vec<f64>, String> {
+    let k = Kernel::PostSendInline;
+    let b = setup(true)?;
+    let mut qp = loopback_qp_inline(&b.ctx, &b.pd, &b.cq, OPS as u32, 64)?;
+    let data = [0x5au8; 64];
+    let wr = SendWr { wr_id: 13, op: SendOp::Send { data: Payload::Inline(&data), imm: None }, flags: SendFlags(0) };
+    let mut out = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let ok = kernel_post_send_single(&mut qp, &wr, OPS);
+        let e = t.elapsed();
+        check(ok, OPS, k)?;
+        out.push(e.as_nanos() as f64 / OPS as f64);
+        reset_qp(&b.ctx, &mut qp)?;
+    }
+    Ok(out)
 }
 
 /// CQs polled by one round of `poll_cq_room16_one` (each holds one CQE per round).

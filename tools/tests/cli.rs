@@ -97,7 +97,7 @@ fn bench_datapath_json_reports_every_kernel() {
         kernels.as_deref(),
         Some(
             "poll_cq_batch1 poll_cq_batch16 poll_cq_empty poll_cq_empty_wire poll_cq_room16_one post_recv_1 \
-             post_send_1 post_send_chain32"
+             post_send_1 post_send_chain32 post_send_inline64"
         ),
         "{out}"
     );
