@@ -766,6 +766,9 @@ impl Resources {
         let rx_depth = p.rx_depth as u64;
         let cq_mod = p.cq_mod.max(1) as u64;
         let (mut scnt, mut rcnt) = (0u64, 0u64);
+        // SENDs until the next signaled one (`scnt % cq_mod == 0`), counted down: a `%` is a
+        // division, tens of cycles between a message's arrival and its reply.
+        let mut to_signal = cq_mod;
         let mut run = LatRun::default();
         let mut posted = PostTimes::new(iters);
         let in_dur = p.duration.is_some();
@@ -815,7 +818,12 @@ impl Resources {
                     posted.mark(scnt);
                 }
                 scnt += 1;
-                let signaled = scnt % cq_mod == 0 || (!in_dur && scnt == iters);
+                to_signal -= 1;
+                let every = to_signal == 0;
+                if every {
+                    to_signal = cq_mod;
+                }
+                let signaled = every || (!in_dur && scnt == iters);
                 if in_dur && ended(&dur) {
                     break;
                 }
