@@ -250,6 +250,67 @@ fn inline_data_follows_its_header_in_zero_padded_segments_that_wrap() {
     assert_eq!(ring.complete_send(3), 77);
 }
 
+/// The inline path (`SqChain::write_inline`, the latency tests' requests) writes what the
+/// general one (`write_wqe`) writes for the same request, byte for byte, wrapping at the
+/// ring's end: SEND and RDMA WRITE, with and without an immediate, from no data to the QP's
+/// inline limit; and refuses what it refuses.
+#[test]
+fn the_inline_path_writes_the_general_paths_wqe() {
+    let geo = SqGeometry { max_inline: 128, ..geometry(0x44, BF_BUF_SIZE) };
+    let remote = Remote { addr: 0xdd00_1234_5678, rkey: 0x55aa };
+    let cases = [
+        (opcode::SEND, 0, None),
+        (opcode::SEND_IMM, 0x0102_0304, None),
+        (opcode::RDMA_WRITE, 0, Some(remote)),
+        (opcode::RDMA_WRITE_IMM, 0xa0b0_c0d0, Some(remote)),
+    ];
+    for (op, imm, to) in cases {
+        for len in [0usize, 1, 11, 12, 13, 28, 45, 64, 100, 128] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let run = |inline_path: bool| {
+                let mem = plain_memory();
+                mem.buf().write_bytes(0x400, &[0xee; 0x100]).unwrap();
+                let (mut sq, ring) = sq_whose_next_wqe_wraps(geo, &mem);
+                let mut chain = sq.begin();
+                let flags = send_flags::SIGNALED | send_flags::SOLICITED;
+                if inline_path {
+                    chain.write_inline(31, op, flags, imm, to, &data).unwrap();
+                } else {
+                    let wqe = SendWqe {
+                        wr_id: 31,
+                        opcode: op,
+                        send_flags: flags,
+                        imm,
+                        remote: to.unwrap_or_default(),
+                        atomic: (0, 0),
+                        sges: &[],
+                        inline: Some(&data),
+                        av: None,
+                    };
+                    chain.with_queue(|sq| sq.write_wqe(&wqe)).unwrap();
+                }
+                chain.finish();
+                let written = (bytes(mem.buf(), 0x400, 0x100), be32(mem.dbr(), qp_dbr::send_counter));
+                let head = sq.cur_post();
+                (written, head, ring.complete_send(3), sq.free_bbs())
+            };
+            let (general, inline) = (run(false), run(true));
+            assert_eq!(inline, general, "opcode {op:#x}, {len} bytes inline");
+        }
+    }
+    // What both refuse: more than the QP's inline limit, and a WQE the ring has no room for.
+    let mem = plain_memory();
+    let (mut sq, _ring) = sq_whose_next_wqe_wraps(geo, &mem);
+    let mut chain = sq.begin();
+    assert_eq!(chain.write_inline(1, opcode::SEND, 0, 0, None, &[0; 129]), Err(PostError::InlineTooLarge));
+    // 128 bytes with a remote address: 9 segments, 3 WQEBBs, of the 4 free.
+    chain.write_inline(2, opcode::RDMA_WRITE, 0, 0, Some(remote), &[0; 128]).unwrap();
+    assert_eq!(chain.write_inline(3, opcode::SEND, 0, 0, None, &[0; 64]), Err(PostError::QueueFull));
+    chain.write_inline(4, opcode::SEND, 0, 0, None, &[0; 12]).unwrap();
+    chain.finish();
+    assert_eq!(sq.free_bbs(), 0);
+}
+
 #[test]
 fn queues_keep_their_memory_alive() {
     let mem = plain_memory();

@@ -326,6 +326,44 @@ impl<B: Backend> SendQueue<B> {
         }
     }
 
+    /// Stores the inline segment of `d` (not empty) from 16-byte segment `seg` of the WQE at
+    /// WQEBB `bb` on: the inline header, then the data, in 16-byte segments wrapping with the
+    /// ring, the last one zero-padded.
+    #[inline(always)]
+    fn put_inline(&self, bb: u32, mut seg: u32, d: &[u8]) {
+        let header = wqe_inline_seg { byte_count: U32::new(wqe_consts::INLINE_SEG | d.len() as u32) };
+        let header = header.as_bytes();
+        // The first segment: the header and the data's first bytes (zero-padded).
+        let (head, rest) = d.split_at(d.len().min(DS_BYTES - header.len()));
+        let mut part = [0u8; DS_BYTES];
+        part[..header.len()].copy_from_slice(header);
+        part[header.len()..header.len() + head.len()].copy_from_slice(head);
+        self.put_seg(bb, seg, &part);
+        seg += 1;
+        // The rest, 16 bytes a segment, stored from the data itself (no staging copy).
+        let mut whole = rest.chunks_exact(DS_BYTES);
+        for chunk in &mut whole {
+            self.put_seg(bb, seg, chunk.try_into().unwrap_or(&[0; DS_BYTES]));
+            seg += 1;
+        }
+        let tail = whole.remainder();
+        if !tail.is_empty() {
+            let mut part = [0u8; DS_BYTES];
+            part[..tail.len()].copy_from_slice(tail);
+            self.put_seg(bb, seg, &part);
+        }
+    }
+
+    /// The control segment of a WQE at WQEBB `bb` as its two 8-byte words, as stored.
+    #[inline(always)]
+    fn ctrl_words(&self, bb: u32, opcode: u8, ds: u32, send_flags: u32, imm: u32) -> (u64, u64) {
+        let idx_opcode = ((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | opcode as u32;
+        let ctrl0 = ((idx_opcode as u64) << CTRL_IDX_OPCODE_SHIFT) | ((self.qpn_ds | ds) as u64) << CTRL_QPN_DS_SHIFT;
+        // Byte swapping distributes over OR: the flags word is stored pre-swapped.
+        let ctrl1_be = self.fm_ce_se_word[(send_flags & 7) as usize] | ((imm as u64) << CTRL_IMM_SHIFT).to_be();
+        (ctrl0.to_be(), ctrl1_be)
+    }
+
     /// Writes one WQE into the ring (no doorbell). Call [`SendQueue::ring_doorbell`] after the
     /// last WQE of a chain.
     #[inline]
@@ -385,31 +423,7 @@ impl<B: Backend> SendQueue<B> {
             _ => {}
         }
         match w.inline {
-            Some(d) if !d.is_empty() => {
-                // The inline header, then the data, in 16-byte segments (wrapping with the ring).
-                let header = wqe_inline_seg { byte_count: U32::new(wqe_consts::INLINE_SEG | d.len() as u32) };
-                let header = header.as_bytes();
-                // The first segment: the header and the data's first bytes (zero-padded).
-                let (head, rest) = d.split_at(d.len().min(DS_BYTES - header.len()));
-                let mut part = [0u8; DS_BYTES];
-                part[..header.len()].copy_from_slice(header);
-                part[header.len()..header.len() + head.len()].copy_from_slice(head);
-                self.put_seg(bb, seg, &part);
-                seg += 1;
-                // The rest, 16 bytes a segment, stored from the data itself (no staging copy);
-                // the last one zero-padded.
-                let mut whole = rest.chunks_exact(DS_BYTES);
-                for chunk in &mut whole {
-                    self.put_seg(bb, seg, chunk.try_into().unwrap_or(&[0; DS_BYTES]));
-                    seg += 1;
-                }
-                let tail = whole.remainder();
-                if !tail.is_empty() {
-                    let mut part = [0u8; DS_BYTES];
-                    part[..tail.len()].copy_from_slice(tail);
-                    self.put_seg(bb, seg, &part);
-                }
-            }
+            Some(d) if !d.is_empty() => self.put_inline(bb, seg, d),
             Some(_) => {}
             None => {
                 for sge in w.sges.iter().filter(|s| !s.is_empty()) {
@@ -538,6 +552,53 @@ impl<B: Backend> SqChain<'_, B> {
         Ok(())
     }
 
+    /// One RC WQE whose data is inline: a SEND or SEND_IMM, or with `remote` an RDMA_WRITE or
+    /// RDMA_WRITE_IMM (the latency tests' requests), as [`SendQueue::write_wqe`] writes it,
+    /// without its general descriptor (no inline segment for empty `data`). Reads the tail
+    /// only when the ring looks too full for the WQE.
+    #[inline]
+    pub fn write_inline(
+        &mut self,
+        wr_id: u64,
+        opcode: u8,
+        send_flags: u32,
+        imm: u32,
+        remote: Option<Remote>,
+        data: &[u8],
+    ) -> Result<(), PostError> {
+        if data.len() > self.sq.max_inline as usize {
+            return Err(PostError::InlineTooLarge);
+        }
+        let seg = 1 + remote.is_some() as u32;
+        let inline_ds = if data.is_empty() { 0 } else { (data.len() + wqe_inline_seg::SIZE).div_ceil(DS_BYTES) as u32 };
+        let ds = seg + inline_ds;
+        if ds > MAX_DS {
+            return Err(PostError::WqeTooLarge);
+        }
+        let nbb = ds.div_ceil(DS_PER_BB);
+        if self.limit.wrapping_sub(self.bb) < nbb {
+            self.limit = self.sq.fresh_limit();
+            self.sq.limit = self.limit;
+            if self.limit.wrapping_sub(self.bb) < nbb {
+                return Err(PostError::QueueFull);
+            }
+        }
+        let bb = self.bb;
+        let sq = &mut *self.sq;
+        let ctrl1_be;
+        (self.last_ctrl, ctrl1_be) = sq.ctrl_words(bb, opcode, ds, send_flags, imm);
+        sq.put_seg_words(bb, 0, self.last_ctrl, ctrl1_be);
+        if let Some(r) = remote {
+            sq.put_seg_words(bb, 1, r.addr.to_be(), ((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
+        }
+        if !data.is_empty() {
+            sq.put_inline(bb, seg, data);
+        }
+        sq.record(bb, nbb, wr_id);
+        self.bb = sq.cur_post;
+        Ok(())
+    }
+
     /// Fast path: one WQE with one SGE, no inline data, no atomic operands, no address vector
     /// (an RC SEND, SEND_IMM, RDMA_WRITE(_IMM) or RDMA_READ), in a ring known to have room
     /// ([`SqChain::has_room`]; without room the WQE would overwrite one not yet completed).
@@ -566,12 +627,9 @@ impl<B: Backend> SqChain<'_, B> {
         let sq = &*self.sq;
         let bb = self.bb;
         let ds = 1 + has_remote as u32 + !sge.is_empty() as u32;
-        let idx_opcode = ((bb & WQE_INDEX_MASK) << wqe_consts::WQE_CTRL_WQE_INDEX_SHIFT) | opcode as u32;
-        let ctrl0 = ((idx_opcode as u64) << CTRL_IDX_OPCODE_SHIFT) | ((sq.qpn_ds | ds) as u64) << CTRL_QPN_DS_SHIFT;
-        // Byte swapping distributes over OR: the flags word is stored pre-swapped.
         let imm = if has_imm { src.imm() } else { 0 };
-        let ctrl1_be = sq.fm_ce_se_word[(send_flags & 7) as usize] | ((imm as u64) << CTRL_IMM_SHIFT).to_be();
-        self.last_ctrl = ctrl0.to_be();
+        let ctrl1_be;
+        (self.last_ctrl, ctrl1_be) = sq.ctrl_words(bb, opcode, ds, send_flags, imm);
         let idx = (bb & sq.mask) as usize;
         // SAFETY: the ring [base, base + 64 * (mask + 1)) lies in the QP buffer (checked in
         // `SendQueue::new`; the queue keeps the buffer alive); idx <= mask; WQEBBs are 64-byte

@@ -79,6 +79,21 @@ pub(super) fn short_form<'a>(op: &SendOp<'a>) -> Option<(u8, u32, Option<Remote>
     })
 }
 
+/// The inline form of a request the inline path takes: (opcode, immediate, remote side, the
+/// data).
+#[inline(always)]
+pub(super) fn inline_form<'a>(op: &SendOp<'a>) -> Option<(u8, u32, Option<Remote>, &'a [u8])> {
+    Some(match *op {
+        SendOp::Send { data: Payload::Inline(d), imm: None } => (opcode::SEND, 0, None, d),
+        SendOp::Send { data: Payload::Inline(d), imm: Some(imm) } => (opcode::SEND_IMM, imm, None, d),
+        SendOp::Write { data: Payload::Inline(d), remote, imm: None } => (opcode::RDMA_WRITE, 0, Some(remote), d),
+        SendOp::Write { data: Payload::Inline(d), remote, imm: Some(imm) } => {
+            (opcode::RDMA_WRITE_IMM, imm, Some(remote), d)
+        }
+        _ => return None,
+    })
+}
+
 /// Writes the leading requests of `rest` that are all `opcode` (as `extract` recognises them,
 /// giving the immediate, the remote side and the one SGE) with a non-empty SGE, as many as the
 /// ring has room for without reading the tail; advances `rest` past them.
@@ -113,6 +128,9 @@ pub(super) fn post_send_rest(mut chain: SqChain<'_, Dev>, first: usize, rest: &[
         let (id, flags) = (wr.wr_id, wr.flags.0);
         let r = match short_form(&wr.op) {
             Some((op, imm, remote, sge)) => chain.write_simple(id, op, flags, imm, remote, sge),
+            None if let Some((op, imm, remote, data)) = inline_form(&wr.op) => {
+                chain.write_inline(id, op, flags, imm, remote, data)
+            }
             None => match chain.with_queue(|sq| write_send_general(sq, wr)) {
                 Ok(()) => Ok(()),
                 Err(why) => {
