@@ -296,6 +296,17 @@ fn the_inline_path_writes_the_general_paths_wqe() {
             };
             let (general, inline) = (run(false), run(true));
             assert_eq!(inline, general, "opcode {op:#x}, {len} bytes inline");
+            // The inline segment as the device reads it (both paths share its writer): the
+            // header, the data, zeros to the segment's end; from after the control and remote
+            // address segments of the WQE at the ring's last WQEBB, wrapping to its first.
+            let ring = &inline.0.0;
+            let first = w::SEND_WQE_BB * 3 + wqe_ctrl_seg::SIZE * (1 + to.is_some() as usize);
+            let segs = if len == 0 { 0 } else { (4 + len).div_ceil(16) };
+            let got: Vec<u8> = (0..segs * 16).map(|i| ring[(first + i) % ring.len()]).collect();
+            let mut want = if len == 0 { vec![] } else { (w::INLINE_SEG | len as u32).to_be_bytes().to_vec() };
+            want.extend(&data);
+            want.resize(segs * 16, 0);
+            assert_eq!(got, want, "opcode {op:#x}, {len} bytes inline");
         }
     }
     // What both refuse: more than the QP's inline limit, and a WQE the ring has no room for.

@@ -331,14 +331,26 @@ impl<B: Backend> SendQueue<B> {
     /// ring, the last one zero-padded.
     #[inline(always)]
     fn put_inline(&self, bb: u32, mut seg: u32, d: &[u8]) {
+        const HEADER: usize = wqe_inline_seg::SIZE;
         let header = wqe_inline_seg { byte_count: U32::new(wqe_consts::INLINE_SEG | d.len() as u32) };
         let header = header.as_bytes();
-        // The first segment: the header and the data's first bytes (zero-padded).
-        let (head, rest) = d.split_at(d.len().min(DS_BYTES - header.len()));
-        let mut part = [0u8; DS_BYTES];
-        part[..header.len()].copy_from_slice(header);
-        part[header.len()..header.len() + head.len()].copy_from_slice(head);
-        self.put_seg(bb, seg, &part);
+        // The first segment: the header and the data's first bytes (zero-padded). Where the data
+        // fills it, put together from loads of fixed lengths: no call to `memset` or `memcpy`.
+        let (head, rest) = d.split_at(d.len().min(DS_BYTES - HEADER));
+        let first = match head.first_chunk::<{ DS_BYTES - HEADER }>() {
+            Some(full) => {
+                let dword = |b: &[u8]| u128::from(u32::from_le_bytes(b.try_into().unwrap_or_default()));
+                let qword = |b: &[u8]| u128::from(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+                (dword(header) | qword(&full[..8]) << 32 | dword(&full[8..]) << 96).to_le_bytes()
+            }
+            None => {
+                let mut part = [0u8; DS_BYTES];
+                part[..HEADER].copy_from_slice(header);
+                part[HEADER..HEADER + head.len()].copy_from_slice(head);
+                part
+            }
+        };
+        self.put_seg(bb, seg, &first);
         seg += 1;
         // The rest, 16 bytes a segment, stored from the data itself (no staging copy).
         let mut whole = rest.chunks_exact(DS_BYTES);
@@ -346,11 +358,19 @@ impl<B: Backend> SendQueue<B> {
             self.put_seg(bb, seg, chunk.try_into().unwrap_or(&[0; DS_BYTES]));
             seg += 1;
         }
+        // The last, zero-padded: the data's last 16 bytes shifted past what the segments before
+        // took, where there are 16.
         let tail = whole.remainder();
         if !tail.is_empty() {
-            let mut part = [0u8; DS_BYTES];
-            part[..tail.len()].copy_from_slice(tail);
-            self.put_seg(bb, seg, &part);
+            let padded = match d.last_chunk::<DS_BYTES>() {
+                Some(last) => (u128::from_le_bytes(*last) >> (8 * (DS_BYTES - tail.len()))).to_le_bytes(),
+                None => {
+                    let mut part = [0u8; DS_BYTES];
+                    part[..tail.len()].copy_from_slice(tail);
+                    part
+                }
+            };
+            self.put_seg(bb, seg, &padded);
         }
     }
 
