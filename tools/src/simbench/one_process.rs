@@ -170,7 +170,7 @@ fn write_stream(a: &mut Node, b: &Node, s: Stream, mut memory: Option<&mut Resid
 /// stream's last.
 ///
 /// The next signaled WR is found once a chain, not by a `%` a WR: a division is tens of
-/// cycles, a tenth of what the sims spend on a 64-byte WRITE, and the application's, not theirs.
+/// cycles, a few percent of what the sims spend on a 64-byte WRITE, and the application's.
 fn chain_of<'a>(chain: &mut Vec<SendWr<'a>>, op: SendOp<'a>, ids: std::ops::Range<u64>, signal: u64, count: u64) {
     chain.clear();
     let mut next_signaled = (ids.start / signal + 1) * signal - 1;
