@@ -561,14 +561,21 @@ impl<B: Backend> SqChain<'_, B> {
         remote: Option<Remote>,
         sge: &Sge,
     ) -> Result<(), PostError> {
-        if self.bb == self.limit {
+        self.make_room(1)?;
+        self.put_simple(wr_id, opcode, send_flags, imm, remote, sge);
+        Ok(())
+    }
+
+    /// Makes sure of room for `nbb` WQEBBs: the known limit, else the limit the tail gives now.
+    #[inline(always)]
+    fn make_room(&mut self, nbb: u32) -> Result<(), PostError> {
+        if self.room() < nbb {
             self.limit = self.sq.fresh_limit();
             self.sq.limit = self.limit;
-            if self.bb == self.limit {
+            if self.room() < nbb {
                 return Err(PostError::QueueFull);
             }
         }
-        self.put_simple(wr_id, opcode, send_flags, imm, remote, sge);
         Ok(())
     }
 
@@ -596,13 +603,7 @@ impl<B: Backend> SqChain<'_, B> {
             return Err(PostError::WqeTooLarge);
         }
         let nbb = ds.div_ceil(DS_PER_BB);
-        if self.limit.wrapping_sub(self.bb) < nbb {
-            self.limit = self.sq.fresh_limit();
-            self.sq.limit = self.limit;
-            if self.limit.wrapping_sub(self.bb) < nbb {
-                return Err(PostError::QueueFull);
-            }
-        }
+        self.make_room(nbb)?;
         let bb = self.bb;
         let sq = &mut *self.sq;
         let ctrl1_be;
