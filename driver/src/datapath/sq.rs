@@ -136,6 +136,18 @@ pub struct SendQueue<B: Backend> {
 
 /// The WQE's size in 16-byte segments: control, address vector, remote address, atomic
 /// operands, then the inline data (behind its 4-byte header) or one data segment per SGE.
+/// The 16-byte segments inline data `d` takes with its header: none for no data.
+#[inline(always)]
+fn inline_ds(d: &[u8]) -> u32 {
+    if d.is_empty() { 0 } else { (d.len() + wqe_inline_seg::SIZE).div_ceil(DS_BYTES) as u32 }
+}
+
+/// A remote address segment's two 8-byte words, as stored.
+#[inline(always)]
+fn raddr_words(r: Remote) -> (u64, u64) {
+    (r.addr.to_be(), ((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be())
+}
+
 fn ds_count(w: &SendWqe<'_>) -> u32 {
     let mut ds = 1; // ctrl
     if w.av.is_some() {
@@ -147,8 +159,7 @@ fn ds_count(w: &SendWqe<'_>) -> u32 {
         _ => {}
     }
     match w.inline {
-        Some(d) if !d.is_empty() => ds += (d.len() + wqe_inline_seg::SIZE).div_ceil(DS_BYTES) as u32,
-        Some(_) => {}
+        Some(d) => ds += inline_ds(d),
         None => ds += w.sges.iter().filter(|s| !s.is_empty()).count() as u32,
     }
     ds
@@ -597,8 +608,7 @@ impl<B: Backend> SqChain<'_, B> {
             return Err(PostError::InlineTooLarge);
         }
         let seg = 1 + remote.is_some() as u32;
-        let inline_ds = if data.is_empty() { 0 } else { (data.len() + wqe_inline_seg::SIZE).div_ceil(DS_BYTES) as u32 };
-        let ds = seg + inline_ds;
+        let ds = seg + inline_ds(data);
         if ds > MAX_DS {
             return Err(PostError::WqeTooLarge);
         }
@@ -610,7 +620,8 @@ impl<B: Backend> SqChain<'_, B> {
         (self.last_ctrl, ctrl1_be) = sq.ctrl_words(bb, opcode, ds, send_flags, imm);
         sq.put_seg_words(bb, 0, self.last_ctrl, ctrl1_be);
         if let Some(r) = remote {
-            sq.put_seg_words(bb, 1, r.addr.to_be(), ((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
+            let (w0, w1) = raddr_words(r);
+            sq.put_seg_words(bb, 1, w0, w1);
         }
         if !data.is_empty() {
             sq.put_inline(bb, seg, data);
@@ -660,10 +671,10 @@ impl<B: Backend> SqChain<'_, B> {
             p.write_volatile(self.last_ctrl);
             p.add(1).write_volatile(ctrl1_be);
             let d = if has_remote {
-                let r = src.remote();
+                let (w0, w1) = raddr_words(src.remote());
                 let ra = p.add(CTRL_WORDS);
-                ra.write_volatile(r.addr.to_be());
-                ra.add(1).write_volatile(((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be());
+                ra.write_volatile(w0);
+                ra.add(1).write_volatile(w1);
                 ra.add(RADDR_WORDS)
             } else {
                 p.add(CTRL_WORDS)
