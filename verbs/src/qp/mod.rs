@@ -536,6 +536,9 @@ impl Qp {
         while let Some(wr) = rest.first() {
             let before = rest.len();
             match wr.op {
+                // Inline data (a latency test's every request) goes to `post_send_rest`, which
+                // writes it with `SqChain::write_inline`, without a look at the short run first.
+                SendOp::Send { data: Payload::Inline(_), .. } | SendOp::Write { data: Payload::Inline(_), .. } => break,
                 SendOp::Write { imm: None, .. } => {
                     short_run(&mut chain, &mut rest, opcode::RDMA_WRITE, |op| match *op {
                         SendOp::Write { data: Payload::Sges([sge]), remote, imm: None } => Some((0, Some(remote), sge)),
