@@ -26,10 +26,16 @@ pub(crate) fn sum(mut acc: u64, data: &[u8]) -> u64 {
 }
 
 /// Folds a running sum to 16 bits and complements it: the checksum field value.
-pub(crate) fn fold(mut acc: u64) -> u16 {
-    while acc > 0xFFFF {
-        acc = (acc & 0xFFFF) + (acc >> 16);
-    }
+///
+/// Four end-around-carry steps of fixed width, without a loop: 2^32 and 2^16 are both 1 modulo
+/// 0xFFFF, so each step keeps the sum's residue. The first leaves less than 2^33, the second
+/// less than 2^18, the third at most 0xFFFF + 3 and the last at most 0xFFFF. A sum that is not
+/// zero never folds to zero (0xFFFF stays 0xFFFF), as with a fold one carry at a time.
+pub(crate) fn fold(acc: u64) -> u16 {
+    let acc = (acc & 0xFFFF_FFFF) + (acc >> 32);
+    let acc = (acc & 0xFFFF) + (acc >> 16);
+    let acc = (acc & 0xFFFF) + (acc >> 16);
+    let acc = (acc & 0xFFFF) + (acc >> 16);
     !(acc as u16)
 }
 
@@ -84,6 +90,25 @@ mod tests {
             acc += u64::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]));
         }
         acc
+    }
+
+    /// The fold as RFC 1071 states it: one end-around carry at a time.
+    fn fold_by_carries(mut acc: u64) -> u16 {
+        while acc > 0xFFFF {
+            acc = (acc & 0xFFFF) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+
+    #[test]
+    fn the_fixed_fold_agrees_with_a_carry_at_a_time() {
+        // 0x8000_0000_8000_FFFF takes all four steps: 0x1_0000_FFFF, 0x1_FFFF, 0x1_0000, 1.
+        let edges = [0, 1, 0xFFFE, 0xFFFF, 0x1_0000, 0x1_FFFF, 0xFFFF_FFFF, 0x8000_0000_8000_FFFF, u64::MAX];
+        let multiples = (1..64u32).map(|k| 0xFFFFu64 << (k % 48));
+        let spread = (0..4096u64).map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (i % 30));
+        for acc in edges.into_iter().chain(multiples).chain(spread) {
+            assert_eq!(fold(acc), fold_by_carries(acc), "sum {acc:#x}");
+        }
     }
 
     #[test]
