@@ -125,11 +125,11 @@ impl DataPath<'_> {
             let idx = srq.head & ((1 << srq.log_size) - 1);
             let pd = srq.pd;
             let iova = srq.buf.iova((idx as u64) << srq.stride_shift)?;
-            let mut buf = [0u8; RECV_WQE_MAX];
-            let b = read_recv_wqe(&self.iommu, iova, &mut buf, 1 << srq.stride_shift)?;
-            let (next_seg, list) = wqe_srq_next_seg::read_from_prefix(b).ok()?;
-            let sges = parse_sges(list);
-            srq.head = next_seg.next_wqe_index.get() as u32;
+            let (next_wqe_index, sges) = read_recv_wqe(&self.iommu, iova, 1 << srq.stride_shift, |b| {
+                let (next_seg, list) = wqe_srq_next_seg::read_from_prefix(b).ok()?;
+                Some((next_seg.next_wqe_index.get(), parse_sges(list)))
+            })??;
+            srq.head = next_wqe_index as u32;
             srq.consumed = srq.consumed.wrapping_add(1);
             let left = avail - 1;
             if srq.lwm > 0 && left < srq.lwm {
@@ -154,8 +154,7 @@ impl DataPath<'_> {
         }
         let idx = t.rq_consumed & ((1 << t.path.log_rq_size) - 1);
         let iova = t.path.buf.iova((idx as u64) << t.path.rq_stride_shift)?;
-        let mut buf = [0u8; RECV_WQE_MAX];
-        let sges = parse_sges(read_recv_wqe(&self.iommu, iova, &mut buf, 1 << t.path.rq_stride_shift)?);
+        let sges = read_recv_wqe(&self.iommu, iova, 1 << t.path.rq_stride_shift, parse_sges)?;
         let c = t.rq_consumed as u16;
         t.rq_consumed = t.rq_consumed.wrapping_add(1);
         Some(RecvWqe { counter: c, sges, pd: t.path.pd })
@@ -908,18 +907,31 @@ impl Hca {
 /// The longest receive WQE: the largest stride the firmware accepts for a receive queue.
 const RECV_WQE_MAX: usize = crate::firmware::caps::limits::MAX_WQE_SZ_RQ as usize;
 
-/// DMA-reads the receive WQE of `len` bytes at `iova` into `buf` (on the caller's stack: no
-/// buffer taken and given back per message); the bytes read, or `None` on a DMA fault or a
-/// stride longer than any the firmware accepts.
-fn read_recv_wqe<'b>(
-    iommu: &crate::iommu::Iommu,
-    iova: u64,
-    buf: &'b mut [u8; RECV_WQE_MAX],
-    len: usize,
-) -> Option<&'b [u8]> {
-    let b = buf.get_mut(..len)?;
-    iommu.read(iova, b).ok()?;
-    Some(b)
+/// The longest receive WQE read into a buffer zeroed by a few stores in line: a stride of up
+/// to four scatter entries (or an SRQ's next segment and three). A longer one is read into a
+/// buffer of [`RECV_WQE_MAX`] bytes, which costs a `memset` call to zero.
+const RECV_WQE_SHORT: usize = 64;
+
+/// DMA-reads the receive WQE of `len` bytes at `iova` into a buffer on the stack (no buffer
+/// taken and given back per message) and hands `parse` the bytes read; `None` on a DMA fault
+/// or a stride longer than any the firmware accepts.
+fn read_recv_wqe<R>(iommu: &crate::iommu::Iommu, iova: u64, len: usize, parse: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    // `buf`: the room for the WQE, `None` when the WQE is longer than the buffer.
+    fn read<R>(
+        iommu: &crate::iommu::Iommu,
+        iova: u64,
+        buf: Option<&mut [u8]>,
+        parse: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let b = buf?;
+        iommu.read(iova, b).ok()?;
+        Some(parse(b))
+    }
+    if len <= RECV_WQE_SHORT {
+        read(iommu, iova, [0u8; RECV_WQE_SHORT].get_mut(..len), parse)
+    } else {
+        read(iommu, iova, [0u8; RECV_WQE_MAX].get_mut(..len), parse)
+    }
 }
 
 /// Parses a receive scatter list (data segments, ended by the invalid lkey or a zero byte

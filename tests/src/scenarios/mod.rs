@@ -49,6 +49,7 @@ macro_rules! for_each_scenario {
             rc_send_with_immediate,
             rc_send_gather_scatter_sge_lists,
             rc_recv_sge_list_with_empty_entry,
+            rc_recv_scatter_list_of_eight,
             rc_send_inline,
             rc_zero_length_operations,
             rc_rdma_write_multi_packet_psn_wrap,

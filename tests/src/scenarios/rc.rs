@@ -153,6 +153,31 @@ pub fn rc_recv_sge_list_with_empty_entry(env: &mut Env) -> Result<Outcome> {
     Ok(Outcome::Passed)
 }
 
+/// A receive WQE longer than four scatter entries (eight: a 128-byte stride): a SEND fills
+/// seven of them byte for byte and leaves the eighth and the gaps untouched.
+pub fn rc_recv_scatter_list_of_eight(env: &mut Env) -> Result<Outcome> {
+    let (mut a, mut b) = env.sides()?;
+    let (mut qa, mut qb) = rc_pair(&a, &b, caps(16, 16, 1, 8, 0), &RcOpts::default())?;
+    let t = env.timeout;
+    let msg = pattern(2000, 71);
+    a.mr.write(0, &msg)?;
+    b.mr.fill(0, 8 * 1024, GUARD)?;
+    // Eight entries of 300 bytes, 1 KiB apart: 2000 bytes fill six and 200 bytes of the seventh.
+    let scatter: Vec<Sge> = (0..8).map(|k| b.mr.sge(1024 * k, 300)).collect();
+    qb.post_recv(&[recv(1, &scatter)])?;
+    qa.post_send(&[wr(1, send(&[a.mr.sge(0, 2000)]))])?;
+    expect_wc(&wait_wcs(&mut a.cq, 1, t)?[0], 1, WcStatus::Success, WcOpcode::Send)?;
+    let w = wait_wcs(&mut b.cq, 1, t)?;
+    expect_wc(&w[0], 1, WcStatus::Success, WcOpcode::Recv)?;
+    ensure_eq!(w[0].byte_len, 2000, "byte_len of a SEND over eight scatter entries");
+    for (k, part) in msg.chunks(300).enumerate() {
+        same_bytes(&format!("scatter entry {k}"), &b.mr.to_vec(1024 * k, part.len())?, part)?;
+        untouched(&format!("after scatter entry {k}"), &b.mr, 1024 * k + part.len(), 1024 - part.len(), GUARD)?;
+    }
+    untouched("the eighth scatter entry", &b.mr, 7 * 1024, 1024, GUARD)?;
+    Ok(Outcome::Passed)
+}
+
 /// Inline SENDs (1 byte to the QP's inline maximum, with and without immediate): the data is
 /// copied at post time (changing the source afterwards does not change what arrives).
 pub fn rc_send_inline(env: &mut Env) -> Result<Outcome> {
