@@ -282,6 +282,19 @@ fn read_lat() {
 }
 
 #[test]
+fn write_bw_with_a_completion_every_seventh_write_on_two_qps() {
+    // 200 WRITEs a QP, a completion asked for every 7th and for the last (200 is not a multiple
+    // of 7): each QP counts its own, and the client waits for every WRITE's completion.
+    let (s, c) = run_pair("write-bw", 15, &["-q", "2", "-Q", "7", "-n", "200", "-s", "64"]);
+    both_ok("write-bw -q 2 -Q 7", &s, &c);
+    let ct = table(&c.stdout);
+    assert_eq!(ct.len(), 1, "{c:?}");
+    // The row counts the messages of both QPs, as perftest's does.
+    check_bw_row(&ct[0], 64.0, 400.0, true);
+    assert!(c.stdout.contains(" CQ Moderation   : 7"), "{c:?}");
+}
+
+#[test]
 fn write_bw_all_sizes_two_qps() {
     let (s, c) = run_pair("write-bw", 8, &["-a", "--all-max", "1024", "-q", "2", "-n", "50"]);
     both_ok("write-bw -a -q 2", &s, &c);

@@ -476,6 +476,9 @@ impl Resources {
             run.tcompleted = vec![u64::MAX; tot as usize];
         }
         let (mut scnt, mut ccnt) = (vec![0u64; nq], vec![0u64; nq]);
+        // Per QP, the messages until the next signaled one (`scnt % cq_mod == cq_mod - 1`),
+        // counted down as `run_send_lat` counts: no division a message.
+        let mut to_signal = vec![cq_mod; nq];
         let (mut totscnt, mut totccnt) = (0u64, 0u64);
         let mut wc = [Wc::default(); 64];
         let t0 = Instant::now();
@@ -491,7 +494,12 @@ impl Resources {
             for q in 0..nq {
                 while (scnt[q] < iters || dur.is_some()) && scnt[q] < tx_depth + ccnt[q] {
                     let k = scnt[q];
-                    let signaled = k % cq_mod == cq_mod - 1 || (dur.is_none() && k == iters - 1);
+                    to_signal[q] -= 1;
+                    let every = to_signal[q] == 0;
+                    if every {
+                        to_signal[q] = cq_mod;
+                    }
+                    let signaled = every || (dur.is_none() && k == iters - 1);
                     if track {
                         run.tposted[totscnt as usize] = ns(t0, Instant::now());
                     }
