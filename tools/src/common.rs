@@ -33,10 +33,17 @@ pub fn wait_one(cq: &mut Cq, secs: u64) -> Result<Wc, String> {
 /// Others wait for the CPU when the polling thread's run delay (the time it spent runnable on
 /// a run queue, `/proc/thread-self/schedstat`) grows: read every [`IDLE_CHECK`] or so, the loop
 /// yields until the next reading if it grew by more than 1/16 of the time between the two.
-/// Yielding from the first poll on, so that a loop that shares its CPU does not spin through
-/// a scheduler time slice first. The file is the thread's that polls first; where it cannot be
-/// read, the loop yields at every empty poll. On a real adapter ([`IdlePolls::new`] with
-/// `false`) it spins.
+/// The file is the thread's that polls first; where it cannot be read, the loop yields at
+/// every empty poll. On a real adapter ([`IdlePolls::new`] with `false`) it spins.
+///
+/// Until the first two readings, a thread allowed on one CPU only yields, so that a loop that
+/// shares that CPU does not spin through a scheduler time slice first; one allowed on more
+/// spins, as perftest does. Two busy-polling processes that start on one CPU and yield to
+/// each other from their first poll stay there: each has always run just now (cache-hot), so
+/// the idle CPU takes neither for tens of milliseconds, and a ping-pong of a thousand
+/// iterations (perftest's and `umlx perf`'s default) may run in that phase throughout
+/// (`umlx perf send-lat -s 2 -n 1000` on two cores, 35 runs each: typical 4.8 - 10.9 µs,
+/// median 7.1, yielding first; 4.5 - 6.9, median 5.8, spinning first).
 pub struct IdlePolls {
     /// Whether the loop ever yields (the software ConnectX).
     enabled: bool,
@@ -54,9 +61,15 @@ pub const IDLE_CHECK: Duration = Duration::from_millis(1);
 impl IdlePolls {
     /// For a loop on the software ConnectX (`sim`), or on an adapter.
     pub fn new(sim: bool) -> IdlePolls {
+        IdlePolls::on_cpus(sim, std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// [`IdlePolls::new`] for a thread allowed on `cpus` CPUs: it yields until its first two
+    /// readings when that is one.
+    fn on_cpus(sim: bool, cpus: usize) -> IdlePolls {
         IdlePolls {
             enabled: sim,
-            yielding: Cell::new(true),
+            yielding: Cell::new(cpus <= 1),
             polls: Cell::new(0),
             schedstat: OnceCell::new(),
             last: Cell::new(None),
@@ -132,8 +145,8 @@ mod tests {
 
     #[test]
     fn an_idle_loop_yields_while_its_run_delay_grows_and_spins_while_it_does_not() {
-        let idle = IdlePolls::new(true);
-        assert!(idle.yielding(), "yields until the first two readings");
+        let idle = IdlePolls::on_cpus(true, 1);
+        assert!(idle.yielding(), "on one CPU, yields until the first two readings");
         let t0 = Instant::now();
         let ms = |n: u64| t0 + Duration::from_millis(n);
         idle.reading(ms(0), 1_000_000);
@@ -146,6 +159,18 @@ mod tests {
         idle.reading(ms(5), 1_700_000); // 100 µs of 1 ms: over 1/16
         assert!(idle.yielding());
         assert!(!IdlePolls::new(false).yielding(), "a loop on an adapter spins");
+    }
+
+    #[test]
+    fn an_idle_loop_allowed_on_several_cpus_spins_until_a_reading_says_otherwise() {
+        let idle = IdlePolls::on_cpus(true, 2);
+        assert!(!idle.yielding(), "on two CPUs, spins from the first poll");
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        idle.reading(ms(0), 1_000_000);
+        assert!(!idle.yielding(), "one reading decides nothing");
+        idle.reading(ms(1), 1_500_000); // 500 µs of 1 ms waiting for the CPU
+        assert!(idle.yielding());
     }
 
     #[test]
