@@ -418,11 +418,23 @@ else
     [ -n "$made_dev_dir" ] && rmdir /dev/infiniband 2>/dev/null
 fi
 
-# The figures: perftest's own results beside umlx perf's for the same tests, in this run.
+# The figures: perftest's own results beside umlx perf's for the same tests, in this run. The
+# latency tests run anew with $cmp_lat_iters iterations, each tool: a run that the scheduler
+# starts with both processes on one CPU spends its first milliseconds there, which can be most
+# of a thousand iterations.
+cmp_lat_iters=20000
 echo "== perftest and umlx perf, same tests, this run (software ConnectX, two processes)"
 for t in ib_write_bw ib_send_lat ib_write_lat; do
-    pair "umlx-$t" "$umlx perf $t $server_umlx -x 1 -n 1000" "$umlx perf $t $client_umlx -x 1 -n 1000" >/dev/null
-    printf '    %-14s perftest: %s\n    %-14s umlx perf:%s\n' "$t" "$(result_row "$t-client" | cut -c1-90)" "" "$(result_row "umlx-$t-client" | cut -c1-90)"
+    case $t in
+    *_lat)
+        n=$cmp_lat_iters
+        ref="cmp-$t"
+        pair "$ref" "$t -x 1 -n $n" "$t -x 1 -n $n" >/dev/null
+        ;;
+    *) n=1000 ref=$t ;;
+    esac
+    pair "umlx-$t" "$umlx perf $t $server_umlx -x 1 -n $n" "$umlx perf $t $client_umlx -x 1 -n $n" >/dev/null
+    printf '    %-14s perftest: %s\n    %-14s umlx perf:%s\n' "$t" "$(result_row "$ref-client" | cut -c1-90)" "" "$(result_row "umlx-$t-client" | cut -c1-90)"
 done
 for f in "$work"/ucx-*-client.out; do
     [ -f "$f" ] || continue
