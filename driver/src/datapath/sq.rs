@@ -134,8 +134,6 @@ pub struct SendQueue<B: Backend> {
     pub max_inline: u32,
 }
 
-/// The WQE's size in 16-byte segments: control, address vector, remote address, atomic
-/// operands, then the inline data (behind its 4-byte header) or one data segment per SGE.
 /// The 16-byte segments inline data `d` takes with its header: none for no data.
 #[inline(always)]
 fn inline_ds(d: &[u8]) -> u32 {
@@ -148,6 +146,8 @@ fn raddr_words(r: Remote) -> (u64, u64) {
     (r.addr.to_be(), ((r.rkey as u64) << RADDR_RKEY_SHIFT).to_be())
 }
 
+/// The WQE's size in 16-byte segments: control, address vector, remote address, atomic
+/// operands, then the inline data (behind its 4-byte header) or one data segment per SGE.
 fn ds_count(w: &SendWqe<'_>) -> u32 {
     let mut ds = 1; // ctrl
     if w.av.is_some() {
