@@ -35,6 +35,33 @@ impl Stall {
     }
 }
 
+/// Which sends ask for a completion: every `every`-th, counted down, not found by a `%` a
+/// message (a division is tens of cycles, and a latency test pays it between a message's
+/// arrival and its reply).
+#[derive(Clone, Copy)]
+struct EveryNth {
+    every: u64,
+    left: u64,
+}
+
+impl EveryNth {
+    /// Every `every`-th send (at least every one).
+    fn new(every: u64) -> EveryNth {
+        let every = every.max(1);
+        EveryNth { every, left: every }
+    }
+
+    /// Whether the next send is an `every`-th one: the `every`-th, `2 * every`-th, ... call.
+    fn next(&mut self) -> bool {
+        self.left -= 1;
+        let due = self.left == 0;
+        if due {
+            self.left = self.every;
+        }
+        due
+    }
+}
+
 /// Page size and cache-line size both sides agreed on.
 #[derive(Clone, Copy, Debug)]
 pub struct Geometry {
@@ -476,9 +503,8 @@ impl Resources {
             run.tcompleted = vec![u64::MAX; tot as usize];
         }
         let (mut scnt, mut ccnt) = (vec![0u64; nq], vec![0u64; nq]);
-        // Per QP, the messages until the next signaled one (`scnt % cq_mod == cq_mod - 1`),
-        // counted down as `run_send_lat` counts: no division a message.
-        let mut to_signal = vec![cq_mod; nq];
+        // Per QP: message `k` is signaled when `k % cq_mod == cq_mod - 1`.
+        let mut to_signal = vec![EveryNth::new(cq_mod); nq];
         let (mut totscnt, mut totccnt) = (0u64, 0u64);
         let mut wc = [Wc::default(); 64];
         let t0 = Instant::now();
@@ -494,12 +520,7 @@ impl Resources {
             for q in 0..nq {
                 while (scnt[q] < iters || dur.is_some()) && scnt[q] < tx_depth + ccnt[q] {
                     let k = scnt[q];
-                    to_signal[q] -= 1;
-                    let every = to_signal[q] == 0;
-                    if every {
-                        to_signal[q] = cq_mod;
-                    }
-                    let signaled = every || (dur.is_none() && k == iters - 1);
+                    let signaled = to_signal[q].next() || (dur.is_none() && k == iters - 1);
                     if track {
                         run.tposted[totscnt as usize] = ns(t0, Instant::now());
                     }
@@ -774,9 +795,8 @@ impl Resources {
         let rx_depth = p.rx_depth as u64;
         let cq_mod = p.cq_mod.max(1) as u64;
         let (mut scnt, mut rcnt) = (0u64, 0u64);
-        // SENDs until the next signaled one (`scnt % cq_mod == 0`), counted down: a `%` is a
-        // division, tens of cycles between a message's arrival and its reply.
-        let mut to_signal = cq_mod;
+        // SEND `scnt` (counted from 1) is signaled when `scnt % cq_mod == 0`.
+        let mut to_signal = EveryNth::new(cq_mod);
         let mut run = LatRun::default();
         let mut posted = PostTimes::new(iters);
         let in_dur = p.duration.is_some();
@@ -826,12 +846,7 @@ impl Resources {
                     posted.mark(scnt);
                 }
                 scnt += 1;
-                to_signal -= 1;
-                let every = to_signal == 0;
-                if every {
-                    to_signal = cq_mod;
-                }
-                let signaled = every || (!in_dur && scnt == iters);
+                let signaled = to_signal.next() || (!in_dur && scnt == iters);
                 if in_dur && ended(&dur) {
                     break;
                 }
@@ -892,5 +907,20 @@ impl Resources {
         }
         run.tposted = posted.into_ns();
         Ok(run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_nth_is_due_at_the_nth_call_and_each_nth_after_as_a_modulo_says() {
+        for every in [0u64, 1, 2, 7, 100] {
+            let mut n = EveryNth::new(every);
+            for call in 1..=1000u64 {
+                assert_eq!(n.next(), call % every.max(1) == 0, "every {every}, call {call}");
+            }
+        }
     }
 }
